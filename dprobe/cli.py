@@ -1,0 +1,97 @@
+"""The ``dprobe`` command line: one entry point, one sub-command per job.
+
+    dprobe [--bootstrap HOST:PORT] [--config FILE] COMMAND ...
+
+Contract (scripts depend on it): ``--json`` prints one JSON document on stdout and nothing
+else there; human text goes to stderr. Exit 0 on success, 2 on bad usage or bad input
+(one-line reason), 1 on other failures.
+
+Example:
+    >>> main(["broker", "--help"])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from dprobe.config import ConfigError
+from dprobe.errors import DprobeError
+
+# name -> (module under dprobe.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "broker": ("broker", "start, stop or check the local single-node Kafka broker (no Docker)"),
+    "collect": ("collect", "run the per-node GPU collector service (NVML or synthetic)"),
+    "worker": ("worker", "run a stream worker: windows, forecasts, quota plans"),
+    "archive": ("archive", "write the raw topics to hourly Parquet files"),
+    "replay": ("replay", "replay an archive or a public trace into Kafka"),
+    "events": ("events", "tail scaling events, deduplicated"),
+    "evaluate": ("evaluate", "forecast accuracy of every model vs baselines on a trace"),
+    "simulate": ("simulate", "trace-driven cluster simulation of quota modes and policies"),
+    "demo": ("demo", "everything on one machine on an accelerated clock; ends by itself"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"dprobe: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="dprobe",
+        description=(
+            "Watch every GPU process, forecast each tenant's GPU demand and emit quota "
+            "scaling events (DProbe, Euro-Par 2024)."
+        ),
+    )
+    parser.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT",
+        help="Kafka bootstrap servers (env DPROBE_KAFKA_BOOTSTRAP; default 127.0.0.1:9092)",
+    )
+    parser.add_argument("--config", metavar="FILE", help="TOML settings file (env DPROBE_CONFIG)")
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name, (module, help_text) in COMMANDS.items():
+        mod = importlib.import_module(f"dprobe.commands.{module}")
+        p = sub.add_parser(name, help=help_text, description=mod.__doc__)
+        p.formatter_class = argparse.RawDescriptionHelpFormatter
+        mod.add_arguments(p)
+        p.set_defaults(_module=mod)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``dprobe`` with ``argv``; return the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args._module.run(args) or 0)
+    except (ConfigError, DprobeError) as exc:
+        code = exc.exit_code if isinstance(exc, DprobeError) else 2
+        print(f"dprobe {args.command}: {exc}", file=sys.stderr)
+        return code
+    except KeyboardInterrupt:
+        return 130
+
+
+def entry() -> NoReturn:  # pragma: no cover - console script
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    entry()

@@ -1,0 +1,53 @@
+"""Start, stop or check the local single-node Apache Kafka broker (KRaft, 127.0.0.1).
+
+The broker jars come from Maven Central on first start (cached); no Docker is needed.
+Requires Java 17+ and Maven. ``status`` prints ``stopped``, ``starting`` or ``ready``
+and exits 0 only when ready.
+
+  dprobe broker start     # idempotent: a running broker is left alone
+  dprobe broker status
+  dprobe broker stop      # SIGTERM, SIGKILL after 30 s; no broker process is left
+
+Settings ([broker] in the config file, or DPROBE_BROKER_*): port, controller_port,
+state_dir, lib_dir, heap, start_timeout_s.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from dprobe.commands._common import settings
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["start", "stop", "status", "fetch"])
+    p.add_argument("--port", type=int, help="client port (default 9092)")
+    p.add_argument("--controller-port", type=int, help="KRaft controller port (default 9093)")
+    p.add_argument("--state-dir", help="data, logs and pid file (default ~/.cache/dprobe/broker)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dprobe.broker import LocalBroker
+    from dprobe.config import BrokerSettings
+
+    cfg = settings(
+        BrokerSettings,
+        args,
+        port=args.port,
+        controller_port=args.controller_port,
+        state_dir=args.state_dir,
+    )
+    broker = LocalBroker(cfg)
+    if args.action == "start":
+        print(broker.start())
+        return 0
+    if args.action == "stop":
+        broker.stop()
+        print("stopped")
+        return 0
+    if args.action == "fetch":
+        broker.fetch()
+        return 0
+    state = broker.status()
+    print(f"{state} {broker.bootstrap}")
+    return 0 if state == "ready" else 1

@@ -1,0 +1,304 @@
+"""Settings: one frozen, validated object per service, built once in one place.
+
+Precedence, highest first: CLI flags > environment (``DPROBE_*``) > TOML file > default.
+Each service's settings live in a TOML table named after its ``section`` (``[collector]``,
+``[worker]``, ...); the Kafka client settings shared by every service live in ``[kafka]``
+and in ``DPROBE_KAFKA_*`` variables. Nothing is read from the environment at import time.
+
+Example:
+    >>> s = load(WorkerSettings, cli={"window_s": 30}, env={"DPROBE_KAFKA_BOOTSTRAP": "k:9092"})
+    >>> s.window_s, s.kafka.bootstrap
+    (30.0, 'k:9092')
+    >>> load(KafkaSettings, env={"DPROBE_KAFKA_SASL_PASSWORD": "hunter2"}).sasl_password
+    Secret('***')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, get_type_hints
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def _cache_dir(name: str) -> Path:
+    """Default location of local state: ``$XDG_CACHE_HOME/dprobe/NAME`` (~/.cache)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "dprobe" / name
+
+
+class ConfigError(ValueError):
+    """A setting has an invalid value; the message names the setting and where it came from."""
+
+
+class Secret:
+    """A string that never shows itself in ``repr``/``str`` (logs, tracebacks, --help).
+
+    >>> s = Secret("hunter2"); s, str(s), s.get()
+    (Secret('***'), '***', 'hunter2')
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def get(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    def __str__(self) -> str:
+        return "***"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Kafka client settings passed to every producer, consumer, admin client and faust app.
+
+    Security settings (SASL/SSL) follow the names of aiokafka's constructor arguments.
+    """
+
+    section = "kafka"
+
+    bootstrap: str = DEFAULT_BOOTSTRAP
+    client_id: str = "dprobe"
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: Secret | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_password: Secret | None = None
+    topic_prefix: str = "dprobe."
+    request_timeout_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        allowed = {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}
+        if self.security_protocol not in allowed:
+            raise ConfigError(f"kafka.security_protocol must be one of {sorted(allowed)}")
+        if self.security_protocol.startswith("SASL") and not self.sasl_mechanism:
+            raise ConfigError("kafka.sasl_mechanism is required with a SASL security_protocol")
+
+    def topic(self, name: str) -> str:
+        """Full topic name: ``topic("samples") -> "dprobe.samples"``."""
+        return f"{self.topic_prefix}{name}"
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for any aiokafka client (producer, consumer, admin).
+
+        >>> KafkaSettings(bootstrap="b:1").client_kwargs()["bootstrap_servers"]
+        'b:1'
+        """
+        kw: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap,
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+            "request_timeout_ms": self.request_timeout_ms,
+        }
+        if self.sasl_mechanism:
+            kw["sasl_mechanism"] = self.sasl_mechanism
+            kw["sasl_plain_username"] = self.sasl_username
+            kw["sasl_plain_password"] = self.sasl_password.get() if self.sasl_password else None
+        if self.security_protocol in {"SSL", "SASL_SSL"}:
+            kw["ssl_context"] = self.ssl_context()
+        return kw
+
+    def ssl_context(self) -> Any:
+        """An ``ssl.SSLContext`` from the configured CA/cert/key files."""
+        from aiokafka.helpers import create_ssl_context
+
+        return create_ssl_context(
+            cafile=str(self.ssl_cafile) if self.ssl_cafile else None,
+            certfile=str(self.ssl_certfile) if self.ssl_certfile else None,
+            keyfile=str(self.ssl_keyfile) if self.ssl_keyfile else None,
+            password=self.ssl_password.get() if self.ssl_password else None,
+        )
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """The local single-node Kafka of ``dprobe broker`` (infra/kafka)."""
+
+    section = "broker"
+
+    port: int = 9092
+    controller_port: int = 9093
+    state_dir: Path = field(default_factory=lambda: _cache_dir("broker"))
+    lib_dir: Path = field(default_factory=lambda: _cache_dir("kafka-lib"))
+    heap: str = "512m"
+    start_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class CollectorSettings:
+    """``dprobe collect``: the per-node collector service."""
+
+    section = "collector"
+
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    backend: str = "synthetic"
+    interval_s: float = 10.0
+    host_id: str = ""
+    metrics_addr: str = "127.0.0.1"
+    metrics_port: int = 9401
+    spool_dir: Path = field(default_factory=lambda: _cache_dir("spool"))
+    spool_max_bytes: int = 256 * 1024 * 1024
+    state_dir: Path = field(default_factory=lambda: _cache_dir("collector"))
+    tenant_map: Path | None = None
+    tenant_env_vars: tuple[str, ...] = ()
+    proc_root: Path = Path("/proc")
+    seed: int = 0
+    clock_speed: float = 1.0
+    tenants: int = 4
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0:
+            raise ConfigError("collector.interval_s must be > 0")
+        if self.backend not in {"nvml", "synthetic"}:
+            raise ConfigError("collector.backend must be 'nvml' or 'synthetic'")
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """``dprobe worker``: the faust stream worker (windows, forecasts, plans)."""
+
+    section = "worker"
+
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    app_id: str = "dprobe-worker"
+    window_s: float = 60.0
+    grace_s: float = 10.0
+    partitions: int = 4
+    data_dir: Path = field(default_factory=lambda: _cache_dir("worker"))
+    metrics_addr: str = "127.0.0.1"
+    metrics_port: int = 9402
+    max_message_bytes: int = 1_048_576
+
+    def __post_init__(self) -> None:
+        if self.window_s <= 0 or self.grace_s < 0:
+            raise ConfigError("worker.window_s must be > 0 and worker.grace_s >= 0")
+
+
+S = TypeVar("S")
+
+
+def load(
+    cls: type[S],
+    *,
+    cli: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    file: Path | str | None = None,
+) -> S:
+    """Build ``cls`` from CLI values (``None`` = not given) > ``env`` > TOML ``file`` > defaults.
+
+    ``env`` defaults to ``os.environ`` read at call time. A nested ``kafka`` field is built
+    from the same sources (``DPROBE_KAFKA_*``, ``[kafka]``, CLI key ``bootstrap``).
+    """
+    env = os.environ if env is None else env
+    doc = _read_toml(Path(file).expanduser()) if file else {}
+    return _build(cls, dict(cli or {}), env, doc)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
+
+
+def _build(cls: type[S], cli: dict[str, Any], env: Mapping[str, str], doc: dict[str, Any]) -> S:
+    section: str = getattr(cls, "section")  # noqa: B009 - class attribute, not a field
+    table = doc.get(section, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"[{section}] in the config file must be a table")
+    hints = get_type_hints(cls)
+    values: dict[str, Any] = {}
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = set(table) - known
+    if unknown:
+        raise ConfigError(f"[{section}] has unknown settings: {', '.join(sorted(unknown))}")
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        hint = hints[f.name]
+        if hint is KafkaSettings:
+            kafka_cli = {"bootstrap": cli.get("bootstrap")}
+            values[f.name] = _build(KafkaSettings, kafka_cli, env, doc)
+            continue
+        env_key = f"DPROBE_{section.upper()}_{f.name.upper()}"
+        if section == "kafka" and f.name == "bootstrap":
+            env_key = "DPROBE_KAFKA_BOOTSTRAP"
+        if cli.get(f.name) is not None:
+            raw, origin = cli[f.name], f"--{f.name.replace('_', '-')}"
+        elif env_key in env:
+            raw, origin = env[env_key], env_key
+        elif f.name in table:
+            raw, origin = table[f.name], f"[{section}] {f.name}"
+        else:
+            continue
+        try:
+            values[f.name] = _convert(raw, hint)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{origin}: {exc}") from None
+    try:
+        return cls(**values)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"[{section}]: {exc}") from None
+
+
+def _convert(raw: Any, hint: Any) -> Any:
+    """Convert a CLI/env/TOML value to the annotated type (with a readable error)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if raw is None or (isinstance(raw, str) and raw == ""):
+            return None
+        return _convert(raw, args[0])
+    if origin is tuple:
+        (item,) = typing.get_args(hint)[:1]
+        parts = raw.split(",") if isinstance(raw, str) else list(raw)
+        return tuple(_convert(p.strip() if isinstance(p, str) else p, item) for p in parts if p != "")
+    if hint is bool:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in {"1", "true", "yes", "on"}:
+            return True
+        if text in {"0", "false", "no", "off"}:
+            return False
+        raise ValueError(f"expected a boolean, got {raw!r}")
+    if hint is int:
+        if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+            raise ValueError(f"expected an integer, got {raw!r}")
+        return int(raw)
+    if hint is float:
+        value = float(raw)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"expected a finite number, got {raw!r}")
+        return value
+    if hint is Path:
+        return Path(str(raw)).expanduser()
+    if hint is Secret:
+        return raw if isinstance(raw, Secret) else Secret(str(raw))
+    if hint is str:
+        return str(raw)
+    raise TypeError(f"unsupported setting type {hint!r}")

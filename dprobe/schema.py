@@ -1,0 +1,367 @@
+"""Message contracts of every dprobe topic, with their JSON codecs.
+
+Each message is a frozen, typed struct with a schema version ``v``. Encoding is JSON
+(UTF-8) through msgspec; decoding validates every field at the edge and raises
+:class:`SchemaError` naming the field that failed (``$.gpus[0].util``): NaN and
+infinities, negative sizes, utilisation outside 0-100, missing or wrongly typed fields,
+an unknown version, or a message larger than ``max_bytes``. Unknown extra fields are
+ignored, so a newer producer can add optional fields without breaking older workers.
+
+Example:
+    >>> snap = HostSnapshot(host="gpu-1", ts=1.7e9, interval_s=1.0, seq=0, gpus=(), procs=())
+    >>> raw = encode(snap)
+    >>> decode_snapshot(raw) == snap
+    True
+    >>> decode_snapshot(b'{"v": 1, "host": "gpu-1"}')
+    Traceback (most recent call last):
+    ...
+    dprobe.schema.SchemaError: Object missing required field `ts` (at $)
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from typing import Annotated, Any, Final, Literal, TypeVar
+
+import msgspec
+
+SCHEMA_VERSION: Final = 1
+DEFAULT_MAX_BYTES: Final = 1_048_576  # a HostSnapshot of 8 GPUs x 64 processes is ~15 KiB
+
+# Field types shared by the contracts. Bounds make NaN, +-inf and absurd values fail.
+Pct = Annotated[float, msgspec.Meta(ge=0.0, le=100.0)]
+Bytes = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
+NonNegFloat = Annotated[float, msgspec.Meta(ge=0.0, le=1e15)]
+EpochS = Annotated[float, msgspec.Meta(ge=0.0, le=1e11)]
+PositiveS = Annotated[float, msgspec.Meta(gt=0.0, le=1e7)]
+Gpus = Annotated[float, msgspec.Meta(ge=0.0, le=1e7)]
+SignedGpus = Annotated[float, msgspec.Meta(ge=-1e7, le=1e7)]
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+Label = Annotated[str, msgspec.Meta(max_length=256)]
+
+UNASSIGNED: Final = "unassigned"
+LEVELS: Final = ("L1", "L2", "L3", "EX")
+
+
+class SchemaError(ValueError):
+    """A message does not follow its contract. ``str()`` names the field and the rule.
+
+    ``reason`` is a short machine-readable code (bounded set, usable as a metric label):
+    ``oversized``, ``malformed_json``, ``unknown_version``, ``invalid_field``, ``inconsistent``.
+    """
+
+    def __init__(self, message: str, reason: str = "invalid_field") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class _Msg(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="v", tag=SCHEMA_VERSION
+):
+    """Base of all top-level contracts: frozen, keyword-only, always encoded with ``v``."""
+
+
+class _NoVersion(msgspec.Struct, frozen=True, tag_field="v", tag=0):
+    """Decoding sentinel: makes ``v`` required on decode (a v=0 message decodes to it)."""
+
+
+class _Part(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Base of nested parts of a message (no version of their own)."""
+
+
+class Gpu(_Part, frozen=True, kw_only=True):
+    """One GPU (or MIG instance) of a host at one tick. ``mig_parent`` is the parent's UUID."""
+
+    uuid: Id
+    index: Annotated[int, msgspec.Meta(ge=0, le=4096)]
+    util: Pct
+    mem_util: Pct
+    mem_used: Bytes
+    mem_total: Bytes
+    power_w: Annotated[float, msgspec.Meta(ge=0.0, le=100_000.0)]
+    sm_clock_mhz: Annotated[float, msgspec.Meta(ge=0.0, le=100_000.0)] | None = None
+    mig_parent: Id | None = None
+    name: Label | None = None
+
+
+class Proc(_Part, frozen=True, kw_only=True):
+    """One GPU process at one tick, attributed to a tenant and a job."""
+
+    pid: Annotated[int, msgspec.Meta(ge=0, le=2**31)]
+    gpu: Id
+    tenant: Id
+    job: Id
+    sm_util: Pct
+    mem_util: Pct
+    mem_used: Bytes
+    model: Label | None = None
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=2**31)] | None = None
+    amp: bool | None = None
+
+
+class HostSnapshot(_Msg, frozen=True, kw_only=True):
+    """Topic ``dprobe.samples``, key = host: every GPU and GPU process of a host at one tick.
+
+    ``seq`` counts snapshots per host and never repeats; a gap downstream is a lost snapshot.
+    """
+
+    host: Id
+    ts: EpochS
+    interval_s: PositiveS
+    seq: Count
+    gpus: tuple[Gpu, ...] = ()
+    procs: tuple[Proc, ...] = ()
+
+
+JobEventKind = Literal["submit", "start", "finish", "cancel"]
+
+
+class JobEvent(_Msg, frozen=True, kw_only=True):
+    """Topic ``dprobe.jobs``, key = job: a scheduler's job lifecycle event.
+
+    Only the scheduler knows what is pending, so demand = what runs + what waits.
+    """
+
+    ts: EpochS
+    event: JobEventKind
+    job: Id
+    tenant: Id
+    gpus: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
+    model: Label | None = None
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=2**31)] | None = None
+    amp: bool | None = None
+    params_m: NonNegFloat | None = None
+
+
+class LevelCounts(_Part, frozen=True, kw_only=True):
+    """Instances per utilisation level (DProbe's multi-level demand)."""
+
+    L1: Count = 0
+    L2: Count = 0
+    L3: Count = 0
+    EX: Count = 0
+
+
+class TenantWindow(_Msg, frozen=True, kw_only=True):
+    """Topic ``dprobe.features``, key = tenant: one closed event-time window of one tenant."""
+
+    tenant: Id
+    window_start: EpochS
+    window_end: EpochS
+    hosts: Count
+    gpus_busy: Gpus
+    instances: NonNegFloat
+    util_sum: NonNegFloat
+    level_counts: LevelCounts
+    effective_demand_gpus: Gpus
+    pending_gpus: Gpus
+    running_gpus: Gpus
+    quota_gpus: Gpus | None = None
+    samples: Count = 0
+    lost_snapshots: Count = 0
+
+
+class Forecast(_Part, frozen=True, kw_only=True):
+    """A demand forecast in GPUs at one horizon."""
+
+    horizon_s: PositiveS
+    p50: Gpus
+    p90: Gpus
+
+
+class ModelInfo(_Part, frozen=True, kw_only=True):
+    name: Id
+    version: Id
+
+
+ScalingAction = Literal["scale_up", "scale_down"]
+
+
+class ScalingEvent(_Msg, frozen=True, kw_only=True):
+    """Topic ``dprobe.scaling-events``, key = tenant: one quota move of one plan.
+
+    CloudEvents-like envelope (``event_id`` = id, ``type``, ``source``, ``time``). The
+    ``event_id`` is deterministic from tenant, window and plan, so consumers drop
+    duplicates; the deltas of all events with one ``plan_id`` sum to zero. A Kueue
+    controller sets ``nominalQuota`` of the tenant's ClusterQueue to
+    ``target_quota_gpus``; a Volcano one sets the queue's ``deserved``.
+    """
+
+    event_id: Id
+    plan_id: Id
+    ts: EpochS
+    time: Id
+    tenant: Id
+    action: ScalingAction
+    current_quota_gpus: Gpus
+    target_quota_gpus: Gpus
+    delta_gpus: SignedGpus
+    forecast: Forecast
+    reason: Id
+    message: Label
+    model: ModelInfo
+    type: Id = "io.dprobe.scaling.v1"
+    source: Id = "dprobe/worker"
+    resource: Id = "nvidia.com/gpu"
+    guaranteed_gpus: Gpus = 0.0
+    window_end: EpochS = 0.0
+
+
+class DeadLetter(_Msg, frozen=True, kw_only=True):
+    """Topic ``dprobe.deadletter``: a record that failed validation, kept with the reason."""
+
+    source_topic: Id
+    partition: Annotated[int, msgspec.Meta(ge=-1, le=1_000_000)]
+    offset: Annotated[int, msgspec.Meta(ge=-1)]
+    reason: Id
+    error: Label
+    raw: str
+    ts: EpochS = 0.0
+
+
+Message = HostSnapshot | JobEvent | TenantWindow | ScalingEvent | DeadLetter
+M = TypeVar("M", HostSnapshot, JobEvent, TenantWindow, ScalingEvent, DeadLetter)
+
+_encoder = msgspec.json.Encoder()
+_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+_VERSION_RE = re.compile(rb'"v"\s*:\s*(-?[0-9.eE+]+)')
+
+
+def encode(msg: Message) -> bytes:
+    """Encode any contract to compact JSON bytes.
+
+    >>> encode(JobEvent(ts=1.0, event="submit", job="j1", tenant="vc-a", gpus=8))
+    b'{"v":1,"ts":1.0,"event":"submit","job":"j1","tenant":"vc-a","gpus":8}'
+    """
+    return _encoder.encode(msg)
+
+
+def decode(raw: bytes, kind: type[M], *, max_bytes: int = DEFAULT_MAX_BYTES) -> M:
+    """Decode and validate ``raw`` as ``kind``; raise :class:`SchemaError` naming the field.
+
+    >>> decode(b'{"v":1,"ts":1,"event":"submit","job":"j","tenant":"t","gpus":-1}', JobEvent)
+    Traceback (most recent call last):
+    ...
+    dprobe.schema.SchemaError: Expected `int` >= 0 (at $.gpus)
+    """
+    if len(raw) > max_bytes:
+        raise SchemaError(f"message of {len(raw)} bytes exceeds the limit of {max_bytes}", "oversized")
+    dec = _decoders.get(kind)
+    if dec is None:
+        dec = _decoders[kind] = msgspec.json.Decoder(kind | _NoVersion)
+    try:
+        msg = dec.decode(raw)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        if text.startswith("Invalid value") and text.endswith("- at `$.v`"):
+            raise _unknown_version(raw) from None
+        raise SchemaError(_field_message(text)) from None
+    except msgspec.DecodeError as exc:
+        raise SchemaError(f"not valid JSON: {exc}", "malformed_json") from None
+    if isinstance(msg, _NoVersion):
+        raise _unknown_version(raw)
+    _check_consistency(msg)
+    return msg
+
+
+def _unknown_version(raw: bytes) -> SchemaError:
+    m = _VERSION_RE.search(raw)
+    found = m.group(1).decode() if m else "?"
+    return SchemaError(
+        f"unknown schema version {found} (this build reads v{SCHEMA_VERSION}) (at $.v)",
+        "unknown_version",
+    )
+
+
+def _field_message(text: str) -> str:
+    """Turn msgspec's ``"... - at `$.x`"`` into ``"... (at $.x)"``."""
+    head, sep, where = text.rpartition(" - at ")
+    if not sep:
+        return f"{text} (at $)"
+    return f"{head} (at {where.strip('`')})"
+
+
+def _check_consistency(msg: Message) -> None:
+    """Rules across fields that a type alone cannot say."""
+    if isinstance(msg, HostSnapshot):
+        uuids = {g.uuid for g in msg.gpus}
+        for i, g in enumerate(msg.gpus):
+            if g.mem_used > g.mem_total:
+                raise SchemaError(
+                    f"mem_used {g.mem_used} exceeds mem_total {g.mem_total} (at $.gpus[{i}].mem_used)",
+                    "inconsistent",
+                )
+        for i, p in enumerate(msg.procs):
+            if p.gpu not in uuids:
+                raise SchemaError(
+                    f"process on unknown GPU {p.gpu!r} (at $.procs[{i}].gpu)", "inconsistent"
+                )
+    elif isinstance(msg, TenantWindow):
+        if msg.window_end <= msg.window_start:
+            raise SchemaError("window_end must be after window_start (at $.window_end)", "inconsistent")
+    elif isinstance(msg, ScalingEvent):
+        if abs(msg.target_quota_gpus - msg.current_quota_gpus - msg.delta_gpus) > 1e-6:
+            raise SchemaError(
+                "delta_gpus must equal target_quota_gpus - current_quota_gpus (at $.delta_gpus)",
+                "inconsistent",
+            )
+        if (msg.action == "scale_up") != (msg.delta_gpus > 0):
+            raise SchemaError(f"action {msg.action} disagrees with delta_gpus (at $.action)", "inconsistent")
+
+
+def decode_snapshot(raw: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> HostSnapshot:
+    """Decode a ``dprobe.samples`` value. See :func:`decode`."""
+    return decode(raw, HostSnapshot, max_bytes=max_bytes)
+
+
+def decode_job_event(raw: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> JobEvent:
+    """Decode a ``dprobe.jobs`` value. See :func:`decode`."""
+    return decode(raw, JobEvent, max_bytes=max_bytes)
+
+
+def decode_window(raw: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> TenantWindow:
+    """Decode a ``dprobe.features`` value. See :func:`decode`."""
+    return decode(raw, TenantWindow, max_bytes=max_bytes)
+
+
+def decode_scaling_event(raw: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ScalingEvent:
+    """Decode a ``dprobe.scaling-events`` value. See :func:`decode`."""
+    return decode(raw, ScalingEvent, max_bytes=max_bytes)
+
+
+def dead_letter(
+    raw: bytes | None,
+    error: SchemaError | Exception,
+    *,
+    source_topic: str,
+    partition: int,
+    offset: int,
+    ts: float = 0.0,
+    max_raw_bytes: int = 4096,
+) -> DeadLetter:
+    """Build the dead-letter record for an invalid input (raw kept base64, truncated).
+
+    >>> dl = dead_letter(b"{oops", SchemaError("bad", "malformed_json"),
+    ...                  source_topic="dprobe.samples", partition=0, offset=7)
+    >>> dl.reason, base64.b64decode(dl.raw)
+    ('malformed_json', b'{oops')
+    """
+    reason = error.reason if isinstance(error, SchemaError) else type(error).__name__
+    body = (raw or b"")[:max_raw_bytes]
+    return DeadLetter(
+        source_topic=source_topic,
+        partition=partition,
+        offset=offset,
+        reason=reason,
+        error=str(error)[:256],
+        raw=base64.b64encode(body).decode("ascii"),
+        ts=ts,
+    )
+
+
+def to_builtins(msg: Message) -> dict[str, Any]:
+    """Plain dict of a message (for ``--json`` output and Parquet rows)."""
+    out: dict[str, Any] = msgspec.to_builtins(msg)
+    return out

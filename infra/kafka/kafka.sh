@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Local single-node Apache Kafka (KRaft broker + controller on 127.0.0.1), no Docker.
+#
+#   infra/kafka/kafka.sh fetch    # collect the broker jars from Maven Central (cached)
+#   infra/kafka/kafka.sh start    # fetch if needed, format once, start, wait until ready
+#   infra/kafka/kafka.sh status   # prints stopped | starting | ready (exit 0 when ready, 1 otherwise)
+#   infra/kafka/kafka.sh stop     # SIGTERM, then SIGKILL after a timeout
+#
+# Settings (environment):
+#   DPROBE_KAFKA_PORT             client port              (default 9092)
+#   DPROBE_KAFKA_CONTROLLER_PORT  controller port          (default 9093)
+#   DPROBE_KAFKA_STATE_DIR        data, logs, pid, config  (default ~/.cache/dprobe/broker)
+#   DPROBE_KAFKA_LIB_DIR          broker jars              (default ~/.cache/dprobe/kafka-lib)
+#   DPROBE_KAFKA_HEAP             JVM heap                 (default 512m)
+#   DPROBE_KAFKA_START_TIMEOUT_S  readiness wait           (default 120)
+#
+# `dprobe broker start|stop|status` calls this script with the same settings.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PORT="${DPROBE_KAFKA_PORT:-9092}"
+CPORT="${DPROBE_KAFKA_CONTROLLER_PORT:-9093}"
+STATE="${DPROBE_KAFKA_STATE_DIR:-${HOME}/.cache/dprobe/broker}"
+LIB="${DPROBE_KAFKA_LIB_DIR:-${HOME}/.cache/dprobe/kafka-lib}"
+HEAP="${DPROBE_KAFKA_HEAP:-512m}"
+START_TIMEOUT="${DPROBE_KAFKA_START_TIMEOUT_S:-120}"
+STOP_TIMEOUT=30
+DEP_PLUGIN="org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies"
+
+PIDFILE="${STATE}/broker.pid"
+LOGDIR="${STATE}/logs"
+DATADIR="${STATE}/data"
+CONF="${STATE}/server.properties"
+
+die() { echo "dprobe broker: $*" >&2; exit 2; }
+
+need_java() {
+  command -v java >/dev/null 2>&1 \
+    || die "Java 17 or newer is required but 'java' was not found: install the package openjdk-17-jre-headless"
+  local v
+  v="$(java -version 2>&1 | awk -F'"' '/version/ {print $2; exit}')"
+  local major="${v%%.*}"
+  [[ "${major}" =~ ^[0-9]+$ ]] && (( major >= 17 )) \
+    || die "Java 17 or newer is required but found '${v}': install the package openjdk-17-jre-headless"
+}
+
+fetch() {
+  if [[ -f "${LIB}/.complete" ]]; then return 0; fi
+  command -v mvn >/dev/null 2>&1 \
+    || die "Maven is required to fetch the Kafka broker jars but 'mvn' was not found: install the package maven"
+  mkdir -p "${LIB}"
+  echo "dprobe broker: fetching Apache Kafka jars from Maven Central into ${LIB}" >&2
+  mvn -q -B -Dstyle.color=never -f "${HERE}/pom.xml" "${DEP_PLUGIN}" \
+    -DincludeScope=runtime -DoutputDirectory="${LIB}" >&2 \
+    || die "Maven could not fetch the broker jars (see the output above)"
+  touch "${LIB}/.complete"
+}
+
+broker_pid() {
+  # Prints the pid of a live broker started from this state dir; removes a stale pid file.
+  [[ -f "${PIDFILE}" ]] || return 1
+  local pid
+  pid="$(cat "${PIDFILE}" 2>/dev/null || true)"
+  if [[ "${pid}" =~ ^[0-9]+$ ]] && kill -0 "${pid}" 2>/dev/null \
+     && tr '\0' ' ' < "/proc/${pid}/cmdline" 2>/dev/null | grep -q "kafka.Kafka ${CONF}"; then
+    echo "${pid}"
+    return 0
+  fi
+  rm -f "${PIDFILE}"
+  return 1
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/${PORT}") 2>/dev/null; }
+
+log_says_started() { grep -q "Kafka Server started" "${LOGDIR}/server.log" 2>/dev/null; }
+
+state() {
+  if ! broker_pid >/dev/null; then echo stopped; return; fi
+  if port_open && log_says_started; then echo ready; else echo starting; fi
+}
+
+render_config() {
+  mkdir -p "${STATE}" "${LOGDIR}" "${DATADIR}"
+  sed -e "s|@PORT@|${PORT}|g" -e "s|@CONTROLLER_PORT@|${CPORT}|g" -e "s|@LOG_DIRS@|${DATADIR}|g" \
+    "${HERE}/server.properties.in" > "${CONF}"
+}
+
+format_once() {
+  [[ -f "${DATADIR}/meta.properties" ]] && return 0
+  local cid
+  cid="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+  while [[ "${cid}" == -* ]]; do
+    cid="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+  done
+  java -cp "${LIB}/*" kafka.tools.StorageTool format --cluster-id "${cid}" \
+    --config "${CONF}" --ignore-formatted >"${LOGDIR}/format.log" 2>&1 \
+    || die "formatting ${DATADIR} failed: see ${LOGDIR}/format.log"
+}
+
+start() {
+  need_java
+  local s
+  s="$(state)"
+  if [[ "${s}" == ready ]]; then echo "ready 127.0.0.1:${PORT}"; return 0; fi
+  if [[ "${s}" == stopped ]]; then
+    if port_open; then die "port ${PORT} on 127.0.0.1 is already in use by another process: set DPROBE_KAFKA_PORT"; fi
+    fetch
+    render_config
+    format_once
+    : > "${LOGDIR}/server.log"
+    # setsid: the broker must outlive the shell (and the Python process) that started it.
+    setsid java "-Xms${HEAP}" "-Xmx${HEAP}" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+      -Djava.awt.headless=true "-Dkafka.logs.dir=${LOGDIR}" \
+      "-Dlog4j2.configurationFile=${HERE}/log4j2.properties" \
+      -cp "${LIB}/*" kafka.Kafka "${CONF}" \
+      >"${LOGDIR}/stdout.log" 2>&1 < /dev/null &
+    echo $! > "${PIDFILE}"
+  fi
+  local deadline=$(( SECONDS + START_TIMEOUT ))
+  while (( SECONDS < deadline )); do
+    s="$(state)"
+    if [[ "${s}" == ready ]]; then echo "ready 127.0.0.1:${PORT}"; return 0; fi
+    if [[ "${s}" == stopped ]]; then
+      echo "dprobe broker: the broker exited during start; last log lines:" >&2
+      tail -n 20 "${LOGDIR}/server.log" "${LOGDIR}/stdout.log" >&2 || true
+      exit 1
+    fi
+    sleep 0.2
+  done
+  echo "dprobe broker: not ready after ${START_TIMEOUT}s (state: $(state)); see ${LOGDIR}/server.log" >&2
+  exit 1
+}
+
+stop() {
+  local pid
+  if ! pid="$(broker_pid)"; then echo stopped; return 0; fi
+  kill -TERM "${pid}" 2>/dev/null || true
+  local deadline=$(( SECONDS + STOP_TIMEOUT ))
+  while kill -0 "${pid}" 2>/dev/null && (( SECONDS < deadline )); do sleep 0.2; done
+  if kill -0 "${pid}" 2>/dev/null; then
+    echo "dprobe broker: no exit after ${STOP_TIMEOUT}s of SIGTERM, sending SIGKILL" >&2
+    kill -KILL "${pid}" 2>/dev/null || true
+    while kill -0 "${pid}" 2>/dev/null; do sleep 0.1; done
+  fi
+  rm -f "${PIDFILE}"
+  echo stopped
+}
+
+case "${1:-}" in
+  fetch) fetch ;;
+  start) start ;;
+  stop) stop ;;
+  status)
+    s="$(state)"
+    echo "${s} 127.0.0.1:${PORT}"
+    [[ "${s}" == ready ]] ;;
+  *) echo "usage: $0 fetch|start|stop|status" >&2; exit 2 ;;
+esac

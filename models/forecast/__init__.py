@@ -1,0 +1,1 @@
+"""Demand forecasters behind one river-like contract (see :mod:`dprobe.models.forecast.base`)."""
