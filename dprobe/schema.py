@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import base64
+import json
 import re
 from typing import Annotated, Any, Final, Literal, TypeVar
 
@@ -259,6 +260,9 @@ def decode(raw: bytes, kind: type[M], *, max_bytes: int = DEFAULT_MAX_BYTES) -> 
             raise _unknown_version(raw) from None
         raise SchemaError(_field_message(text)) from None
     except msgspec.DecodeError as exc:
+        where = _non_finite_path(raw)
+        if where:
+            raise SchemaError(f"non-finite number (NaN or Infinity) (at {where})") from None
         raise SchemaError(f"not valid JSON: {exc}", "malformed_json") from None
     if isinstance(msg, _NoVersion):
         raise _unknown_version(raw)
@@ -273,6 +277,35 @@ def _unknown_version(raw: bytes) -> SchemaError:
         f"unknown schema version {found} (this build reads v{SCHEMA_VERSION}) (at $.v)",
         "unknown_version",
     )
+
+
+def _non_finite_path(raw: bytes) -> str | None:
+    """Path of the first NaN/Infinity literal in ``raw`` (JSON extended by Python's json).
+
+    Only called on the error path, to name the field of a producer that wrote NaN.
+    """
+    marker = "\x00nonfinite"
+    try:
+        doc = json.loads(raw, parse_constant=lambda _c: marker)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+
+    def walk(node: Any, path: str) -> str | None:
+        if node == marker and isinstance(node, str):
+            return path
+        if isinstance(node, dict):
+            for k, v in node.items():
+                found = walk(v, f"{path}.{k}")
+                if found:
+                    return found
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                found = walk(v, f"{path}[{i}]")
+                if found:
+                    return found
+        return None
+
+    return walk(doc, "$")
 
 
 def _field_message(text: str) -> str:

@@ -1,0 +1,100 @@
+"""`dprobe broker`: idempotent start, truthful status in all three states, clean stop."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from dprobe.broker import LocalBroker
+from dprobe.config import BrokerSettings
+from tests.conftest import _free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _java_pids(state_dir: Path) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", f"kafka.Kafka {state_dir}"], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def _cli(state_dir: Path, port: int, cport: int, action: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dprobe.cli", "broker", action, "--port", str(port),
+         "--controller-port", str(cport), "--state-dir", str(state_dir)],
+        capture_output=True, text=True, timeout=180, check=False,
+    )
+
+
+def test_broker_lifecycle_and_status(tmp_path: Path) -> None:
+    port, cport = _free_port(), _free_port()
+    state = tmp_path / "broker"
+    broker = LocalBroker(BrokerSettings(port=port, controller_port=cport, state_dir=state))
+    assert broker.status() == "stopped"
+    assert _cli(state, port, cport, "status").returncode == 1
+
+    seen: list[str] = []
+    starter = threading.Thread(target=broker.start)
+    starter.start()
+    while starter.is_alive():
+        seen.append(broker.status())
+        time.sleep(0.05)
+    starter.join()
+    assert "starting" in seen, seen
+    assert broker.status() == "ready"
+    res = _cli(state, port, cport, "status")
+    assert (res.returncode, res.stdout.split()[0]) == (0, "ready")
+    pids = _java_pids(state)
+    assert len(pids) == 1
+
+    # A second start is harmless: same process, still ready.
+    res = _cli(state, port, cport, "start")
+    assert res.returncode == 0, res.stderr
+    assert _java_pids(state) == pids
+
+    # A stale pid file (a pid that is not our broker) does not confuse start/status.
+    res = _cli(state, port, cport, "stop")
+    assert res.returncode == 0 and _java_pids(state) == []
+    (state / "broker.pid").write_text("999999\n")
+    assert broker.status() == "stopped"
+    assert broker.start().startswith("ready")
+    assert len(_java_pids(state)) == 1
+    broker.stop()
+    assert _java_pids(state) == [] and broker.status() == "stopped"
+
+
+def _path_without(tmp_path: Path, *missing: str) -> str:
+    """A PATH holding every program of /usr/bin and /bin except ``missing``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for d in (Path("/usr/bin"), Path("/bin")):
+        for prog in d.iterdir():
+            link = bin_dir / prog.name
+            if prog.name not in missing and not link.exists():
+                link.symlink_to(prog)
+    return str(bin_dir)
+
+
+@pytest.mark.parametrize(("missing", "package"), [
+    (("java", "mvn"), "openjdk-17-jre-headless"),
+    (("mvn",), "maven"),
+])
+def test_missing_java_or_maven_gives_one_clear_line(
+    tmp_path: Path, missing: tuple[str, ...], package: str
+) -> None:
+    env = {
+        "PATH": _path_without(tmp_path, *missing),
+        "HOME": str(tmp_path),
+        "DPROBE_KAFKA_LIB_DIR": str(tmp_path / "lib"),
+        "DPROBE_KAFKA_STATE_DIR": str(tmp_path / "state"),
+        "DPROBE_KAFKA_PORT": str(_free_port()),
+    }
+    res = subprocess.run(["bash", str(LocalBroker().script), "start"], env=env,
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 2
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert f"install the package {package}" in res.stderr
