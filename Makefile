@@ -1,0 +1,53 @@
+# dprobe: the commands of the README. `make demo` installs everything and runs the demo;
+# `make test` runs the test suite (it starts its own Kafka broker).
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test check lint format typecheck broker-start broker-stop broker-status bench clean
+
+$(STAMP): pyproject.toml requirements.lock scripts/install-system-deps.sh
+	bash scripts/install-system-deps.sh
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[test]'
+	$(BIN)/dprobe broker fetch
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/dprobe broker start
+	$(BIN)/dprobe broker status
+
+test: install
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: install
+	$(BIN)/mypy dprobe models
+
+check: lint typecheck test
+
+broker-start: install
+	$(BIN)/dprobe broker start
+
+broker-stop: install
+	$(BIN)/dprobe broker stop
+
+broker-status: install
+	$(BIN)/dprobe broker status
+
+bench: install
+	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
