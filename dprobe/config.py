@@ -166,10 +166,27 @@ class CollectorSettings:
     seed: int = 0
     clock_speed: float = 1.0
     tenants: int = 4
+    synthetic_gpus: int = 8
+    synthetic_procs_per_gpu: int = 2
+    pod_log_dir: Path = Path("/var/log/pods")
+    compression: str = "zstd"
+    send_batch_max: int = 500
+    send_timeout_s: float = 15.0
+    shutdown_timeout_s: float = 10.0
+    spool_fsync: bool = True
+    nvml_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0:
             raise ConfigError("collector.interval_s must be > 0")
+        if self.compression not in {"zstd", "lz4", "gzip", "snappy", "none"}:
+            raise ConfigError("collector.compression must be zstd, lz4, gzip, snappy or none")
+        if self.clock_speed <= 0 or self.send_timeout_s <= 0 or self.nvml_timeout_s <= 0:
+            raise ConfigError(
+                "collector.clock_speed, send_timeout_s and nvml_timeout_s must be > 0"
+            )
+        if self.spool_max_bytes < 1024 * 1024:
+            raise ConfigError("collector.spool_max_bytes must be at least 1 MiB")
         if self.backend not in {"nvml", "synthetic"}:
             raise ConfigError("collector.backend must be 'nvml' or 'synthetic'")
 
@@ -289,9 +306,15 @@ def _convert(raw: Any, hint: Any) -> Any:
     if hint is int:
         if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
             raise ValueError(f"expected an integer, got {raw!r}")
-        return int(raw)
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"expected an integer, got {raw!r}") from None
     if hint is float:
-        value = float(raw)
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError(f"expected a number, got {raw!r}") from None
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError(f"expected a finite number, got {raw!r}")
         return value
