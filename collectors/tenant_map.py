@@ -1,0 +1,65 @@
+"""The operator's mapping from pods, namespaces, accounts, slices and users to tenants.
+
+A TOML file; every table is optional::
+
+    [pods]          # pod name, "namespace/pod" or pod UID -> tenant
+    "ml-prod/trainer-0" = "vc-prod"
+    [namespaces]    # Kubernetes namespace -> tenant
+    team-vision = "vc-vision"
+    [accounts]      # Slurm account (from an allowed environment variable) -> tenant
+    proj123 = "vc-research"
+    [slices]        # systemd slice -> tenant
+    "research.slice" = "vc-research"
+    [users]         # Unix user name -> tenant
+    alice = "vc-nlp"
+
+Example:
+    >>> m = TenantMap(namespaces={"team-a": "vc-a"})
+    >>> m.namespaces["team-a"]
+    'vc-a'
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dprobe.errors import UsageError
+
+_TABLES = ("pods", "namespaces", "accounts", "slices", "users")
+
+
+@dataclass(frozen=True)
+class TenantMap:
+    """Lookup tables, each ``id -> tenant``."""
+
+    pods: dict[str, str] = field(default_factory=dict)
+    namespaces: dict[str, str] = field(default_factory=dict)
+    accounts: dict[str, str] = field(default_factory=dict)
+    slices: dict[str, str] = field(default_factory=dict)
+    users: dict[str, str] = field(default_factory=dict)
+
+
+def load_tenant_map(path: Path | str) -> TenantMap:
+    """Read and validate a mapping file; raise :class:`UsageError` naming what is wrong."""
+    path = Path(path).expanduser()
+    try:
+        with path.open("rb") as f:
+            doc = tomllib.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"tenant map {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"tenant map {path}: {exc}") from None
+    unknown = set(doc) - set(_TABLES)
+    if unknown:
+        raise UsageError(f"tenant map {path}: unknown tables {sorted(unknown)}; use {_TABLES}")
+    tables: dict[str, dict[str, str]] = {}
+    for name in _TABLES:
+        table = doc.get(name, {})
+        if not isinstance(table, dict) or not all(
+            isinstance(v, str) and 0 < len(v) <= 256 for v in table.values()
+        ):
+            raise UsageError(f"tenant map {path}: [{name}] must map names to tenant strings")
+        tables[name] = {str(k): v for k, v in table.items()}
+    return TenantMap(**tables)
