@@ -1,0 +1,300 @@
+"""Quota planner: per-tenant demand forecasts -> one zero-sum plan of whole-node quota moves.
+
+DProbe (Zhou et al., Euro-Par 2024) scales each VC's GPU quota from its predicted demand.
+The paper's planner internals are not public; what follows is this implementation's
+reading, every rule a setting (:class:`PlannerSettings`) and called an assumption in
+``docs/planner.md``:
+
+1. desired quota = the ``quantile`` forecast (p90 by default) x ``(1 + headroom)``, rounded
+   up to whole nodes, at least the tenant's guarantee, at most its ``max_quota_gpus``;
+2. HPA damping (:mod:`dprobe.models.planner_damping`): 10 % tolerance, no stabilisation up,
+   300 s down (highest recommendation in the window), rate limits per period, cooldown;
+3. tenants whose damped target is above their quota *receive*; tenants whose damped target
+   is below it *donate*, but only GPUs on whole idle nodes (never a busy node) and never
+   below their guarantee; nodes are matched one at a time (receivers below their guarantee
+   first, then the largest remaining need; donors with the largest remaining offer first);
+4. a plan only moves quota between tenants, so its deltas sum to zero and the total quota
+   (<= capacity) never grows.
+
+Example:
+    >>> planner = Planner(PlannerSettings(node_gpus=8))
+    >>> plan = planner.plan(PlanInput(ts=0.0, capacity_gpus=32, tenants=(
+    ...     TenantState("a", quota_gpus=16, guaranteed_gpus=8, p50=30.0, p90=32.0),
+    ...     TenantState("b", quota_gpus=16, guaranteed_gpus=8, idle_gpus=16),
+    ... )))
+    >>> [(m.tenant, m.current_quota_gpus, m.target_quota_gpus, m.reason) for m in plan.moves]
+    [('a', 16, 24, 'forecast_up_partial'), ('b', 16, 8, 'lend_idle')]
+    >>> sum(m.delta_gpus for m in plan.moves)
+    0
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from dprobe.models.planner_damping import DampingSettings, TenantHistory, damp, record
+
+Reason = Literal[
+    "forecast_up",  # raised to the damped forecast
+    "forecast_up_partial",  # raised, but less than wanted: not enough idle nodes to take
+    "below_guarantee",  # raised towards the guaranteed minimum
+    "lend_idle",  # lowered: idle nodes lent to a tenant that needs them
+    "steady",  # no change wanted
+    "held",  # change wanted but damped away (tolerance, window, cooldown)
+    "no_donor",  # wants more, but no tenant has idle nodes to lend
+]
+
+
+@dataclass(frozen=True)
+class PlannerSettings:
+    """How targets are computed. Damping defaults are Kubernetes HPA's (see damping module)."""
+
+    node_gpus: int = 8
+    quantile: Literal["p50", "p90"] = "p90"
+    headroom: float = 0.0
+    damping: DampingSettings = field(default_factory=DampingSettings)
+
+    def __post_init__(self) -> None:
+        if self.node_gpus < 1:
+            raise ValueError("node_gpus must be >= 1")
+        if self.headroom < 0:
+            raise ValueError("headroom must be >= 0")
+
+
+@dataclass(frozen=True)
+class TenantState:
+    """One tenant as the planner sees it at a planning instant (GPUs, whole-node multiples).
+
+    ``idle_gpus``: GPUs on nodes of this tenant's quota that run nothing (lendable now).
+    ``max_quota_gpus``: the most it may hold (Volcano ``capability``); ``None`` = capacity.
+    """
+
+    tenant: str
+    quota_gpus: int
+    guaranteed_gpus: int = 0
+    idle_gpus: int = 0
+    p50: float = 0.0
+    p90: float = 0.0
+    horizon_s: float = 600.0
+    max_quota_gpus: int | None = None
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """Everything one plan depends on; the plan id is a hash of it."""
+
+    ts: float
+    capacity_gpus: int
+    tenants: tuple[TenantState, ...]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The planner's decision for one tenant; a *move* when ``delta_gpus != 0``."""
+
+    tenant: str
+    current_quota_gpus: int
+    target_quota_gpus: int
+    delta_gpus: int
+    desired_gpus: int
+    reason: Reason
+    message: str
+    p50: float
+    p90: float
+    horizon_s: float
+    guaranteed_gpus: int
+
+    @property
+    def action(self) -> Literal["scale_up", "scale_down", "none"]:
+        if self.delta_gpus > 0:
+            return "scale_up"
+        return "scale_down" if self.delta_gpus < 0 else "none"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One planning instant: a decision per tenant (sorted by tenant); deltas sum to zero."""
+
+    plan_id: str
+    ts: float
+    decisions: tuple[Decision, ...]
+
+    @property
+    def moves(self) -> tuple[Decision, ...]:
+        return tuple(d for d in self.decisions if d.delta_gpus != 0)
+
+    def targets(self) -> dict[str, int]:
+        return {d.tenant: d.target_quota_gpus for d in self.decisions}
+
+
+def plan_id(inp: PlanInput, settings: PlannerSettings) -> str:
+    """Deterministic id from the inputs and settings (same inputs, same id).
+
+    >>> i = PlanInput(ts=1.0, capacity_gpus=8, tenants=(TenantState("a", 8),))
+    >>> plan_id(i, PlannerSettings()) == plan_id(i, PlannerSettings())
+    True
+    """
+    body = json.dumps([asdict(inp), asdict(settings)], sort_keys=True, default=str)
+    return hashlib.sha256(body.encode()).hexdigest()[:24]
+
+
+class Planner:
+    """Stateful wrapper: keeps the damping history per tenant between plans.
+
+    ``state_dict()`` / ``load_state_dict()`` give that history as plain data, so a
+    restarted worker resumes with its stabilisation windows intact.
+    """
+
+    def __init__(self, settings: PlannerSettings | None = None) -> None:
+        self.settings = settings or PlannerSettings()
+        self._history: dict[str, TenantHistory] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": {t: h.to_dict() for t, h in self._history.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._history = {t: TenantHistory.from_dict(h) for t, h in state.get("history", {}).items()}
+
+    def plan(self, inp: PlanInput) -> Plan:
+        """Compute one plan and remember it as applied (the caller applies every move)."""
+        s, node = self.settings, self.settings.node_gpus
+        _validate(inp, node)
+        by_name = sorted(inp.tenants, key=lambda t: t.tenant)
+        desired: dict[str, int] = {}
+        damped: dict[str, int] = {}
+        for t in by_name:
+            h = self._history.setdefault(t.tenant, TenantHistory())
+            desired[t.tenant] = _desired(s, t, inp.capacity_gpus)
+            target = damp(
+                s.damping,
+                h,
+                ts=inp.ts,
+                current=t.quota_gpus,
+                desired=desired[t.tenant],
+                node_gpus=node,
+            )
+            if t.quota_gpus < t.guaranteed_gpus:  # restoring a guarantee is never damped away
+                target = max(target, _ceil_node(t.guaranteed_gpus, node))
+            damped[t.tenant] = target
+        want = {
+            t.tenant: damped[t.tenant] - t.quota_gpus
+            for t in by_name
+            if damped[t.tenant] > t.quota_gpus
+        }
+        offer = {t.tenant: _offer(t, damped[t.tenant], node) for t in by_name}
+        got = _match(
+            want, offer, {t.tenant: t.quota_gpus < t.guaranteed_gpus for t in by_name}, node
+        )
+        decisions = []
+        for t in by_name:
+            delta = got.get(t.tenant, 0)
+            record(self._history[t.tenant], ts=inp.ts, delta=delta)
+            reason, msg = _explain(t, desired[t.tenant], damped[t.tenant], delta)
+            decisions.append(
+                Decision(
+                    tenant=t.tenant,
+                    current_quota_gpus=t.quota_gpus,
+                    target_quota_gpus=t.quota_gpus + delta,
+                    delta_gpus=delta,
+                    desired_gpus=desired[t.tenant],
+                    reason=reason,
+                    message=msg,
+                    p50=t.p50,
+                    p90=t.p90,
+                    horizon_s=t.horizon_s,
+                    guaranteed_gpus=t.guaranteed_gpus,
+                )
+            )
+        return Plan(plan_id=plan_id(inp, s), ts=inp.ts, decisions=tuple(decisions))
+
+
+def _validate(inp: PlanInput, node: int) -> None:
+    names = [t.tenant for t in inp.tenants]
+    if len(set(names)) != len(names):
+        raise ValueError("tenant names must be unique")
+    total = sum(t.quota_gpus for t in inp.tenants)
+    if total > inp.capacity_gpus:
+        raise ValueError(f"quotas sum to {total} GPUs, more than the capacity {inp.capacity_gpus}")
+    for t in inp.tenants:
+        if t.quota_gpus < 0 or t.guaranteed_gpus < 0 or t.idle_gpus < 0:
+            raise ValueError(f"{t.tenant}: quota, guarantee and idle GPUs must be >= 0")
+        if t.quota_gpus % node or t.idle_gpus % node:
+            raise ValueError(f"{t.tenant}: quota and idle GPUs must be multiples of {node}")
+        if t.idle_gpus > t.quota_gpus:
+            raise ValueError(f"{t.tenant}: idle GPUs {t.idle_gpus} exceed its quota {t.quota_gpus}")
+        if not (math.isfinite(t.p50) and math.isfinite(t.p90)) or t.p50 < 0 or t.p90 < 0:
+            raise ValueError(f"{t.tenant}: forecasts must be finite and >= 0")
+
+
+def _ceil_node(gpus: float, node: int) -> int:
+    return math.ceil(gpus / node - 1e-9) * node
+
+
+def _desired(s: PlannerSettings, t: TenantState, capacity: int) -> int:
+    q = t.p90 if s.quantile == "p90" else t.p50
+    cap = capacity if t.max_quota_gpus is None else min(capacity, t.max_quota_gpus)
+    cap -= cap % s.node_gpus
+    want = max(
+        _ceil_node(q * (1 + s.headroom), s.node_gpus), _ceil_node(t.guaranteed_gpus, s.node_gpus)
+    )
+    return min(want, cap)
+
+
+def _offer(t: TenantState, target: int, node: int) -> int:
+    """GPUs a tenant lends: down to its damped target, idle nodes only, never below guarantee."""
+    if target >= t.quota_gpus:
+        return 0
+    floor = max(target, _ceil_node(t.guaranteed_gpus, node))
+    amount = min(t.idle_gpus, t.quota_gpus - floor)
+    return max(0, amount - amount % node)
+
+
+def _match(
+    want: dict[str, int], offer: dict[str, int], below_guarantee: dict[str, bool], node: int
+) -> dict[str, int]:
+    """Move whole nodes from donors to receivers; returns tenant -> delta (sums to zero)."""
+    receivers = [(not below_guarantee[t], -w, t) for t, w in want.items() if w > 0]
+    donors = [(-o, t) for t, o in offer.items() if o > 0]
+    heapq.heapify(receivers)
+    heapq.heapify(donors)
+    got: dict[str, int] = {}
+    while receivers and donors:
+        prio, neg_w, r = heapq.heappop(receivers)
+        neg_o, d = heapq.heappop(donors)
+        got[r] = got.get(r, 0) + node
+        got[d] = got.get(d, 0) - node
+        if -neg_w - node > 0:
+            heapq.heappush(receivers, (prio, neg_w + node, r))
+        if -neg_o - node > 0:
+            heapq.heappush(donors, (neg_o + node, d))
+    return got
+
+
+def _explain(t: TenantState, desired: int, damped: int, delta: int) -> tuple[Reason, str]:
+    q, cur = f"p90={t.p90:.1f} p50={t.p50:.1f} GPUs at {t.horizon_s:.0f}s", t.quota_gpus
+    if delta > 0 and cur < t.guaranteed_gpus:
+        return (
+            "below_guarantee",
+            f"{cur} -> {cur + delta} GPUs towards the guarantee {t.guaranteed_gpus}",
+        )
+    if delta > 0 and cur + delta < damped:
+        return "forecast_up_partial", (
+            f"{cur} -> {cur + delta} GPUs ({q}; wanted {damped}, not enough idle nodes elsewhere)"
+        )
+    if delta > 0:
+        return "forecast_up", f"{cur} -> {cur + delta} GPUs ({q})"
+    if delta < 0:
+        return "lend_idle", f"{cur} -> {cur + delta} GPUs: idle nodes lent ({q})"
+    if damped > cur:
+        return "no_donor", f"wants {damped} GPUs ({q}), but no tenant has idle nodes to lend"
+    if desired != cur:
+        return (
+            "held",
+            f"stays at {cur} GPUs: desired {desired} damped (tolerance, window, cooldown)",
+        )
+    return "steady", f"stays at {cur} GPUs ({q})"
