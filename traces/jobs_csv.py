@@ -1,0 +1,167 @@
+"""Reader of the ``jobs-csv`` trace format (Philly/Chronus style), one job per row.
+
+Columns (header required, extra columns ignored)::
+
+    job_id,user,num_gpu,submit_time,duration[,model_name,...]
+
+``user`` is the tenant (VC). Times are in ``time_unit_s`` seconds per unit: the
+Philly/Chronus MIX traces do not document their unit; dprobe reads them as **minutes**
+(``time_unit_s=60``, the default; see ``docs/simulation.md`` for why). A file whose
+header says ``submit_time_s`` / ``duration_s`` instead is read in seconds whatever the
+setting. Any bad row raises :class:`~dprobe.errors.UsageError` naming file and line.
+
+Example:
+    >>> import io
+    >>> head = "job_id,user,num_gpu,submit_time,duration,model_name\\n"
+    >>> rows = io.StringIO(head + "7,vc_a,8,2,30,vgg16\\n")
+    >>> [(j.job_id, j.tenant, j.num_gpu, j.submit_s, j.duration_s) for j in iter_jobs(rows)]
+    [('7', 'vc_a', 8, 120.0, 1800.0)]
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from dprobe.errors import UsageError
+
+DEFAULT_TIME_UNIT_S = 60.0  # assumption: Philly/Chronus MIX times are minutes
+REQUIRED = ("job_id", "user", "num_gpu")
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One job of a trace; ``line`` is its 1-based line number in the file."""
+
+    job_id: str
+    tenant: str
+    num_gpu: int
+    submit_s: float
+    duration_s: float
+    model_name: str
+    line: int
+
+
+def iter_jobs(
+    source: str | Path | IO[str], *, time_unit_s: float = DEFAULT_TIME_UNIT_S
+) -> Iterator[JobRecord]:
+    """Yield the jobs of ``source`` (a path or an open text file) in file order."""
+    if isinstance(source, str | Path):
+        path = Path(source)
+        try:
+            with path.open(newline="", encoding="utf-8") as fh:
+                yield from _iter(fh, str(path), time_unit_s)
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    else:
+        yield from _iter(source, getattr(source, "name", "<jobs-csv>"), time_unit_s)
+
+
+def read_jobs(
+    source: str | Path | IO[str], *, time_unit_s: float = DEFAULT_TIME_UNIT_S
+) -> list[JobRecord]:
+    """All jobs of ``source``, sorted by submit time (stable)."""
+    return sorted(iter_jobs(source, time_unit_s=time_unit_s), key=lambda j: j.submit_s)
+
+
+def _iter(fh: IO[str], name: str, unit: float) -> Iterator[JobRecord]:
+    if not (unit > 0 and math.isfinite(unit)):
+        raise UsageError(f"time unit must be > 0 seconds, got {unit}")
+    reader = csv.reader(fh)
+    header = next(reader, None)
+    if header is None:
+        raise UsageError(f"{name}:1: empty file, expected a jobs-csv header")
+    cols = {c.strip(): i for i, c in enumerate(header)}
+    missing = [c for c in REQUIRED if c not in cols]
+    t_col, d_col, scale = "submit_time", "duration", unit
+    if "submit_time_s" in cols and "duration_s" in cols:
+        t_col, d_col, scale = "submit_time_s", "duration_s", 1.0
+    missing += [c for c in (t_col, d_col) if c not in cols]
+    if missing:
+        raise UsageError(f"{name}:1: missing column(s) {', '.join(missing)} (jobs-csv header)")
+    model_col = cols.get("model_name")
+    seen: set[str] = set()
+    for row in reader:
+        line = reader.line_num
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) < len(header):
+            raise UsageError(f"{name}:{line}: {len(row)} fields, the header has {len(header)}")
+        job_id = row[cols["job_id"]].strip()
+        tenant = row[cols["user"]].strip()
+        if not job_id or not tenant:
+            raise UsageError(f"{name}:{line}: empty job_id or user")
+        if job_id in seen:
+            raise UsageError(f"{name}:{line}: duplicate job_id {job_id!r}")
+        seen.add(job_id)
+        gpus = _number(row[cols["num_gpu"]], "num_gpu", name, line)
+        if gpus != int(gpus) or gpus < 0:
+            raise UsageError(f"{name}:{line}: num_gpu must be a whole number >= 0, got {gpus:g}")
+        submit = _number(row[cols[t_col]], t_col, name, line)
+        duration = _number(row[cols[d_col]], d_col, name, line)
+        if submit < 0 or duration <= 0:
+            raise UsageError(f"{name}:{line}: need {t_col} >= 0 and {d_col} > 0")
+        yield JobRecord(
+            job_id=job_id,
+            tenant=tenant,
+            num_gpu=int(gpus),
+            submit_s=submit * scale,
+            duration_s=duration * scale,
+            model_name=row[model_col].strip() if model_col is not None else "",
+            line=line,
+        )
+
+
+def _number(text: str, col: str, name: str, line: int) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{name}:{line}: {col} {text.strip()!r} is not a number") from None
+    if not math.isfinite(value):
+        raise UsageError(f"{name}:{line}: {col} must be finite, got {text.strip()!r}")
+    return value
+
+
+def read_vc_nodes(source: str | Path) -> dict[str, int]:
+    """Nodes per VC from a ``vc,node num`` CSV (Philly's ``philly_vc.csv``).
+
+    The trace's ``user`` may carry a ``vc_`` prefix the VC file lacks; match with
+    :func:`vc_key`.
+    """
+    path = Path(source)
+    try:
+        text = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    reader = csv.reader(text)
+    header = [c.strip() for c in next(reader, [])]
+    if header[:2] != ["vc", "node num"]:
+        raise UsageError(f"{path}:1: expected header 'vc,node num', got {','.join(header)!r}")
+    out: dict[str, int] = {}
+    for row in reader:
+        line = reader.line_num
+        if not row:
+            continue
+        try:
+            nodes = int(row[1])
+        except (IndexError, ValueError):
+            raise UsageError(f"{path}:{line}: node num must be a whole number") from None
+        if nodes < 0:
+            raise UsageError(f"{path}:{line}: node num must be >= 0")
+        out[row[0].strip()] = nodes
+    return out
+
+
+def vc_key(tenant: str) -> str:
+    """The VC file's name of a trace tenant: ``vc_6214e9`` -> ``6214e9``.
+
+    >>> vc_key("vc_6214e9"), vc_key("6214e9")
+    ('6214e9', '6214e9')
+    """
+    return tenant.removeprefix("vc_")
