@@ -1,0 +1,201 @@
+"""One conformance test over every forecaster (the river habit): the contract's invariants."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import math
+import random
+
+import pytest
+import torch
+from dprobe.models.forecast.base import Forecaster
+from dprobe.models.forecast.multitask import MultiTaskForecaster
+
+from dprobe.schema import LevelCounts, TenantWindow
+
+from .forecast_helpers import FACTORIES, STEP, wave, win
+
+HORIZONS = [600.0, 1800.0, 3600.0, 7200.0]
+NAMES = sorted(FACTORIES)
+
+
+def _stream(n: int = 120) -> list:
+    a = list(wave("vc-a", n))
+    b = list(wave("vc-b", n, base=8.0, amp=4.0))
+    return [w for pair in zip(a, b, strict=True) for w in pair]
+
+
+def _check_forecast(fc: dict, horizons: list[float]) -> None:
+    assert list(fc) == horizons
+    for p50, p90 in fc.values():
+        assert math.isfinite(p50) and math.isfinite(p90)
+        assert 0.0 <= p50 <= p90
+
+
+def _roundtrip(state: dict) -> dict:
+    """Through bytes, as a checkpoint would go (safe torch loading)."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_follows_the_protocol(name: str) -> None:
+    m = FACTORIES[name]()
+    assert isinstance(m, Forecaster)
+    assert m.name == name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_inputs_are_not_mutated(name: str) -> None:
+    m = FACTORIES[name]()
+    stream = _stream(60)
+    before = copy.deepcopy(stream)
+    horizons = list(HORIZONS)
+    for w in stream:
+        m.learn_one(w)
+        m.forecast(w.tenant, horizons)
+    assert stream == before
+    assert horizons == HORIZONS
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_state_round_trip_gives_identical_forecasts(name: str) -> None:
+    stream = _stream(120)
+    m = FACTORIES[name]()
+    for w in stream[:160]:
+        m.learn_one(w)
+    state = _roundtrip(m.state_dict())
+    m2 = FACTORIES[name]()
+    m2.load_state_dict(state)
+    for tenant in ("vc-a", "vc-b", "never-seen"):
+        assert m2.forecast(tenant, HORIZONS) == m.forecast(tenant, HORIZONS)
+    # and they keep agreeing as both learn the same future (optimizer and RNG restored)
+    for w in stream[160:]:
+        m.learn_one(w)
+        m2.learn_one(w)
+    for tenant in ("vc-a", "vc-b"):
+        assert m2.forecast(tenant, HORIZONS) == m.forecast(tenant, HORIZONS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_state_dict_is_a_copy(name: str) -> None:
+    m = FACTORIES[name]()
+    stream = _stream(60)
+    for w in stream[:60]:
+        m.learn_one(w)
+    state = m.state_dict()
+    snapshot = FACTORIES[name]()
+    snapshot.load_state_dict(copy.deepcopy(state))
+    expected = snapshot.forecast("vc-a", HORIZONS)
+    for w in stream[60:]:
+        m.learn_one(w)  # must not change the state already handed out
+    again = FACTORIES[name]()
+    again.load_state_dict(state)
+    assert again.forecast("vc-a", HORIZONS) == expected
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_same_seed_same_output(name: str) -> None:
+    stream = _stream(100)
+    a, b = FACTORIES[name](), FACTORIES[name]()
+    outs = []
+    for m in (a, b):
+        out = []
+        for w in stream:
+            m.learn_one(w)
+            out.append(m.forecast(w.tenant, HORIZONS))
+        outs.append(out)
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tenant_appearing_mid_stream(name: str) -> None:
+    m = FACTORIES[name]()
+    _check_forecast(m.forecast("vc-new", HORIZONS), HORIZONS)  # before anything is learned
+    for w in wave("vc-a", 80):
+        m.learn_one(w)
+    _check_forecast(m.forecast("vc-new", HORIZONS), HORIZONS)
+    late = [win("vc-new", n, 20.0) for n in range(80, 90)]
+    for w in late:
+        m.learn_one(w)
+    fc = m.forecast("vc-new", HORIZONS)
+    _check_forecast(fc, HORIZONS)
+    # a flat 20-GPU tenant: the first horizon stays near 20 (baselines exactly)
+    assert fc[600.0][0] == pytest.approx(20.0, rel=0.25)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_missing_windows_are_tolerated(name: str) -> None:
+    m = FACTORIES[name]()
+    rng = random.Random(7)
+    kept = [n for n in range(200) if rng.random() > 0.3 and not 90 <= n < 110]
+    for n in kept:
+        m.learn_one(win("vc-a", n, 12.0))
+    fc = m.forecast("vc-a", HORIZONS)
+    _check_forecast(fc, HORIZONS)
+    assert fc[600.0][0] == pytest.approx(12.0, rel=0.1)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_late_and_repeated_windows_do_not_break_it(name: str) -> None:
+    m = FACTORIES[name]()
+    for n in range(20):
+        m.learn_one(win("vc-a", n, 10.0))
+    before = m.forecast("vc-a", HORIZONS)
+    m.learn_one(win("vc-a", 5, 999.0))  # late
+    m.learn_one(win("vc-a", 19, 999.0))  # repeated
+    assert m.forecast("vc-a", HORIZONS) == before
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_accepts_real_tenant_windows(name: str) -> None:
+    m = FACTORIES[name]()
+    for n in range(10):
+        m.learn_one(
+            TenantWindow(
+                tenant="vc-a",
+                window_start=n * STEP,
+                window_end=(n + 1) * STEP,
+                hosts=2,
+                gpus_busy=12.0,
+                instances=3.0,
+                util_sum=150.0,
+                level_counts=LevelCounts(L2=3),
+                effective_demand_gpus=9.0,
+                pending_gpus=4.0,
+                running_gpus=12.0,
+                quota_gpus=16.0,
+            )
+        )
+    p50, _ = m.forecast("vc-a", [600.0])[600.0]
+    assert p50 == pytest.approx(16.0, rel=0.1)  # demand = running + pending
+
+
+@pytest.mark.parametrize("name", ["last-value", "seasonal-naive", "moving-average", "holt-winters"])
+def test_baseline_state_is_json(name: str) -> None:
+    m = FACTORIES[name]()
+    for w in _stream(30):
+        m.learn_one(w)
+    state = json.loads(json.dumps(m.state_dict()))
+    m2 = FACTORIES[name]()
+    m2.load_state_dict(state)
+    assert m2.forecast("vc-a", HORIZONS) == m.forecast("vc-a", HORIZONS)
+
+
+def test_mmoe_checkpoint_file_warm_start(tmp_path) -> None:
+    from dprobe.models.forecast.multitask import load_checkpoint, save_checkpoint
+
+    from .forecast_helpers import small_mmoe
+
+    m = small_mmoe()
+    for w in _stream(80):
+        m.learn_one(w)
+    save_checkpoint(m, tmp_path / "ckpt.pt")
+    warm = small_mmoe()
+    load_checkpoint(warm, tmp_path / "ckpt.pt")
+    assert warm.forecast("vc-b", HORIZONS) == m.forecast("vc-b", HORIZONS)
+    assert isinstance(warm, MultiTaskForecaster)

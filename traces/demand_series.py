@@ -1,0 +1,277 @@
+"""Readers for per-tenant GPU demand series: ``demand-csv`` and ``helios-vc``.
+
+Both yield :class:`DemandPoint` records (one tenant at one instant) in file order, with
+the source file and line number kept, so a replay or an evaluation can say exactly which
+line was bad. A bad line raises :class:`TraceFormatError` (a ``UsageError``: exit 2).
+
+Formats (DESIGN.md §8):
+
+- ``demand-csv``: header ``ts,tenant,demand_gpus[,quota_gpus]``. ``ts`` is epoch seconds
+  or ISO-8601; an ISO time without a zone is read as UTC. ``demand_gpus`` is what the
+  tenant runs plus what it waits for; running/pending are not split in this format, so
+  the whole demand is reported as running.
+- ``helios-vc``: a Helios per-VC minute CSV (Hu et al., SC'21), one file per virtual
+  cluster; tenant = file stem (``vc6YE.csv.gz`` -> ``vc6YE``); running =
+  ``running_gpu_num``, pending = ``pending_gpu_num``, quota = ``total_gpu_num``.
+  ``Time`` (any case) is local cluster time without a zone and is read as UTC (an assumption that
+  only shifts calendar features). ``.gz`` files are read transparently.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "d.csv"
+    >>> _ = p.write_text("ts,tenant,demand_gpus\\n0,a,8\\n60,a,16\\n")
+    >>> [(pt.ts, pt.tenant, pt.demand_gpus) for pt in read_demand_csv(p)]
+    [(0.0, 'a', 8.0), (60.0, 'a', 16.0)]
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import heapq
+import io
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from dprobe.errors import UsageError
+
+TraceFormat = Literal["demand-csv", "helios-vc"]
+FORMATS: tuple[TraceFormat, ...] = ("demand-csv", "helios-vc")
+_SUFFIXES = (".csv", ".csv.gz")
+
+
+class TraceFormatError(UsageError):
+    """A trace file does not follow its format; ``str()`` names the file and line.
+
+    >>> str(TraceFormatError("bad number", path="a.csv", line=3))
+    'a.csv:3: bad number'
+    """
+
+    def __init__(self, message: str, *, path: str | Path, line: int | None = None) -> None:
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {message}")
+        self.path = str(path)
+        self.line = line
+
+
+@dataclass(frozen=True, slots=True)
+class DemandPoint:
+    """GPU demand of one tenant at one instant (``ts`` epoch seconds, UTC).
+
+    ``demand_gpus`` = ``running_gpus + pending_gpus`` (what quota must cover).
+    """
+
+    ts: float
+    tenant: str
+    running_gpus: float
+    pending_gpus: float
+    quota_gpus: float | None = None
+    path: str = ""
+    line: int = 0
+
+    @property
+    def demand_gpus(self) -> float:
+        return self.running_gpus + self.pending_gpus
+
+
+def parse_ts(text: str) -> float:
+    """Epoch seconds from epoch seconds or ISO-8601 text (no zone = UTC).
+
+    >>> parse_ts("1590000000"), parse_ts("2020-05-22 00:00:00")
+    (1590000000.0, 1590105600.0)
+    >>> parse_ts("2020-05-22T08:00:00+08:00")
+    1590105600.0
+    """
+    text = text.strip()
+    try:
+        value = float(text)
+    except ValueError:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=UTC)
+        return dt.timestamp()
+    if not math.isfinite(value):
+        raise ValueError(f"non-finite time {text!r}")
+    return value
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    if path.name.endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+    return open(path, encoding="utf-8", newline="")
+
+
+def _gpus(text: str, column: str, path: Path, line: int) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise TraceFormatError(f"{column}: not a number: {text!r}", path=path, line=line) from None
+    if not math.isfinite(value) or value < 0:
+        raise TraceFormatError(
+            f"{column}: must be a finite number >= 0, got {text!r}", path=path, line=line
+        )
+    return value
+
+
+def _rows(
+    path: Path, required: Iterable[str], *, fold_case: bool = False
+) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line number, row) for every data row; checks the header names ``required``.
+
+    ``fold_case`` lower-cases the header first (Helios files spell ``Time`` or ``time``).
+    """
+    try:
+        fh = _open_text(path)
+    except OSError as exc:
+        raise TraceFormatError(f"cannot open: {exc.strerror or exc}", path=path) from None
+    with fh:
+        reader = csv.reader(fh)
+        try:
+            header = next(reader, None)
+            if header is None:
+                raise TraceFormatError("empty file (no header)", path=path, line=1)
+            header = [h.strip().lower() if fold_case else h.strip() for h in header]
+            missing = [c for c in required if c not in header]
+            if missing:
+                raise TraceFormatError(
+                    f"header lacks column(s) {', '.join(missing)} (found: {', '.join(header)})",
+                    path=path,
+                    line=1,
+                )
+            for row in reader:
+                line = reader.line_num
+                if not row or (len(row) == 1 and not row[0].strip()):
+                    continue
+                if len(row) != len(header):
+                    raise TraceFormatError(
+                        f"expected {len(header)} fields, found {len(row)}", path=path, line=line
+                    )
+                yield line, dict(zip(header, row, strict=True))
+        except (UnicodeDecodeError, EOFError, gzip.BadGzipFile, csv.Error) as exc:
+            raise TraceFormatError(f"unreadable: {exc}", path=path) from None
+
+
+def read_demand_csv(path: str | Path) -> Iterator[DemandPoint]:
+    """Points of a ``demand-csv`` file (``ts,tenant,demand_gpus[,quota_gpus]``)."""
+    p = Path(path)
+    for line, row in _rows(p, ("ts", "tenant", "demand_gpus")):
+        try:
+            ts = parse_ts(row["ts"])
+        except ValueError:
+            raise TraceFormatError(
+                f"ts: not epoch seconds or ISO-8601: {row['ts']!r}", path=p, line=line
+            ) from None
+        tenant = row["tenant"].strip()
+        if not tenant:
+            raise TraceFormatError("tenant: empty", path=p, line=line)
+        quota_text = row.get("quota_gpus", "").strip()
+        quota = _gpus(quota_text, "quota_gpus", p, line) if quota_text else None
+        yield DemandPoint(
+            ts=ts,
+            tenant=tenant,
+            running_gpus=_gpus(row["demand_gpus"], "demand_gpus", p, line),
+            pending_gpus=0.0,
+            quota_gpus=quota,
+            path=str(p),
+            line=line,
+        )
+
+
+def tenant_of(path: str | Path) -> str:
+    """Tenant name of a per-VC file: the file name without ``.csv``/``.csv.gz``.
+
+    >>> tenant_of("/data/vc6YE.csv.gz")
+    'vc6YE'
+    """
+    name = Path(path).name
+    for suffix in (".csv.gz", ".gz", ".csv"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def read_helios_vc(path: str | Path) -> Iterator[DemandPoint]:
+    """Points of one Helios per-VC minute CSV; tenant = file stem."""
+    p = Path(path)
+    tenant = tenant_of(p)
+    for line, row in _rows(p, ("time", "running_gpu_num", "pending_gpu_num"), fold_case=True):
+        try:
+            ts = parse_ts(row["time"])
+        except ValueError:
+            raise TraceFormatError(
+                f"time: not a date-time: {row['time']!r}", path=p, line=line
+            ) from None
+        quota_text = row.get("total_gpu_num", "").strip()
+        yield DemandPoint(
+            ts=ts,
+            tenant=tenant,
+            running_gpus=_gpus(row["running_gpu_num"], "running_gpu_num", p, line),
+            pending_gpus=_gpus(row["pending_gpu_num"], "pending_gpu_num", p, line),
+            quota_gpus=_gpus(quota_text, "total_gpu_num", p, line) if quota_text else None,
+            path=str(p),
+            line=line,
+        )
+
+
+def trace_files(path: str | Path, fmt: TraceFormat) -> list[Path]:
+    """The files ``path`` names: itself, or the sorted ``.csv``/``.csv.gz`` files of a folder.
+
+    For ``helios-vc`` folders, files that are not per-VC series (no ``vc`` prefix, such as
+    ``earth_gpu_number.csv``) are skipped.
+    """
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if not p.is_dir():
+        raise TraceFormatError("no such file or folder", path=p)
+    files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(_SUFFIXES))
+    if fmt == "helios-vc":
+        files = [f for f in files if f.name.startswith("vc")]
+    if not files:
+        raise TraceFormatError(f"folder holds no {fmt} files (.csv or .csv.gz)", path=p)
+    return files
+
+
+def read_file(path: str | Path, fmt: TraceFormat) -> Iterator[DemandPoint]:
+    """Points of one file of format ``fmt``, in file order."""
+    if fmt == "demand-csv":
+        return read_demand_csv(path)
+    if fmt == "helios-vc":
+        return read_helios_vc(path)
+    raise UsageError(f"unknown trace format {fmt!r} (choose from {', '.join(FORMATS)})")
+
+
+def read_trace(path: str | Path, fmt: TraceFormat) -> Iterator[DemandPoint]:
+    """Points of a file or folder, merged in time order across files (ties keep file order).
+
+    Each file must itself be in time order (both formats are); a point earlier than the
+    previous one of the same file raises :class:`TraceFormatError`.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "a.csv").write_text("ts,tenant,demand_gpus\\n0,a,1\\n120,a,2\\n")
+    >>> _ = (d / "b.csv").write_text("ts,tenant,demand_gpus\\n60,b,5\\n")
+    >>> [(p.ts, p.tenant) for p in read_trace(d, "demand-csv")]
+    [(0.0, 'a'), (60.0, 'b'), (120.0, 'a')]
+    """
+    streams = [_ordered(read_file(f, fmt)) for f in trace_files(path, fmt)]
+    if len(streams) == 1:
+        return streams[0]
+    return heapq.merge(*streams, key=lambda pt: pt.ts)
+
+
+def _ordered(points: Iterator[DemandPoint]) -> Iterator[DemandPoint]:
+    last = -math.inf
+    for pt in points:
+        if pt.ts < last:
+            raise TraceFormatError(
+                f"time goes backwards ({pt.ts} after {last}); sort the file by time",
+                path=pt.path,
+                line=pt.line,
+            )
+        last = pt.ts
+        yield pt
