@@ -3,7 +3,8 @@
 Example:
     >>> ident = parse_cgroup(
     ...     "0::/kubepods.slice/kubepods-burstable.slice/"
-    ...     "kubepods-burstable-pod6f1c2a4e_1b2c_4d5e_8f90_a1b2c3d4e5f6.slice/cri-containerd-ab12.scope\\n"
+    ...     "kubepods-burstable-pod6f1c2a4e_1b2c_4d5e_8f90_a1b2c3d4e5f6.slice/"
+    ...     "cri-containerd-ab12.scope\\n"
     ... )
     >>> ident.pod_uid
     '6f1c2a4e-1b2c-4d5e-8f90-a1b2c3d4e5f6'
@@ -64,12 +65,16 @@ def parse_cgroup(text: str) -> CgroupIdentity:
             found = [
                 p
                 for p in parts
-                if p.endswith(".slice") and p not in _GENERIC_SLICES and not p.startswith("kubepods")
+                if p.endswith(".slice")
+                and p not in _GENERIC_SLICES
+                and not p.startswith("kubepods")
             ]
             slices = tuple(reversed(found))
         if unit is None:
             for p in reversed(parts):
-                if p.endswith(".service") or (p.endswith(".scope") and not p.startswith("session-")):
+                if p.endswith(".service") or (
+                    p.endswith(".scope") and not p.startswith("session-")
+                ):
                     if not p.startswith(("cri-", "docker-", "crio-", "libpod-")):
                         unit = p
                     break

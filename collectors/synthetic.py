@@ -258,11 +258,9 @@ class SyntheticBackend:
         return True
 
     def _fill(self, now: float) -> None:
-        k = 0
-        for _ in range(self.gpus * self.procs_per_gpu):
+        for k in range(self.gpus * self.procs_per_gpu):
             if not self._start_job(now, k % len(self.tenants), width=1):
                 break
-            k += 1
 
     # sampling
     def _activity(self, job: _Job, now: float) -> tuple[float, float]:

@@ -22,7 +22,8 @@ Example:
     >>> import tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
     >>> (root / "42").mkdir()
-    >>> _ = (root / "42" / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_77/step_0\\n")
+    >>> cgroup = "0::/system.slice/slurmstepd.scope/job_77/step_0\\n"
+    >>> _ = (root / "42" / "cgroup").write_text(cgroup)
     >>> _ = (root / "42" / "stat").write_text("42 (python) S " + "0 " * 18 + "123456 0\\n")
     >>> _ = (root / "42" / "status").write_text("Name:\\tpython\\nUid:\\t0\\t0\\t0\\t0\\n")
     >>> r = TenantResolver(proc_root=root, tenant_map=TenantMap(users={"root": "vc-ops"}))
@@ -44,6 +45,7 @@ from pathlib import Path
 from dprobe.collectors.cgroup import CgroupIdentity, parse_cgroup
 from dprobe.collectors.errors import ProcessGone
 from dprobe.collectors.tenant_map import TenantMap
+
 from dprobe.schema import UNASSIGNED
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$")
@@ -81,6 +83,7 @@ class TenantResolver:
     def __init__(
         self,
         proc_root: Path | str = "/proc",
+        *,
         tenant_map: TenantMap | None = None,
         env_vars: Sequence[str] = (),
         pod_log_dir: Path | str | None = "/var/log/pods",

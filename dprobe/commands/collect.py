@@ -1,15 +1,221 @@
-"""Not available in this version yet."""
+"""Run the per-node GPU collector: one HostSnapshot per tick to the samples topic.
+
+Every tick the collector reads every GPU and GPU process (NVML, or a seeded synthetic
+workload), attributes each process to a tenant and a job, writes the snapshot to a disk
+spool and sends the spool to Kafka (key = host) in order. While Kafka is unreachable the
+spool grows (bounded); nothing is lost across broker outages or restarts. SIGTERM
+flushes what it can within --shutdown-timeout and exits 0; the rest stays spooled.
+
+Examples:
+    dprobe collect --backend nvml --interval 5
+    dprobe collect --backend synthetic --gpus 8 --tenants 4 --clock-speed 60
+    dprobe collect --backend nvml --once        # print one snapshot as JSON, send nothing
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from typing import Any
 
-from dprobe.commands._common import not_built
+from dprobe.commands._common import settings
+from dprobe.config import CollectorSettings
+from dprobe.errors import UsageError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p.add_argument("--backend", choices=["nvml", "synthetic"], help="GPU data source")
+    p.add_argument(
+        "--interval",
+        type=float,
+        dest="interval_s",
+        metavar="S",
+        help="seconds between snapshots (default 10)",
+    )
+    p.add_argument("--host-id", metavar="NAME", help="host name in snapshots (default: hostname)")
+    p.add_argument("--metrics-addr", metavar="ADDR", help="/metrics address (default 127.0.0.1)")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="/metrics port (default 9401; 0 = any free port)",
+    )
+    p.add_argument("--spool-dir", metavar="DIR", help="disk spool folder")
+    p.add_argument("--spool-max-bytes", type=int, metavar="N", help="spool bound in bytes")
+    p.add_argument("--state-dir", metavar="DIR", help="folder of the persisted seq")
+    p.add_argument(
+        "--tenant-map", metavar="FILE", help="TOML mapping pods/namespaces/... to tenants"
+    )
+    p.add_argument(
+        "--tenant-env",
+        metavar="VARS",
+        help="comma-separated environment variables allowed to name a tenant",
+    )
+    p.add_argument("--proc-root", metavar="DIR", help="procfs to read (default /proc)")
+    p.add_argument("--topic", help="destination topic (default <prefix>samples)")
+    syn = p.add_argument_group("synthetic backend")
+    syn.add_argument("--seed", type=int, help="random seed (default 0)")
+    syn.add_argument("--tenants", type=int, metavar="N", help="number of tenants (default 4)")
+    syn.add_argument(
+        "--gpus", type=int, dest="synthetic_gpus", metavar="N", help="GPUs (default 8)"
+    )
+    syn.add_argument(
+        "--procs-per-gpu",
+        type=int,
+        dest="synthetic_procs_per_gpu",
+        metavar="N",
+        help="processes that may share a GPU (default 2)",
+    )
+    syn.add_argument(
+        "--clock-speed",
+        type=float,
+        metavar="X",
+        help="run time X times faster than the wall clock (default 1)",
+    )
+    run_group = p.add_argument_group("run control")
+    run_group.add_argument(
+        "--once",
+        action="store_true",
+        help="print one snapshot as JSON on stdout and exit; sends nothing",
+    )
+    run_group.add_argument("--max-ticks", type=int, metavar="N", help="stop after N snapshots")
+    run_group.add_argument(
+        "--no-send", action="store_true", help="spool only, do not connect to Kafka"
+    )
+    run_group.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        dest="shutdown_timeout_s",
+        metavar="S",
+        help="seconds to flush on SIGTERM (default 10)",
+    )
+
+
+_SETTING_FLAGS = (
+    "backend",
+    "interval_s",
+    "host_id",
+    "metrics_addr",
+    "metrics_port",
+    "spool_dir",
+    "spool_max_bytes",
+    "state_dir",
+    "tenant_map",
+    "proc_root",
+    "seed",
+    "tenants",
+    "synthetic_gpus",
+    "synthetic_procs_per_gpu",
+    "clock_speed",
+    "shutdown_timeout_s",
+)
 
 
 def run(args: argparse.Namespace) -> int:
-    return not_built("collect")
+    import asyncio
+
+    cli: dict[str, Any] = {name: getattr(args, name, None) for name in _SETTING_FLAGS}
+    cli["tenant_env_vars"] = args.tenant_env
+    s = settings(CollectorSettings, args, **cli)
+    if args.max_ticks is not None and args.max_ticks < 1:
+        raise UsageError("--max-ticks must be >= 1")
+    if args.once:
+        return asyncio.run(_once(s))
+    return asyncio.run(_serve(s, args))
+
+
+def _unavailable(exc: Exception, backend: str) -> UsageError:
+    hint = " (is the NVIDIA driver installed? try --backend synthetic)" if backend == "nvml" else ""
+    return UsageError(f"{backend} backend unavailable: {exc}{hint}")
+
+
+async def _once(s: CollectorSettings) -> int:
+    import socket
+
+    from dprobe.collectors.assemble import make_backend, make_clock
+    from dprobe.collectors.errors import BackendError
+    from dprobe.collectors.snapshot import SnapshotBuilder
+    from dprobe.collectors.tenant_map import load_tenant_map
+    from dprobe.collectors.tenants import TenantResolver
+    from dprobe.schema import to_builtins
+
+    host = s.host_id or socket.gethostname()
+    clock = make_clock(s.clock_speed)
+    backend = make_backend(s, host, clock)
+    resolver = None
+    if s.backend == "nvml":
+        resolver = TenantResolver(
+            proc_root=s.proc_root,
+            tenant_map=load_tenant_map(s.tenant_map) if s.tenant_map else None,
+            env_vars=s.tenant_env_vars,
+            pod_log_dir=s.pod_log_dir,
+        )
+    faults: list[str] = []
+    try:
+        async with backend:
+            reading = await backend.read()
+    except BackendError as exc:
+        raise _unavailable(exc, s.backend) from None
+    build = SnapshotBuilder(host, resolver, faults.append)
+    snap = build(reading, seq=0, ts=clock.now(), interval_s=s.interval_s)
+    print(json.dumps(to_builtins(snap), indent=2))
+    for err in reading.errors:
+        print(f"dprobe collect: {err}", file=sys.stderr)
+    if faults:
+        print(f"dprobe collect: repaired values: {', '.join(sorted(set(faults)))}", file=sys.stderr)
+    return 0
+
+
+async def _serve(s: CollectorSettings, args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+    import signal
+
+    from prometheus_client import CollectorRegistry
+
+    from dprobe.collectors.assemble import build_collector
+    from dprobe.collectors.errors import BackendError, CollectorError
+    from dprobe.collectors.metrics import MetricsServer
+
+    log = logging.getLogger("dprobe.collect")
+    registry = CollectorRegistry()
+    collector = build_collector(
+        s, registry=registry, send=not args.no_send, topic=args.topic, max_ticks=args.max_ticks
+    )
+    server = MetricsServer(registry, s.metrics_addr, s.metrics_port)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, collector.request_stop)
+    try:
+        try:
+            await collector.start()
+        except BackendError as exc:
+            raise _unavailable(exc, s.backend) from None
+        try:
+            server.start()
+        except OSError as exc:
+            raise UsageError(
+                f"cannot serve /metrics on {s.metrics_addr}:{s.metrics_port}: {exc}"
+            ) from None
+        log.info(
+            "collecting host %s every %ss with the %s backend",
+            collector.host,
+            s.interval_s,
+            s.backend,
+        )
+        try:
+            await collector.wait()
+        except Exception as exc:
+            raise CollectorError(f"collector failed: {exc}") from exc
+    finally:
+        await collector.stop()
+        server.stop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    log.info(
+        "stopped after %d snapshots; %d left in the spool",
+        collector.ticks,
+        collector.spool.pending_records,
+    )
+    return 0

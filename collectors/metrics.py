@@ -1,0 +1,109 @@
+"""The collector's own Prometheus metrics, in a registry the caller injects.
+
+Names and meanings (all prefixed ``dprobe_collector_``):
+
+- ``snapshots_total``: snapshots taken (each one is spooled, then sent)
+- ``sent_snapshots_total``: snapshots Kafka confirmed
+- ``backend_errors_total{backend,kind}``: backend (NVML) errors by kind, e.g.
+  ``timeout``, ``gpu_lost``, ``no_driver``, ``busy``
+- ``sample_faults_total{kind}``: bad values cleaned from readings (``nan``, ``negative``,
+  ``out_of_range``) and processes that vanished mid-sample (``proc_vanished``)
+- ``send_errors_total{kind}``: failed connects and deliveries
+- ``send_latency_seconds``: time from sending a batch to Kafka's confirmation
+- ``spool_bytes`` / ``spool_pending_snapshots``: undelivered data on disk (read at scrape)
+- ``dropped_snapshots_total{reason}``: snapshots lost for good (``spool_full``)
+- ``kafka_up``: 1 while the last delivery succeeded
+- ``gpus`` / ``processes``: GPUs and processes in the last snapshot
+- ``tick_seconds``: wall time of one tick (read, attribute, encode, spool)
+
+Example:
+    >>> from prometheus_client import CollectorRegistry
+    >>> reg = CollectorRegistry()
+    >>> m = CollectorMetrics(reg)
+    >>> m.sample_faults.labels(kind="nan").inc()
+    >>> reg.get_sample_value("dprobe_collector_sample_faults_total", {"kind": "nan"})
+    1.0
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+log = logging.getLogger(__name__)
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class CollectorMetrics:
+    """Every metric of one collector, registered in ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        p = "dprobe_collector_"
+        kw: dict[str, Any] = {"registry": registry}
+        self.snapshots = Counter(f"{p}snapshots", "Snapshots taken", **kw)
+        self.sent = Counter(f"{p}sent_snapshots", "Snapshots confirmed by Kafka", **kw)
+        self.backend_errors = Counter(
+            f"{p}backend_errors", "GPU backend (NVML) errors by kind", ["backend", "kind"], **kw
+        )
+        self.sample_faults = Counter(
+            f"{p}sample_faults", "Bad values or vanished processes in readings", ["kind"], **kw
+        )
+        self.send_errors = Counter(
+            f"{p}send_errors", "Failed Kafka connects or deliveries", ["kind"], **kw
+        )
+        self.send_latency = Histogram(
+            f"{p}send_latency_seconds", "Batch send to confirmation", buckets=_LATENCY_BUCKETS, **kw
+        )
+        self.spool_bytes = Gauge(f"{p}spool_bytes", "Undelivered bytes in the disk spool", **kw)
+        self.spool_pending = Gauge(
+            f"{p}spool_pending_snapshots", "Undelivered snapshots in the disk spool", **kw
+        )
+        self.dropped = Counter(f"{p}dropped_snapshots", "Snapshots lost for good", ["reason"], **kw)
+        self.kafka_up = Gauge(f"{p}kafka_up", "1 while the last delivery to Kafka succeeded", **kw)
+        self.gpus = Gauge(f"{p}gpus", "GPUs in the last snapshot", **kw)
+        self.processes = Gauge(f"{p}processes", "GPU processes in the last snapshot", **kw)
+        self.tick_seconds = Histogram(
+            f"{p}tick_seconds", "Wall time of one tick", buckets=_LATENCY_BUCKETS, **kw
+        )
+
+
+class MetricsServer:
+    """Serves ``registry`` on ``http://addr:port/metrics`` from a daemon thread.
+
+    >>> from prometheus_client import CollectorRegistry
+    >>> server = MetricsServer(CollectorRegistry(), port=0)
+    >>> server.start(); server.port > 0
+    True
+    >>> server.stop()
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry, addr: str = "127.0.0.1", port: int = 9401
+    ) -> None:
+        self.registry = registry
+        self.addr = addr
+        self.port = port
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._server, self._thread = start_http_server(
+            self.port, addr=self.addr, registry=self.registry
+        )
+        self.port = int(self._server.server_port)
+        log.info("metrics on http://%s:%d/metrics", self.addr, self.port)
+
+    def stop(self) -> None:
+        """Stop serving (idempotent)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None

@@ -1,0 +1,214 @@
+"""Drain the spool into Kafka with one long-lived, idempotent producer.
+
+The sender reads undelivered records from the spool in order, sends a batch (``acks=all``,
+idempotent, compressed, key = host so a host's snapshots stay in one partition and in
+order), awaits the delivery of the whole batch, then acks it in the spool. When Kafka is
+unreachable or too slow it backs off (0.5 s doubling to 5 s) and tries the same records
+again, so the spool absorbs any outage and everything is sent in order before newer data.
+After a failed delivery the producer is replaced by a fresh one: retrying a batch may
+write a snapshot twice (consumers drop duplicates by (host, seq)), but never leaves a gap.
+
+Example:
+    >>> from dprobe.config import KafkaSettings
+    >>> sender = KafkaSender(KafkaSettings(), "dprobe.samples", key=b"h1", spool=spool,
+    ...                      metrics=metrics)  # doctest: +SKIP
+    >>> await sender.start(); sender.notify(); await sender.stop(timeout_s=10)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+from dprobe.collectors.metrics import CollectorMetrics
+from dprobe.collectors.spool import Spool
+
+from dprobe.config import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+ProducerFactory = Callable[[], Any]
+
+
+class KafkaSender:
+    """Background task that moves spooled snapshots to ``topic``.
+
+    Args:
+        kafka: client settings (bootstrap, SASL/SSL) passed to the producer.
+        topic: destination topic.
+        key: message key (the host id, UTF-8).
+        spool: where the snapshots wait.
+        metrics: the collector's metrics.
+        compression: ``zstd``, ``lz4``, ``gzip``, ``snappy`` or ``none``.
+        batch_max: most records per awaited batch.
+        send_timeout_s: a batch not confirmed in this time counts as failed.
+        producer_factory: builds the producer (tests inject failures here).
+    """
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        topic: str,
+        *,
+        key: bytes,
+        spool: Spool,
+        metrics: CollectorMetrics,
+        compression: str = "zstd",
+        batch_max: int = 500,
+        send_timeout_s: float = 15.0,
+        producer_factory: ProducerFactory | None = None,
+    ) -> None:
+        self.kafka = kafka
+        self.topic = topic
+        self.key = key
+        self.spool = spool
+        self.metrics = metrics
+        self.compression = None if compression == "none" else compression
+        self.batch_max = batch_max
+        self.send_timeout_s = send_timeout_s
+        self._factory = producer_factory or self._default_producer
+        self._producer: Any = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._failures = 0
+        self._stopped = False
+
+    def _default_producer(self) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            **self.kafka.client_kwargs(),
+            acks="all",
+            enable_idempotence=True,
+            compression_type=self.compression,
+            linger_ms=0,
+            max_request_size=4 * 1024 * 1024,
+        )
+
+    # lifecycle
+    async def start(self) -> None:
+        """Start the background task (it connects on its own, retrying with backoff)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="dprobe-collector-sender")
+
+    def notify(self) -> None:
+        """Tell the sender that the spool has new records."""
+        self._wake.set()
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The unexpected error that ended the background task, if any."""
+        if self._task is not None and self._task.done() and not self._task.cancelled():
+            return self._task.exception()
+        return None
+
+    async def flush(self, timeout_s: float) -> bool:
+        """Wait until the spool is empty; give up after ``timeout_s`` or at the first
+        failed connect or delivery (the rest stays spooled). True when empty."""
+        failures = self._failures
+        deadline = time.monotonic() + timeout_s
+        while self.spool.pending_records and time.monotonic() < deadline:
+            if self._task is None or self._task.done() or self._failures > failures:
+                break
+            self._wake.set()
+            await asyncio.sleep(0.02)
+        return self.spool.pending_records == 0
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        """Flush for up to ``timeout_s``, then stop (idempotent). Unsent records stay
+        spooled and are sent first by the next run."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._task is not None and not self._task.done():
+            flushed = await self.flush(timeout_s)
+            if not flushed:
+                log.warning(
+                    "%d snapshots left in the spool for the next run", self.spool.pending_records
+                )
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._close_producer()
+
+    # the loop
+    async def _run(self) -> None:
+        backoff = 0.5
+        try:
+            while True:
+                if self._producer is None and not await self._connect():
+                    await self._sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                batch = self.spool.read(max_records=self.batch_max)
+                if not batch:
+                    self._wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), 1.0)
+                    continue
+                if await self._send(batch):
+                    self.spool.ack(batch[-1].end, len(batch))
+                    self.metrics.sent.inc(len(batch))
+                    backoff = 0.5
+                else:
+                    await self._close_producer()
+                    await self._sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("collector sender failed")
+            raise RuntimeError("collector sender failed") from exc
+
+    async def _sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def _connect(self) -> bool:
+        producer = self._factory()
+        try:
+            await asyncio.wait_for(producer.start(), self.send_timeout_s)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            self._failures += 1
+            self.metrics.send_errors.labels(kind="connect").inc()
+            self.metrics.kafka_up.set(0)
+            log.warning("Kafka not reachable (%s): spooling", exc)
+            await self._stop_producer(producer)
+            return False
+        self._producer = producer
+        log.info("connected to Kafka at %s", self.kafka.bootstrap)
+        return True
+
+    async def _send(self, batch: list[Any]) -> bool:
+        t0 = time.perf_counter()
+        producer = self._producer
+        try:
+            async with asyncio.timeout(self.send_timeout_s):
+                futures = [
+                    await producer.send(self.topic, value=r.payload, key=self.key) for r in batch
+                ]
+                await asyncio.gather(*futures)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            kind = "timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
+            self._failures += 1
+            self.metrics.send_errors.labels(kind=kind).inc()
+            self.metrics.kafka_up.set(0)
+            log.warning("delivery of %d snapshots failed (%s): will retry", len(batch), kind)
+            return False
+        self.metrics.send_latency.observe(time.perf_counter() - t0)
+        self.metrics.kafka_up.set(1)
+        return True
+
+    async def _close_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await self._stop_producer(producer)
+
+    async def _stop_producer(self, producer: Any) -> None:
+        try:
+            await asyncio.wait_for(producer.stop(), 5.0)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            log.warning("Kafka producer did not stop cleanly: %s", exc)

@@ -1,0 +1,291 @@
+"""A bounded, append-only disk spool: every snapshot is written here before it is sent.
+
+Records are appended to segment files (``<id>.spool``); each record is framed as
+``length (u32) | crc32 (u32) | seq (u64) | payload``, written with one ``write`` call and
+(by default) fsynced, so a crash loses at most the tick in progress and a torn tail is
+cut off on the next open. A ``cursor`` file holds the position up to which records have
+been delivered; the sender reads from the cursor, in order, and acks what Kafka
+confirmed. Fully delivered segments are deleted. When the spool grows past
+``max_bytes``, the oldest segment is deleted and its undelivered records are counted as
+dropped (``on_drop``).
+
+Example:
+    >>> import tempfile
+    >>> spool = Spool(tempfile.mkdtemp(), max_bytes=1 << 20)
+    >>> spool.open()
+    >>> spool.append(0, b'{"seq":0}'); spool.append(1, b'{"seq":1}')
+    >>> batch = spool.read(max_records=10)
+    >>> [r.seq for r in batch], spool.pending_records
+    ([0, 1], 2)
+    >>> spool.ack(batch[-1].end, len(batch)); spool.pending_records
+    0
+    >>> spool.close()
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">IIQ")  # payload length, crc32 of payload, seq
+_SUFFIX = ".spool"
+_MAX_RECORD = 64 * 1024 * 1024
+
+Position = tuple[int, int]  # (segment id, byte offset)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One spooled snapshot; ``end`` is the position right after it (what to ack)."""
+
+    seq: int
+    payload: bytes
+    end: Position
+
+
+class Spool:
+    """Append-only segmented spool in ``directory`` (one spool per host).
+
+    Args:
+        directory: where segments and the cursor live (created if missing).
+        max_bytes: bound of all segments together.
+        segment_bytes: size at which a new segment starts (default ``max_bytes // 8``).
+        fsync: fsync every append and cursor update (crash-safe against power loss).
+        on_drop: called with the number of undelivered records dropped when full.
+        on_corrupt: called with the number of bytes cut off as torn or corrupt.
+    """
+
+    def __init__(
+        self,
+        directory: Path | str,
+        max_bytes: int = 256 * 1024 * 1024,
+        segment_bytes: int | None = None,
+        *,
+        fsync: bool = True,
+        on_drop: Callable[[int], None] | None = None,
+        on_corrupt: Callable[[int], None] | None = None,
+    ) -> None:
+        self.directory = Path(directory)
+        self.max_bytes = max_bytes
+        self.segment_bytes = segment_bytes or max(64 * 1024, max_bytes // 8)
+        self.fsync = fsync
+        self._on_drop = on_drop or (lambda n: None)
+        self._on_corrupt = on_corrupt or (lambda n: None)
+        self._sizes: dict[int, int] = {}  # segment id -> bytes, in id order
+        self._cursor: Position = (0, 0)
+        self._fd: int | None = None
+        self._active = 0
+        self.pending_records = 0
+        self.last_seq: int | None = None
+        self.dropped = 0
+
+    # lifecycle
+    def open(self) -> None:
+        """Create or recover the spool: load the cursor, cut torn tails, count pending."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        ids = sorted(
+            int(p.name.removesuffix(_SUFFIX))
+            for p in self.directory.iterdir()
+            if p.name.endswith(_SUFFIX) and p.name.removesuffix(_SUFFIX).isdigit()
+        )
+        cursor = self._load_cursor()
+        if cursor is None:
+            cursor = (ids[0], 0) if ids else (0, 0)
+        for sid in [i for i in ids if i < cursor[0]]:
+            self._path(sid).unlink()
+        ids = [i for i in ids if i >= cursor[0]]
+        if ids and cursor[0] not in ids:
+            cursor = (ids[0], 0)
+        self._sizes = {}
+        self.pending_records = 0
+        self.last_seq = None
+        for sid in ids:
+            size, count, last = self._scan(sid, 0, truncate=True)
+            self._sizes[sid] = size
+            if last is not None:
+                self.last_seq = last
+            if sid == cursor[0]:
+                offset = min(cursor[1], size)
+                cursor = (sid, offset)
+                count = self._scan(sid, offset)[1]
+            self.pending_records += count
+        self._cursor = cursor
+        self._active = ids[-1] if ids else cursor[0]
+        self._sizes.setdefault(self._active, 0)
+        self._open_active()
+
+    def close(self) -> None:
+        """Close the active segment (idempotent). Records stay on disk for the next run."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    # writing
+    def append(self, seq: int, payload: bytes) -> None:
+        """Append one record (durable on return when ``fsync``); drop the oldest if full."""
+        if self._fd is None:
+            raise RuntimeError("spool is not open")
+        if len(payload) > _MAX_RECORD:
+            raise ValueError(f"record of {len(payload)} bytes exceeds {_MAX_RECORD}")
+        frame = _HEADER.pack(len(payload), zlib.crc32(payload), seq) + payload
+        if (
+            self._sizes[self._active]
+            and self._sizes[self._active] + len(frame) > self.segment_bytes
+        ):
+            self._roll()
+        os.write(self._fd, frame)
+        if self.fsync:
+            os.fsync(self._fd)
+        self._sizes[self._active] += len(frame)
+        self.pending_records += 1
+        self.last_seq = seq
+        self._enforce_bound()
+
+    def _roll(self) -> None:
+        assert self._fd is not None
+        os.close(self._fd)
+        self._active += 1
+        self._sizes[self._active] = 0
+        self._open_active()
+        if self.fsync:
+            self._fsync_dir()
+
+    def _enforce_bound(self) -> None:
+        while self.total_bytes > self.max_bytes and len(self._sizes) > 1:
+            oldest = next(iter(self._sizes))
+            offset = self._cursor[1] if self._cursor[0] == oldest else 0
+            lost = self._scan(oldest, offset)[1]
+            del self._sizes[oldest]
+            self._path(oldest).unlink(missing_ok=True)
+            self._cursor = (next(iter(self._sizes)), 0)
+            self._save_cursor()
+            self.pending_records -= lost
+            self.dropped += lost
+            if lost:
+                log.warning(
+                    "spool full (%d bytes): dropped %d oldest snapshots", self.max_bytes, lost
+                )
+                self._on_drop(lost)
+
+    # reading and acking
+    def read(self, max_records: int = 500, max_bytes: int = 4 * 1024 * 1024) -> list[Record]:
+        """Undelivered records from the cursor, in order (not consumed until :meth:`ack`)."""
+        out: list[Record] = []
+        size = 0
+        sid, offset = self._cursor
+        for seg in [i for i in self._sizes if i >= sid]:
+            pos = offset if seg == sid else 0
+            end = self._sizes[seg]
+            if pos >= end:
+                continue
+            with self._path(seg).open("rb") as f:
+                f.seek(pos)
+                while pos < end:
+                    if len(out) >= max_records or size >= max_bytes:
+                        return out
+                    head = f.read(_HEADER.size)
+                    length, crc, seq = (
+                        _HEADER.unpack(head) if len(head) == _HEADER.size else (0, 0, 0)
+                    )
+                    body = f.read(length) if head else b""
+                    if len(head) < _HEADER.size or len(body) < length or zlib.crc32(body) != crc:
+                        self._cut(seg, pos, end)
+                        break
+                    pos += _HEADER.size + length
+                    out.append(Record(seq, body, (seg, pos)))
+                    size += _HEADER.size + length
+        return out
+
+    def _cut(self, seg: int, pos: int, end: int) -> None:
+        """Cut a segment at a corrupt record (bit rot, not a crash: those are cut at open)."""
+        log.error("spool segment %d corrupt at byte %d: cutting %d bytes", seg, pos, end - pos)
+        self._on_corrupt(end - pos)
+        lost = self._scan(seg, pos)[1]
+        with self._path(seg).open("r+b") as f:
+            f.truncate(pos)
+        self._sizes[seg] = pos
+        self.pending_records = max(0, self.pending_records - lost)
+
+    def ack(self, position: Position, count: int) -> None:
+        """Mark everything up to ``position`` as delivered; delete finished segments."""
+        if position <= self._cursor:
+            return  # already acked, or dropped meanwhile
+        self._cursor = position
+        self.pending_records = max(0, self.pending_records - count)
+        self._save_cursor()
+        for sid in [i for i in self._sizes if i < position[0]]:
+            del self._sizes[sid]
+            self._path(sid).unlink(missing_ok=True)
+
+    # state
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of every segment on disk (delivered parts of the oldest included)."""
+        return sum(self._sizes.values())
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes not yet delivered."""
+        sid, offset = self._cursor
+        return sum(size for i, size in self._sizes.items() if i >= sid) - offset
+
+    # files
+    def _path(self, sid: int) -> Path:
+        return self.directory / f"{sid:012d}{_SUFFIX}"
+
+    def _open_active(self) -> None:
+        self._fd = os.open(self._path(self._active), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def _scan(self, sid: int, offset: int, truncate: bool = False) -> tuple[int, int, int | None]:
+        """(valid size, records from ``offset``, last seq) of a segment; cut a torn tail."""
+        path = self._path(sid)
+        data = path.read_bytes()
+        pos, count, last = 0, 0, None
+        while pos + _HEADER.size <= len(data):
+            length, crc, seq = _HEADER.unpack_from(data, pos)
+            body = data[pos + _HEADER.size : pos + _HEADER.size + length]
+            if len(body) < length or zlib.crc32(body) != crc:
+                break
+            if pos >= offset:
+                count += 1
+            pos += _HEADER.size + length
+            last = seq
+        if truncate and pos < len(data):
+            log.warning("spool segment %s: cutting %d torn bytes", path.name, len(data) - pos)
+            self._on_corrupt(len(data) - pos)
+            with path.open("r+b") as f:
+                f.truncate(pos)
+        return pos, count, last
+
+    def _load_cursor(self) -> Position | None:
+        try:
+            sid, offset = (self.directory / "cursor").read_text().split()
+            return int(sid), int(offset)
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            log.error("spool cursor unreadable: resending everything spooled")  # noqa: TRY400
+            return None
+
+    def _save_cursor(self) -> None:
+        tmp = self.directory / "cursor.tmp"
+        with tmp.open("w") as f:
+            f.write(f"{self._cursor[0]} {self._cursor[1]}\n")
+            if self.fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, self.directory / "cursor")
+
+    def _fsync_dir(self) -> None:
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
