@@ -1,0 +1,182 @@
+"""Backend faults never crash the collector; each is counted in its metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+from dprobe.collectors.backend import GpuReading, ProcReading, Reading
+from dprobe.collectors.clock import ManualClock, SystemClock
+from dprobe.collectors.errors import BackendError
+from dprobe.collectors.fake_nvml import (
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_TIMEOUT,
+    FakeGpu,
+    FakeNvml,
+)
+from dprobe.collectors.metrics import CollectorMetrics
+from dprobe.collectors.nvml import NvmlBackend
+from dprobe.collectors.seq import SeqCounter
+from dprobe.collectors.service import Collector
+from dprobe.collectors.spool import Spool
+from dprobe.collectors.tenants import TenantResolver
+from prometheus_client import CollectorRegistry
+
+from dprobe.schema import decode_snapshot
+
+GIB = 1 << 30
+
+
+class ScriptedBackend:
+    """Returns (or raises) one scripted item per read; then repeats the last good one."""
+
+    name = "scripted"
+
+    def __init__(self, script: list[Reading | BaseException]) -> None:
+        self.script = list(script)
+        self.opened = 0
+
+    async def open(self) -> None:
+        self.opened += 1
+
+    async def close(self) -> None:
+        return None
+
+    async def __aenter__(self) -> ScriptedBackend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def read(self) -> Reading:
+        item = self.script.pop(0)
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+
+def gpu(util: float = 50.0, mem_used: float = GIB, uuid: str = "GPU-0") -> GpuReading:
+    return GpuReading(uuid, 0, util, 10.0, mem_used, 80 * GIB, 200.0)
+
+
+def collector_for(
+    backend, tmp_path: Path, ticks: int, resolver=None, clock=None, interval_s: float = 1.0
+) -> tuple[Collector, CollectorRegistry]:
+    registry = CollectorRegistry()
+    c = Collector(
+        backend,
+        host="h1",
+        interval_s=interval_s,
+        spool=Spool(tmp_path / "spool", max_bytes=1 << 20, fsync=False),
+        seq=SeqCounter(tmp_path / "seq", fsync=False),
+        metrics=CollectorMetrics(registry),
+        clock=clock or ManualClock(),
+        resolver=resolver,
+        max_ticks=ticks,
+    )
+    return c, registry
+
+
+def spooled(spool: Spool) -> list:
+    return [decode_snapshot(r.payload) for r in spool.read(max_records=10_000)]
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+async def test_bad_values_and_vanished_processes_are_repaired_and_counted(
+    tmp_path, proc_tree
+) -> None:
+    proc_tree.add(11, "0::/research.slice/a.service\n")
+    # pid 12 is listed by the backend but has no /proc entry: it vanished mid-sample
+    resolver = TenantResolver(proc_root=proc_tree.root, pod_log_dir=None)
+    script = [
+        Reading(gpus=[gpu(util=math.nan)]),
+        Reading(gpus=[gpu(mem_used=-5.0)]),
+        Reading(gpus=[gpu(util=250.0)]),
+        Reading(
+            gpus=[gpu()],
+            procs=[ProcReading(11, "GPU-0", 40, 5, GIB), ProcReading(12, "GPU-0", 30, 5, GIB)],
+        ),
+        Reading(gpus=[gpu()], procs=[ProcReading(11, "GPU-0", math.inf, -1, GIB)]),
+    ]
+    c, reg = collector_for(ScriptedBackend(script), tmp_path, ticks=5, resolver=resolver)
+    async with c:
+        await c.wait()
+    snaps = spooled(c.spool)  # every snapshot passes the schema's validation
+    assert [s.seq for s in snaps] == [0, 1, 2, 3, 4]
+    assert snaps[0].gpus[0].util == 0.0
+    assert snaps[1].gpus[0].mem_used == 0
+    assert snaps[2].gpus[0].util == 100.0
+    assert [p.pid for p in snaps[3].procs] == [11]
+    assert (snaps[4].procs[0].sm_util, snaps[4].procs[0].mem_util) == (0.0, 0.0)
+    faults = "dprobe_collector_sample_faults_total"
+    assert value(reg, faults, kind="nan") == 2  # NaN util, inf sm_util
+    assert value(reg, faults, kind="negative") == 2  # mem_used, mem_util
+    assert value(reg, faults, kind="out_of_range") == 1
+    assert value(reg, faults, kind="proc_vanished") == 1
+    assert value(reg, "dprobe_collector_snapshots_total") == 5
+
+
+async def test_backend_exceptions_skip_the_tick_without_using_a_seq(tmp_path) -> None:
+    script: list = [
+        Reading(gpus=[gpu()]),
+        BackendError("slow", kind="timeout", retriable=True),
+        BackendError("driver gone", kind="no_driver", retriable=False),
+        ZeroDivisionError("a bug in a third-party backend"),
+        Reading(gpus=[gpu()]),
+        Reading(gpus=[gpu()]),
+    ]
+    backend = ScriptedBackend(script)
+    c, reg = collector_for(backend, tmp_path, ticks=3)
+    async with c:
+        await c.wait()
+    assert [s.seq for s in spooled(c.spool)] == [0, 1, 2]
+    errors = "dprobe_collector_backend_errors_total"
+    assert value(reg, errors, backend="scripted", kind="timeout") == 1
+    assert value(reg, errors, backend="scripted", kind="no_driver") == 1
+    assert value(reg, errors, backend="scripted", kind="unexpected") == 1
+    assert backend.opened == 2  # reopened after the fatal error
+
+
+async def test_nvml_gpu_lost_and_timeouts_are_counted_and_ticking_goes_on(tmp_path) -> None:
+    nvml = FakeNvml(
+        [
+            FakeGpu(uuid="GPU-a", util=90, mem_used=10 * GIB, procs={}),
+            FakeGpu(uuid="GPU-b", util=10, mem_used=1 * GIB, procs={}),
+        ]
+    )
+    backend = NvmlBackend(nvml, timeout_s=0.05)
+    # the service ticks once at start, then sleeps an hour: the test drives the ticks
+    c, reg = collector_for(backend, tmp_path, ticks=10**6, clock=SystemClock(), interval_s=3600)
+    ticked = asyncio.Event()
+    c.on_snapshot = lambda snap: ticked.set()
+    await c.start()
+    await ticked.wait()
+    first = await c.tick()
+    nvml.fail("nvmlDeviceGetUtilizationRates", NVML_ERROR_TIMEOUT, device=1)
+    second = await c.tick()
+    nvml.heal()
+    nvml.fail("nvmlDeviceGetMemoryInfo", NVML_ERROR_GPU_IS_LOST, device=0)
+    third = await c.tick()
+    nvml.heal()
+    nvml.hang_s = 0.2  # NVML stops answering: the read times out, then is refused as busy
+    hung = await c.tick()
+    refused = await c.tick()
+    nvml.hang_s = 0.0
+    await asyncio.sleep(0.3)
+    after = await c.tick()
+    await c.stop()
+    assert {g.uuid for g in first.gpus} == {"GPU-a", "GPU-b"}
+    assert {g.uuid for g in second.gpus} == {"GPU-a"}
+    assert {g.uuid for g in third.gpus} == {"GPU-b"}
+    assert hung is None and refused is None
+    assert {g.uuid for g in after.gpus} == {"GPU-b"}  # the lost GPU stays out
+    assert [first.seq, second.seq, third.seq, after.seq] == [1, 2, 3, 4]
+    errors = "dprobe_collector_backend_errors_total"
+    assert value(reg, errors, backend="nvml", kind="timeout") == 2  # device code + hang
+    assert value(reg, errors, backend="nvml", kind="gpu_lost") == 1
+    assert value(reg, errors, backend="nvml", kind="busy") == 1
+    assert value(reg, "dprobe_collector_gpus") == 1

@@ -1,0 +1,128 @@
+"""KafkaSender against an in-memory producer that can refuse connects and deliveries."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
+from dprobe.collectors.metrics import CollectorMetrics
+from dprobe.collectors.sender import KafkaSender
+from dprobe.collectors.spool import Spool
+from prometheus_client import CollectorRegistry
+
+from dprobe.config import KafkaSettings
+
+
+class Broker:
+    """What the fake producers deliver to; ``down`` makes connects and sends fail."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[bytes, bytes]] = []
+        self.down = False
+        self.producers: list[FakeProducer] = []
+
+
+class FakeProducer:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.started = self.stopped = False
+        broker.producers.append(self)
+
+    async def start(self) -> None:
+        if self.broker.down:
+            raise KafkaConnectionError("Unable to bootstrap")
+        self.started = True
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+    async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future:
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        if self.broker.down:
+            fut.set_exception(KafkaTimeoutError())
+        else:
+            self.broker.log.append((key, value))
+            fut.set_result(None)
+        return fut
+
+
+def setup(tmp_path: Path, broker: Broker, **kw):
+    registry = CollectorRegistry()
+    metrics = CollectorMetrics(registry)
+    spool = Spool(tmp_path, max_bytes=1 << 20, fsync=False)
+    spool.open()
+    sender = KafkaSender(
+        KafkaSettings(),
+        "t",
+        key=b"h1",
+        spool=spool,
+        metrics=metrics,
+        producer_factory=lambda: FakeProducer(broker),
+        **kw,
+    )
+    return sender, spool, registry
+
+
+def delivered(broker: Broker) -> list[int]:
+    return [int(v.decode()) for _, v in broker.log]
+
+
+async def test_delivers_in_order_with_the_host_key(tmp_path) -> None:
+    broker = Broker()
+    sender, spool, reg = setup(tmp_path, broker, batch_max=4)
+    for i in range(10):
+        spool.append(i, str(i).encode())
+    await sender.start()
+    assert await sender.flush(5.0)
+    await sender.stop()
+    assert delivered(broker) == list(range(10))
+    assert {k for k, _ in broker.log} == {b"h1"}
+    assert reg.get_sample_value("dprobe_collector_sent_snapshots_total") == 10
+    assert reg.get_sample_value("dprobe_collector_send_latency_seconds_count") == 3  # 4+4+2
+    assert len(broker.producers) == 1 and broker.producers[0].stopped
+
+
+async def test_an_outage_is_spooled_then_sent_in_order_before_new_data(tmp_path) -> None:
+    broker = Broker()
+    sender, spool, reg = setup(tmp_path, broker)
+    await sender.start()
+    spool.append(0, b"0")
+    sender.notify()
+    assert await sender.flush(5.0)
+    broker.down = True
+    for i in range(1, 6):
+        spool.append(i, str(i).encode())
+        sender.notify()
+        await asyncio.sleep(0.01)
+    assert not await sender.flush(0.2)  # gives up at the first failure, keeps the data
+    assert spool.pending_records == 5
+    assert reg.get_sample_value("dprobe_collector_kafka_up") == 0
+    broker.down = False
+    spool.append(6, b"6")
+    sender.notify()
+    assert await sender.flush(10.0)
+    await sender.stop()
+    seqs = delivered(broker)
+    assert seqs == list(range(7))
+    assert reg.get_sample_value("dprobe_collector_kafka_up") == 1
+    failures = sum(
+        reg.get_sample_value("dprobe_collector_send_errors_total", {"kind": k}) or 0
+        for k in ("KafkaTimeoutError", "connect")
+    )
+    assert failures >= 1
+
+
+async def test_stop_with_kafka_down_returns_and_keeps_the_spool(tmp_path) -> None:
+    broker = Broker()
+    broker.down = True
+    sender, spool, _ = setup(tmp_path, broker)
+    for i in range(3):
+        spool.append(i, str(i).encode())
+    await sender.start()
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await sender.stop(timeout_s=2.0)
+    await sender.stop(timeout_s=2.0)  # idempotent
+    assert loop.time() - t0 < 2.5
+    assert spool.pending_records == 3 and broker.log == []

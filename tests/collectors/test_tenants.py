@@ -1,0 +1,153 @@
+"""pid -> (tenant, job) from fixture /proc trees: cgroup, mapping file, env, cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dprobe.collectors.cgroup import parse_cgroup
+from dprobe.collectors.errors import ProcessGone
+from dprobe.collectors.tenant_map import TenantMap, load_tenant_map
+from dprobe.collectors.tenants import TenantResolver
+
+from dprobe.errors import UsageError
+
+UID = "6f1c2a4e-1b2c-4d5e-8f90-a1b2c3d4e5f6"
+K8S_SYSTEMD = (
+    "0::/kubepods.slice/kubepods-burstable.slice/"
+    f"kubepods-burstable-pod{UID.replace('-', '_')}.slice/cri-containerd-9a8b.scope\n"
+)
+K8S_CGROUPFS_V1 = (
+    "12:memory:/kubepods/besteffort/pod" + UID + "/4f3e2d1c\n"
+    "11:cpu,cpuacct:/kubepods/besteffort/pod" + UID + "/4f3e2d1c\n"
+)
+SLURM_V2 = "0::/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0\n"
+SLURM_V1 = (
+    "7:cpuset:/slurm/uid_1001/job_90210/step_batch/task_0\n6:memory:/slurm/uid_1001/job_90210\n"
+)
+SLICE = "0::/research.slice/train-42.service\n"
+LOGIN = "0::/user.slice/user-1000.slice/session-3.scope\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "pod", "job", "uid", "slices", "unit"),
+    [
+        (K8S_SYSTEMD, UID, None, None, (), None),
+        (K8S_CGROUPFS_V1, UID, None, None, (), None),
+        (SLURM_V2, None, "4711", None, (), "slurmstepd.scope"),
+        (SLURM_V1, None, "90210", 1001, (), None),
+        (SLICE, None, None, None, ("research.slice",), "train-42.service"),
+        (LOGIN, None, None, None, ("user-1000.slice",), None),
+        ("", None, None, None, (), None),
+    ],
+)
+def test_parse_cgroup(text, pod, job, uid, slices, unit) -> None:
+    ident = parse_cgroup(text)
+    assert (ident.pod_uid, ident.slurm_job, ident.slurm_uid) == (pod, job, uid)
+    assert (ident.slices, ident.unit) == (slices, unit)
+
+
+def resolver(proc_tree, tenant_map=None, **kw) -> TenantResolver:
+    kw.setdefault("pod_log_dir", None)
+    kw.setdefault("user_name", {1000: "alice", 1001: "bob"}.get)
+    return TenantResolver(proc_root=proc_tree.root, tenant_map=tenant_map, **kw)
+
+
+def test_kubernetes_pod_maps_by_namespace_from_the_kubelet_log_folder(proc_tree, pod_logs) -> None:
+    proc_tree.add(10, K8S_SYSTEMD)
+    pod_logs("team-vision", "trainer-0", UID)
+    m = TenantMap(namespaces={"team-vision": "vc-vision"})
+    who = resolver(proc_tree, m, pod_log_dir=pod_logs.root).resolve(10)
+    assert (who.tenant, who.job, who.source) == ("vc-vision", "trainer-0", "namespace")
+
+
+def test_pod_entry_beats_namespace_and_unmapped_namespace_is_the_tenant(
+    proc_tree, pod_logs
+) -> None:
+    proc_tree.add(10, K8S_CGROUPFS_V1)
+    pod_logs("ml-prod", "trainer-0", UID)
+    by_pod = TenantMap(pods={"ml-prod/trainer-0": "vc-prod"}, namespaces={"ml-prod": "vc-x"})
+    assert resolver(proc_tree, by_pod, pod_log_dir=pod_logs.root).resolve(10).tenant == "vc-prod"
+    unmapped = resolver(proc_tree, TenantMap(), pod_log_dir=pod_logs.root).resolve(10)
+    assert (unmapped.tenant, unmapped.source) == ("ml-prod", "namespace")
+
+
+def test_pod_uid_without_kubelet_folder_maps_by_uid_or_is_unassigned(proc_tree) -> None:
+    proc_tree.add(10, K8S_SYSTEMD)
+    assert resolver(proc_tree, TenantMap(pods={UID: "vc-u"})).resolve(10).tenant == "vc-u"
+    who = resolver(proc_tree).resolve(10)
+    assert (who.tenant, who.job) == ("unassigned", UID)
+
+
+def test_slurm_job_with_user_and_account_rules(proc_tree) -> None:
+    proc_tree.add(20, SLURM_V1, uid=0, env={"SLURM_JOB_ACCOUNT": "proj123"})
+    by_user = resolver(proc_tree, TenantMap(users={"bob": "vc-bob"})).resolve(20)
+    # the uid comes from the v1 cgroup path (uid_1001 = bob), not from /proc status (0)
+    assert (by_user.tenant, by_user.job, by_user.source) == ("vc-bob", "slurm-90210", "user")
+    by_account = resolver(
+        proc_tree, TenantMap(accounts={"proj123": "vc-research"}), env_vars=["SLURM_JOB_ACCOUNT"]
+    ).resolve(20)
+    assert (by_account.tenant, by_account.source) == ("vc-research", "env")
+
+
+def test_systemd_slice_maps_and_unit_is_the_job(proc_tree) -> None:
+    proc_tree.add(30, SLICE)
+    who = resolver(proc_tree, TenantMap(slices={"research.slice": "vc-r"})).resolve(30)
+    assert (who.tenant, who.job, who.source) == ("vc-r", "train-42.service", "slice")
+
+
+def test_environment_is_read_only_when_allowed_and_only_plain_ids_are_used(proc_tree) -> None:
+    proc_tree.add(40, LOGIN, env={"DPROBE_TENANT": "vc-env", "SECRET_TOKEN": "hunter2"})
+    proc_tree.add(41, LOGIN, start_time=5, env={"DPROBE_TENANT": "$(rm -rf /) hunter2"})
+    assert resolver(proc_tree).resolve(40).tenant == "unassigned"
+    allowed = resolver(proc_tree, env_vars=["DPROBE_TENANT"])
+    assert allowed.resolve(40).tenant == "vc-env"
+    assert allowed.resolve(41).tenant == "unassigned"  # not an identifier: ignored
+
+
+def test_unknown_process_is_unassigned_with_a_pid_job(proc_tree) -> None:
+    proc_tree.add(50, LOGIN)
+    who = resolver(proc_tree).resolve(50)
+    assert (who.tenant, who.job, who.source) == ("unassigned", "pid-50", "unassigned")
+
+
+def test_cache_is_per_pid_and_start_time(proc_tree) -> None:
+    proc_tree.add(60, SLICE, start_time=111)
+    r = resolver(proc_tree, TenantMap(slices={"research.slice": "vc-r", "other.slice": "vc-o"}))
+    assert r.resolve(60).tenant == "vc-r"
+    # same pid, same start time: cached even though the cgroup file changed
+    (proc_tree.root / "60" / "cgroup").write_text("0::/other.slice/x.service\n")
+    assert r.resolve(60).tenant == "vc-r"
+    # the pid was reused by a new process (new start time): resolved afresh
+    proc_tree.add(60, "0::/other.slice/x.service\n", start_time=222)
+    assert r.resolve(60).tenant == "vc-o"
+
+
+def test_retain_forgets_processes_that_are_gone(proc_tree) -> None:
+    proc_tree.add(70, SLICE)
+    proc_tree.add(71, SLICE)
+    r = resolver(proc_tree)
+    r.resolve(70), r.resolve(71)
+    r.retain([71])
+    assert {pid for pid, _ in r._cache} == {71}
+
+
+def test_a_vanished_process_raises_process_gone(proc_tree) -> None:
+    proc_tree.add(80, SLICE)
+    r = resolver(proc_tree)
+    proc_tree.remove(80)
+    with pytest.raises(ProcessGone):
+        r.resolve(80)
+
+
+def test_mapping_file_is_read_and_validated(tmp_path: Path) -> None:
+    good = tmp_path / "map.toml"
+    good.write_text('[namespaces]\nteam-a = "vc-a"\n[users]\nalice = "vc-nlp"\n')
+    m = load_tenant_map(good)
+    assert m.namespaces == {"team-a": "vc-a"} and m.users == {"alice": "vc-nlp"}
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[groups]\nx = "y"\n')
+    with pytest.raises(UsageError, match="unknown tables"):
+        load_tenant_map(bad)
+    with pytest.raises(UsageError, match="does not exist"):
+        load_tenant_map(tmp_path / "missing.toml")
