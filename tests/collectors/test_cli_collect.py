@@ -1,0 +1,134 @@
+"""``dprobe collect``: --once output, no-driver exit, SIGTERM flushes/spools and exits 0."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from dprobe.collectors.clock import ManualClock
+from dprobe.collectors.fake_nvml import FakeGpu, FakeNvml
+from dprobe.collectors.metrics import CollectorMetrics
+from dprobe.collectors.nvml import NvmlBackend
+from dprobe.collectors.seq import SeqCounter
+from dprobe.collectors.service import Collector
+from dprobe.collectors.spool import Spool
+from dprobe.collectors.tenants import TenantResolver
+from prometheus_client import CollectorRegistry
+
+from dprobe.cli import main
+from dprobe.schema import decode_snapshot
+
+
+def _has_nvidia_driver() -> bool:
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError, OSError):
+        return False
+    pynvml.nvmlShutdown()
+    return True
+
+
+def test_once_prints_one_valid_snapshot(capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    code = main(["collect", "--backend", "synthetic", "--gpus", "3", "--host-id", "n1", "--once"])
+    out = capsys.readouterr().out
+    assert code == 0
+    snap = decode_snapshot(out.encode())
+    assert (snap.host, len(snap.gpus)) == ("n1", 3)
+    assert not (tmp_path / "dprobe").exists()  # --once touches neither spool nor seq
+
+
+def test_nvml_without_a_driver_is_one_clear_line_and_exit_2(capsys, tmp_path, monkeypatch) -> None:
+    if _has_nvidia_driver():
+        pytest.skip("this machine has an NVIDIA driver")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    code = main(["collect", "--backend", "nvml", "--metrics-port", "0", "--no-send"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and "nvml backend unavailable" in err[0] and "driver" in err[0]
+
+
+def test_bad_settings_exit_2(capsys) -> None:
+    assert main(["collect", "--interval", "0", "--once"]) == 2
+    assert "interval_s" in capsys.readouterr().err
+
+
+def test_sigterm_spools_everything_and_exits_0(tmp_path: Path) -> None:
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), DPROBE_KAFKA_BOOTSTRAP="127.0.0.1:1")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dprobe.cli",
+            "collect",
+            "--backend",
+            "synthetic",
+            "--host-id",
+            "n1",
+            "--interval",
+            "0.05",
+            "--metrics-port",
+            "0",
+            "--shutdown-timeout",
+            "1",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    spool_dir = tmp_path / "dprobe" / "spool" / "n1"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(spool_dir.glob("*.spool")):
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    seq_file = tmp_path / "dprobe" / "collector" / "seq-n1"
+    taken = int(seq_file.read_text())
+    spool = Spool(spool_dir)
+    spool.open()
+    # Kafka was unreachable: every snapshot taken is still in the spool, in order
+    records = spool.read(max_records=100_000)
+    assert [r.seq for r in records] == list(range(taken))
+    assert taken >= 3
+    spool.close()
+
+
+async def test_snapshots_never_carry_command_lines_or_environment(tmp_path, proc_tree) -> None:
+    proc_tree.add(
+        4242,
+        "0::/research.slice/x.service\n",
+        env={"DPROBE_TENANT": "vc-env", "AWS_SECRET_ACCESS_KEY": "s3cr3t-value"},
+        cmdline="python train.py --token=tok-123456",
+    )
+    c = Collector(
+        NvmlBackend(FakeNvml([FakeGpu(uuid="GPU-a", procs={4242: 1 << 30})])),
+        host="h",
+        interval_s=1,
+        spool=Spool(tmp_path / "s", fsync=False),
+        seq=SeqCounter(tmp_path / "q", fsync=False),
+        metrics=CollectorMetrics(CollectorRegistry()),
+        clock=ManualClock(),
+        resolver=TenantResolver(
+            proc_root=proc_tree.root, env_vars=["DPROBE_TENANT"], pod_log_dir=None
+        ),
+        max_ticks=1,
+    )
+    async with c:
+        await c.wait()
+    c.spool.open()
+    (record,) = c.spool.read()
+    c.spool.close()
+    raw = record.payload
+    assert json.loads(raw)["procs"][0]["tenant"] == "vc-env"
+    for secret in (b"s3cr3t-value", b"tok-123456", b"train.py", b"AWS_SECRET", b"DPROBE_TENANT"):
+        assert secret not in raw
