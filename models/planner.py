@@ -5,10 +5,13 @@ The paper's planner internals are not public; what follows is this implementatio
 reading, every rule a setting (:class:`PlannerSettings`) and called an assumption in
 ``docs/planner.md``:
 
-1. desired quota = the ``quantile`` forecast (p90 by default) x ``(1 + headroom)``, rounded
-   up to whole nodes, at least the tenant's guarantee, at most its ``max_quota_gpus``;
+1. desired quota = the ``quantile`` forecast (p90 by default) x ``(1 + headroom)``, or
+   what the tenant needs right now in whole nodes (``need_gpus``: busy nodes plus the
+   nodes its waiting jobs need) if that is more; rounded up to whole nodes, at least the
+   tenant's guarantee, at most its ``max_quota_gpus``;
 2. HPA damping (:mod:`dprobe.models.planner_damping`): 10 % tolerance, no stabilisation up,
    300 s down (highest recommendation in the window), rate limits per period, cooldown;
+   the tolerance never holds a tenant below its need now (waiting jobs are not noise);
 3. tenants whose damped target is above their quota *receive*; tenants whose damped target
    is below it *donate*, but only GPUs on whole idle nodes (never a busy node) and never
    below their guarantee; nodes are matched one at a time (receivers below their guarantee
@@ -71,6 +74,8 @@ class TenantState:
     """One tenant as the planner sees it at a planning instant (GPUs, whole-node multiples).
 
     ``idle_gpus``: GPUs on nodes of this tenant's quota that run nothing (lendable now).
+    ``need_gpus``: what it needs now at node granularity (0 when unknown): a job of 16 GPUs
+    waiting in a tenant whose nodes are all partly busy needs 16 more, whatever the sum.
     ``max_quota_gpus``: the most it may hold (Volcano ``capability``); ``None`` = capacity.
     """
 
@@ -82,6 +87,7 @@ class TenantState:
     p90: float = 0.0
     horizon_s: float = 600.0
     max_quota_gpus: int | None = None
+    need_gpus: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -177,6 +183,7 @@ class Planner:
                 current=t.quota_gpus,
                 desired=desired[t.tenant],
                 node_gpus=node,
+                floor=min(_ceil_node(t.need_gpus, node), desired[t.tenant]),
             )
             if t.quota_gpus < t.guaranteed_gpus:  # restoring a guarantee is never damped away
                 target = max(target, _ceil_node(t.guaranteed_gpus, node))
@@ -227,8 +234,8 @@ def _validate(inp: PlanInput, node: int) -> None:
             raise ValueError(f"{t.tenant}: quota and idle GPUs must be multiples of {node}")
         if t.idle_gpus > t.quota_gpus:
             raise ValueError(f"{t.tenant}: idle GPUs {t.idle_gpus} exceed its quota {t.quota_gpus}")
-        if not (math.isfinite(t.p50) and math.isfinite(t.p90)) or t.p50 < 0 or t.p90 < 0:
-            raise ValueError(f"{t.tenant}: forecasts must be finite and >= 0")
+        if not all(math.isfinite(x) and x >= 0 for x in (t.p50, t.p90, t.need_gpus)):
+            raise ValueError(f"{t.tenant}: forecasts and need must be finite and >= 0")
 
 
 def _ceil_node(gpus: float, node: int) -> int:
@@ -240,7 +247,9 @@ def _desired(s: PlannerSettings, t: TenantState, capacity: int) -> int:
     cap = capacity if t.max_quota_gpus is None else min(capacity, t.max_quota_gpus)
     cap -= cap % s.node_gpus
     want = max(
-        _ceil_node(q * (1 + s.headroom), s.node_gpus), _ceil_node(t.guaranteed_gpus, s.node_gpus)
+        _ceil_node(q * (1 + s.headroom), s.node_gpus),
+        _ceil_node(t.need_gpus, s.node_gpus),
+        _ceil_node(t.guaranteed_gpus, s.node_gpus),
     )
     return min(want, cap)
 

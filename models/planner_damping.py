@@ -91,11 +91,24 @@ def apply_tolerance(s: DampingSettings, current: int, desired: int) -> int:
 
 
 def damp(
-    s: DampingSettings, h: TenantHistory, *, ts: float, current: int, desired: int, node_gpus: int
+    s: DampingSettings,
+    h: TenantHistory,
+    *,
+    ts: float,
+    current: int,
+    desired: int,
+    node_gpus: int,
+    floor: int = 0,
 ) -> int:
     """Record ``desired`` and return the damped recommendation (a multiple of ``node_gpus``
-    away from ``current``). Mutates ``h`` (adds the recommendation, prunes old entries)."""
+    away from ``current``). Mutates ``h`` (adds the recommendation, prunes old entries).
+
+    ``floor``: a need that is not noise (jobs waiting now): the tolerance never holds the
+    recommendation below it; stabilisation, cooldown and rate limits still apply.
+    """
     desired = apply_tolerance(s, current, desired)
+    if floor > current:
+        desired = max(desired, floor)
     h.recommendations.append((ts, desired))
     keep = max(s.scale_up_stabilization_s, s.scale_down_stabilization_s)
     h.recommendations[:] = [(t, v) for t, v in h.recommendations if t > ts - keep or t == ts]

@@ -5,8 +5,9 @@
   (``ceil(waiting GPUs / 8)`` minus its own idle nodes), from VCs with nothing waiting,
   above their guarantee; the neediest VC first, from the donor with most idle nodes;
 - ``predictive``: dprobe's forecaster learns each VC's demand window and forecasts it;
-  the quota planner (:mod:`dprobe.models.planner`, unchanged) turns the forecasts into a
-  zero-sum plan of node moves;
+  the quota planner (:mod:`dprobe.models.planner`, unchanged) turns the forecasts, and
+  each VC's need now at node granularity (:func:`need_gpus`), into a zero-sum plan of
+  node moves;
 - ``oracle``: the same planner fed the true future demand (a ceiling for forecasting).
 
 Example:
@@ -21,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -35,6 +37,38 @@ if TYPE_CHECKING:
     from dprobe.sim.jobs import SimJob
 
 Moves = list[tuple[Node, VC, VC]]
+
+
+def need_gpus(vc: VC, max_jobs: int = 512) -> int:
+    """What ``vc`` needs now in whole nodes: its busy nodes, plus new nodes for its waiting
+    jobs (the first ``max_jobs`` in queue order), packed best-fit largest first into the
+    free GPUs of busy nodes and then into new nodes; a job larger than a node takes whole
+    nodes.
+
+    >>> from dprobe.sim.cluster import Node
+    >>> from dprobe.sim.jobs import SimJob
+    >>> vc = VC("a", 8)
+    >>> for i in range(3): vc.add_node(Node(i, 8))
+    >>> for i in range(3): vc.allocate(f"run{i}", [(vc.nodes[i], 6)])  # 2 free on each
+    >>> vc.enqueue((0,), SimJob(0, "a", gpus=4, submit_s=0.0, duration_s=1.0))
+    >>> need_gpus(vc)  # 3 busy nodes + 1 new: the 4 GPUs do not fit in 2+2+2
+    32
+    """
+    g = vc.node_gpus
+    frees = sorted(n.free for n in vc.nodes.values() if n.jobs)
+    busy = len(frees)
+    new = 0
+    for size in sorted((j.gpus for _, j in vc.pending[:max_jobs]), reverse=True):
+        if size > g:
+            new += -(-size // g)
+            continue
+        k = bisect.bisect_left(frees, size)
+        if k == len(frees):
+            new += 1
+            bisect.insort(frees, g - size)
+        else:
+            bisect.insort(frees, frees.pop(k) - size)
+    return (busy + new) * g
 
 
 def _lendable(vc: VC) -> list[Node]:
@@ -100,6 +134,7 @@ class PlannerQuota:
                     p50=p50,
                     p90=p90,
                     horizon_s=sim.s.horizon_s,
+                    need_gpus=float(need_gpus(vc)),
                 )
             )
         plan = self.planner.plan(

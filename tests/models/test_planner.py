@@ -235,3 +235,38 @@ def test_state_round_trips_and_plan_id_is_deterministic() -> None:
 def test_inconsistent_input_is_refused(bad: TenantState) -> None:
     with pytest.raises(ValueError):
         Planner().plan(PlanInput(ts=0.0, capacity_gpus=64, tenants=(bad,)))
+
+
+def test_need_at_node_granularity_lifts_the_desired_quota() -> None:
+    # a holds 2 nodes, both partly busy, and a 16-GPU job waits: it needs 2 busy + 2 whole
+    # nodes = 32 GPUs now. Its forecast says only 10 GPUs (16 desired: no change), so the
+    # need alone must drive the plan: +16 from b's idle nodes.
+    tenants = (
+        TenantState("a", quota_gpus=16, idle_gpus=0, p90=10.0, need_gpus=32.0),
+        TenantState("b", quota_gpus=48, idle_gpus=48, p90=0.0),
+    )
+    plan = Planner().plan(PlanInput(ts=0.0, capacity_gpus=64, tenants=tenants))
+    assert plan.targets() == {"a": 32, "b": 32}
+    without = Planner().plan(
+        PlanInput(
+            ts=0.0, capacity_gpus=64, tenants=(replace(tenants[0], need_gpus=0.0), tenants[1])
+        )
+    )
+    assert without.targets() == {"a": 16, "b": 48}
+
+
+def test_tolerance_never_holds_a_tenant_below_its_need() -> None:
+    # a: 136 GPUs, all busy, one 8-GPU job waiting: need 144. 144 is within 10 % of 136, so
+    # a forecast alone would be held by the tolerance; the need is not.
+    tenants = (
+        TenantState("a", quota_gpus=136, idle_gpus=0, p90=144.0, need_gpus=144.0),
+        TenantState("b", quota_gpus=64, idle_gpus=64, p90=0.0),
+    )
+    plan = Planner().plan(PlanInput(ts=0.0, capacity_gpus=200, tenants=tenants))
+    assert plan.targets()["a"] == 144
+    held = Planner().plan(
+        PlanInput(
+            ts=0.0, capacity_gpus=200, tenants=(replace(tenants[0], need_gpus=0.0), tenants[1])
+        )
+    )
+    assert held.targets()["a"] == 136

@@ -1,0 +1,78 @@
+"""Where a simulation's VC sizes come from.
+
+1. a ``vc,node num`` file (``--vcs``; Philly's ``philly_vc.csv``), matched to the trace's
+   tenants with or without their ``vc_`` prefix;
+2. else ``philly_vc.csv`` beside the jobs file, if there is one;
+3. else ``nodes`` split over the tenants: each first gets the nodes of its largest job,
+   the rest by share of the trace's GPU-time (largest remainder).
+
+Example:
+    >>> from dprobe.traces.jobs_csv import JobRecord
+    >>> recs = [JobRecord("0", "a", 8, 0.0, 300.0, "", 2),
+    ...         JobRecord("1", "b", 1, 0.0, 100.0, "", 3)]
+    >>> split_nodes(recs, 10, node_gpus=8)
+    {'a': 9, 'b': 1}
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from dprobe.traces.jobs_csv import JobRecord, read_vc_nodes, vc_key
+
+from dprobe.errors import UsageError
+
+
+def vc_nodes_from_file(records: Sequence[JobRecord], path: str | Path) -> dict[str, int]:
+    """Nodes per trace tenant from a VC file; every tenant must be in it."""
+    sizes = read_vc_nodes(path)
+    out: dict[str, int] = {}
+    for tenant in sorted({r.tenant for r in records}):
+        key = tenant if tenant in sizes else vc_key(tenant)
+        if key not in sizes:
+            raise UsageError(f"{path}: no VC size for tenant {tenant!r} of the trace")
+        out[tenant] = sizes[key]
+    return out
+
+
+def split_nodes(records: Sequence[JobRecord], nodes: int, *, node_gpus: int) -> dict[str, int]:
+    """``nodes`` split by GPU-time share (see module doc)."""
+    work: dict[str, float] = defaultdict(float)
+    biggest: dict[str, int] = defaultdict(int)
+    for r in records:
+        if r.num_gpu > 0:
+            work[r.tenant] += r.num_gpu * r.duration_s
+            biggest[r.tenant] = max(biggest[r.tenant], math.ceil(r.num_gpu / node_gpus))
+    total = sum(work.values())
+    if not total:
+        raise UsageError("the trace has no GPU jobs")
+    rest = max(0, nodes - sum(biggest.values()))
+    exact = {t: biggest[t] + rest * w / total for t, w in work.items()}
+    out = {t: math.floor(v) for t, v in exact.items()}
+    for t in sorted(exact, key=lambda t: (out[t] - exact[t], t))[: nodes - sum(out.values())]:
+        out[t] += 1
+    return dict(sorted(out.items()))
+
+
+def resolve_vc_nodes(
+    records: Sequence[JobRecord],
+    jobs_path: Path | None,
+    vcs: Path | None,
+    nodes: int | None,
+    *,
+    node_gpus: int,
+) -> tuple[dict[str, int], str]:
+    """VC sizes and a line saying where they came from."""
+    if vcs is not None:
+        return vc_nodes_from_file(records, vcs), f"VC sizes from {vcs}"
+    beside = jobs_path.with_name("philly_vc.csv") if jobs_path is not None else None
+    if nodes is None and beside is not None and beside.is_file():
+        return vc_nodes_from_file(records, beside), f"VC sizes from {beside} (beside the jobs file)"
+    if nodes is None:
+        raise UsageError("give the VC sizes: --vcs FILE (vc,node num) or --nodes N")
+    return split_nodes(records, nodes, node_gpus=node_gpus), (
+        f"{nodes} nodes split over the VCs by their share of GPU-time"
+    )
