@@ -3,8 +3,8 @@
 Ma et al.'s MMoE (KDD 2018) as DProbe uses it (Zhou et al., Euro-Par 2024): shared
 experts, one softmax gate and one tower per task. Input = features plus a tenant
 embedding. Tasks: one quantile head per horizon (p50 and p90 of the scaled demand change)
-and one trend head (down / flat / up logits). Sizes are **assumptions** (the paper gives
-no architecture details) and are constructor settings.
+and one trend head (down / flat / up logits at every horizon). Sizes are **assumptions**
+(the paper gives no architecture details) and are constructor settings.
 
 Each quantile tower returns ``(z50, z90)`` with ``z90 = z50 + softplus(raw)`` so the
 quantiles never cross. The towers' last layers start at zero (``z50 = 0``: the model
@@ -15,7 +15,7 @@ Example:
     >>> net = MMoENet(n_features=10, n_horizons=3, n_tenant_slots=4)
     >>> q, trend = net(torch.zeros(2, 10), torch.zeros(2, dtype=torch.long))
     >>> tuple(q.shape), tuple(trend.shape)
-    ((2, 3, 2), (2, 3))
+    ((2, 3, 2), (2, 3, 3))
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class MMoENet(nn.Module):
             ]
         )
         self.trend_tower = nn.Sequential(
-            nn.ReLU(), _mlp([expert_out, tower_hidden, N_TREND_CLASSES])
+            nn.ReLU(), _mlp([expert_out, tower_hidden, N_TREND_CLASSES * n_horizons])
         )
         for tower in self.towers:
             last = list(tower.modules())[-1]
@@ -79,7 +79,7 @@ class MMoENet(nn.Module):
                 last.bias[1] = spread_init
 
     def forward(self, x: torch.Tensor, tenant: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``x`` [B, F], ``tenant`` [B] slots -> (quantiles [B, H, 2], trend logits [B, 3])."""
+        """``x`` [B, F], ``tenant`` [B] -> (quantiles [B, H, 2], trend logits [B, H, 3])."""
         z = torch.cat([x, self.embed(tenant)], dim=1)
         experts = torch.stack([e(z) for e in self.experts], dim=1)  # [B, E, D]
         mixed = [(torch.softmax(g(z), dim=1).unsqueeze(2) * experts).sum(dim=1) for g in self.gates]
@@ -89,7 +89,8 @@ class MMoENet(nn.Module):
             z50 = raw[:, 0]
             z90 = z50 + nn.functional.softplus(raw[:, 1])
             quants.append(torch.stack([z50, z90], dim=1))
-        return torch.stack(quants, dim=1), self.trend_tower(mixed[-1])
+        trend = self.trend_tower(mixed[-1]).view(-1, self.n_horizons, N_TREND_CLASSES)
+        return torch.stack(quants, dim=1), trend
 
 
 def pinball(pred: torch.Tensor, target: torch.Tensor, q: float, mask: torch.Tensor) -> torch.Tensor:

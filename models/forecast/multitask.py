@@ -8,9 +8,10 @@ As described for DProbe (Zhou et al., Euro-Par 2024) and implemented here:
 - input: the last ``k_lags`` windows plus multi-scale and calendar features
   (:mod:`~dprobe.models.forecast.features`), scaled by the tenant's typical demand;
 - tasks: the demand at each of ``horizons_s`` (p50 and p90 of the change from now, by
-  quantile loss) and the trend direction over ``trend_horizon_s`` (down / flat / up,
-  flat = within ``trend_band`` of the tenant's scale), sharing experts through one gate per
-  task (:class:`~dprobe.models.forecast.mmoe_net.MMoENet`);
+  quantile loss) and the trend direction at each horizon (down / flat / up, flat = within
+  ``trend_band`` of the tenant's scale), sharing experts through one gate per task
+  (:class:`~dprobe.models.forecast.mmoe_net.MMoENet`); with ``gate_changes`` the trend
+  task decides whether p50 moves at all (see :meth:`MultiTaskForecaster.forecast`);
 - **online training**: every closed window adds the row whose longest horizon has just
   passed to a FIFO replay buffer; every ``train_every`` new rows the model takes
   ``steps_per_train`` Adam steps on random batches of ``batch_size`` rows;
@@ -46,11 +47,12 @@ from typing import Any
 import numpy as np
 import torch
 from dprobe.models.forecast.features import TenantHistory, n_features, origin_features
-from dprobe.models.forecast.mmoe_net import MMoENet, pinball
-from dprobe.models.forecast.replay import IGNORE, ReplayBuffer
+from dprobe.models.forecast.mmoe_net import N_TREND_CLASSES, MMoENet, pinball
+from dprobe.models.forecast.replay import ReplayBuffer
 from dprobe.models.forecast.target import demand_of, window_step_s
 
 DAY_S = 86_400.0
+IGNORE = -100  # cross-entropy ignore index (a target that never arrived)
 
 
 class MultiTaskForecaster:
@@ -64,8 +66,8 @@ class MultiTaskForecaster:
         *,
         horizons_s: Sequence[float] = (600.0, 3600.0, 21600.0),
         k_lags: int = 12,
-        trend_horizon_s: float = 3600.0,
-        trend_band: float = 0.05,
+        trend_band: float = 0.02,
+        gate_changes: bool = True,
         max_tenants: int = 256,
         embed_dim: int = 8,
         n_experts: int = 4,
@@ -81,13 +83,15 @@ class MultiTaskForecaster:
         min_rows: int = 256,
         embed_dropout: float = 0.1,
         trend_weight: float = 0.2,
+        scale_weighted_loss: bool = False,
+        ema_decay: float = 0.99,
         utc_offset_s: float = 0.0,
         seed: int = 0,
     ) -> None:
         self.horizons_s = tuple(horizons_s)
         self.k_lags = k_lags
-        self.trend_horizon_s = trend_horizon_s
         self.trend_band = trend_band
+        self.gate_changes = gate_changes
         self.max_tenants = max_tenants
         self.embed_dim = embed_dim
         self.n_experts = n_experts
@@ -103,6 +107,8 @@ class MultiTaskForecaster:
         self.min_rows = min_rows
         self.embed_dropout = embed_dropout
         self.trend_weight = trend_weight
+        self.scale_weighted_loss = scale_weighted_loss
+        self.ema_decay = ema_decay
         self.utc_offset_s = utc_offset_s
         self.seed = seed
         if not self.horizons_s or any(h <= 0 for h in self.horizons_s):
@@ -127,6 +133,8 @@ class MultiTaskForecaster:
                 expert_out=self.expert_out,
                 tower_hidden=self.tower_hidden,
             )
+        self._ema = copy.deepcopy(self._net)  # the averaged weights that forecast
+        self._ema.requires_grad_(False)
         self._opt = torch.optim.Adam(
             self._net.parameters(), lr=self.lr, weight_decay=self.weight_decay
         )
@@ -154,6 +162,7 @@ class MultiTaskForecaster:
                 slot = len(self._slots) + 1
                 with torch.no_grad():  # a new tenant starts from the generic embedding
                     self._net.embed.weight[slot] = self._net.embed.weight[0]
+                    self._ema.embed.weight[slot] = self._ema.embed.weight[0]
             else:  # beyond capacity, tenants share slots by a stable hash (assumption)
                 slot = zlib.crc32(tenant.encode()) % self.max_tenants + 1
             self._slots[tenant] = slot
@@ -209,12 +218,8 @@ class MultiTaskForecaster:
                 targets[i], mask[i] = (v - y0) / scale, 1.0
         if not mask.any():
             return
-        trend = IGNORE
-        tv = hist.value(o + max(round(self.trend_horizon_s / hist.step_s), 1))
-        if tv is not None:
-            change = (tv - y0) / scale
-            trend = 0 if change < -self.trend_band else 2 if change > self.trend_band else 1
-        self._buffer.add(x, self._slots[tenant], targets, mask, trend)
+        weight = scale if self.scale_weighted_loss else 1.0
+        self._buffer.add(x, self._slots[tenant], targets, mask, weight)
         self._new_rows += 1
 
     def _train_step(self) -> None:
@@ -223,21 +228,33 @@ class MultiTaskForecaster:
         tenant = torch.where(drop, torch.zeros_like(batch["tenant"]), batch["tenant"])
         self._net.train()
         quants, trend_logits = self._net(batch["x"], tenant)
-        loss = pinball(quants[:, :, 0], batch["y"], 0.5, batch["mask"]) + pinball(
-            quants[:, :, 1], batch["y"], 0.9, batch["mask"]
+        w = batch["weight"] / batch["weight"].mean().clamp(min=1e-9)
+        mw = batch["mask"] * w.unsqueeze(1)
+        loss = pinball(quants[:, :, 0], batch["y"], 0.5, mw) + pinball(
+            quants[:, :, 1], batch["y"], 0.9, mw
         )
-        if (batch["trend"] != IGNORE).any():
-            loss = loss + self.trend_weight * torch.nn.functional.cross_entropy(
-                trend_logits, batch["trend"], ignore_index=IGNORE
-            )
+        # trend classes from the same targets: down / flat / up around +-trend_band
+        trend = 1 + (batch["y"] > self.trend_band).long() - (batch["y"] < -self.trend_band).long()
+        trend = torch.where(batch["mask"] > 0, trend, torch.full_like(trend, IGNORE))
+        ce = torch.nn.functional.cross_entropy(
+            trend_logits.reshape(-1, N_TREND_CLASSES),
+            trend.reshape(-1),
+            ignore_index=IGNORE,
+            reduction="none",
+        ).view_as(mw)
+        loss = loss + self.trend_weight * (ce * mw).sum() / mw.sum().clamp(min=1.0)
         self._opt.zero_grad(set_to_none=True)
         loss.backward()
         self._opt.step()
+        with torch.no_grad():
+            d = self.ema_decay if self._steps > 0 else 0.0
+            for pe, p in zip(self._ema.parameters(), self._net.parameters(), strict=True):
+                pe.mul_(d).add_(p, alpha=1.0 - d)
         self._steps += 1
         self._cache.clear()
 
-    def _predict(self, tenant: str) -> tuple[np.ndarray, float, float, np.ndarray]:
-        """(scaled quantiles [H, 2], demand now, scale, trend probabilities) of a tenant."""
+    def _predict(self, tenant: str) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """(scaled quantiles [H, 2], trend probabilities [H, 3], demand now, scale)."""
         hist = self._hist[tenant]
         cached = self._cache.get(tenant)
         if cached is None or cached[0] != hist.last_idx or cached[1] != self._steps:
@@ -247,41 +264,57 @@ class MultiTaskForecaster:
                 horizon_steps=self._steps_of(hist.step_s),
                 utc_offset_s=self.utc_offset_s,
             )
-            self._net.eval()
+            self._ema.eval()
             with torch.no_grad():
-                q, logits = self._net(
+                q, logits = self._ema(
                     torch.from_numpy(x).unsqueeze(0), torch.tensor([self._slots[tenant]])
                 )
-            packed = np.concatenate([q[0].numpy().ravel(), torch.softmax(logits[0], 0).numpy()])
+            packed = np.concatenate(
+                [q[0].numpy().ravel(), torch.softmax(logits[0], dim=1).numpy().ravel()]
+            )
             cached = (hist.last_idx, self._steps, packed, y, scale)
             self._cache[tenant] = cached
         packed, y, scale = cached[2], cached[3], cached[4]
         nh = len(self.horizons_s)
-        return packed[: 2 * nh].reshape(nh, 2), y, scale, packed[2 * nh :]
+        return packed[: 2 * nh].reshape(nh, 2), packed[2 * nh :].reshape(nh, 3), y, scale
 
     def forecast(self, tenant: str, horizons: Sequence[float]) -> dict[float, tuple[float, float]]:
-        """``{horizon_s: (p50, p90)}`` in GPUs; an unseen tenant gets ``(0.0, 0.0)``."""
+        """``{horizon_s: (p50, p90)}`` in GPUs; an unseen tenant gets ``(0.0, 0.0)``.
+
+        With ``gate_changes``, a horizon whose trend head finds neither "down" nor "up"
+        more likely than not keeps p50 = demand now: the median of a change that is
+        more often than not "flat" is no change (the median's own definition).
+        """
         if tenant not in self._hist:
             return dict.fromkeys(horizons, (0.0, 0.0))
-        q, y, scale, _ = self._predict(tenant)
+        q, probs, y, scale = self._predict(tenant)
+        z50 = q[:, 0].copy()
+        if self.gate_changes:
+            z50[np.maximum(probs[:, 0], probs[:, 2]) < 0.5] = 0.0
         knots = [0.0, *self.horizons_s]
-        z50s = [0.0, *q[:, 0].tolist()]
+        z50s = [0.0, *z50.tolist()]
         z90s = [0.0, *q[:, 1].tolist()]
         out: dict[float, tuple[float, float]] = {}
         for h in horizons:
             hh = min(max(float(h), 0.0), knots[-1])
-            z50 = float(np.interp(hh, knots, z50s))
-            z90 = float(np.interp(hh, knots, z90s))
-            p50 = max(y + scale * z50, 0.0)
-            out[h] = (p50, max(y + scale * z90, p50))
+            p50 = max(y + scale * float(np.interp(hh, knots, z50s)), 0.0)
+            p90 = max(y + scale * float(np.interp(hh, knots, z90s)), p50)
+            out[h] = (p50, p90)
         return out
 
-    def trend(self, tenant: str) -> dict[str, float]:
-        """Probabilities of the trend over ``trend_horizon_s``: ``{"down", "flat", "up"}``."""
+    def trend(self, tenant: str) -> dict[float, dict[str, float]]:
+        """Per trained horizon, probabilities of ``{"down", "flat", "up"}`` beyond +-band.
+
+        >>> MultiTaskForecaster(horizons_s=(600.0,)).trend("unseen")
+        {600.0: {'down': 0.0, 'flat': 1.0, 'up': 0.0}}
+        """
         if tenant not in self._hist:
-            return {"down": 0.0, "flat": 1.0, "up": 0.0}
-        p = self._predict(tenant)[3]
-        return {"down": float(p[0]), "flat": float(p[1]), "up": float(p[2])}
+            return {h: {"down": 0.0, "flat": 1.0, "up": 0.0} for h in self.horizons_s}
+        probs = self._predict(tenant)[1]
+        return {
+            h: {"down": float(p[0]), "flat": float(p[1]), "up": float(p[2])}
+            for h, p in zip(self.horizons_s, probs, strict=True)
+        }
 
     def tenants(self) -> list[str]:
         """Tenants seen so far."""
@@ -293,6 +326,7 @@ class MultiTaskForecaster:
         return copy.deepcopy(
             {
                 "net": self._net.state_dict(),
+                "ema": self._ema.state_dict(),
                 "opt": self._opt.state_dict(),
                 "rng": self._rng.bit_generator.state,
                 "buffer": self._buffer.to_state(),
@@ -312,6 +346,7 @@ class MultiTaskForecaster:
         state = copy.deepcopy(state)
         self._reset()
         self._net.load_state_dict(state["net"])
+        self._ema.load_state_dict(state["ema"])
         self._opt.load_state_dict(state["opt"])
         self._rng.bit_generator.state = state["rng"]
         self._buffer.load_state(state["buffer"])

@@ -8,7 +8,7 @@ Example:
     >>> import numpy as np
     >>> b = ReplayBuffer(capacity=2, n_features=3, n_horizons=1)
     >>> for i in range(3):
-    ...     b.add(np.full(3, i, np.float32), 0, np.zeros(1, np.float32), np.ones(1, np.float32), 1)
+    ...     b.add(np.full(3, i, np.float32), 0, np.zeros(1, np.float32), np.ones(1, np.float32))
     >>> len(b), sorted(b.x[:, 0].tolist())
     (2, [1.0, 2.0])
 """
@@ -20,11 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
-IGNORE = -100  # trend label of a row whose trend is unknown (cross-entropy ignore index)
-
 
 class ReplayBuffer:
-    """FIFO ring of (features, tenant slot, targets, target mask, trend class)."""
+    """FIFO ring of (features, tenant slot, targets, target mask, row weight)."""
 
     def __init__(self, capacity: int, n_features: int, n_horizons: int) -> None:
         self.capacity = capacity
@@ -32,22 +30,24 @@ class ReplayBuffer:
         self.tenant = np.zeros(capacity, dtype=np.int64)
         self.y = np.zeros((capacity, n_horizons), dtype=np.float32)
         self.mask = np.zeros((capacity, n_horizons), dtype=np.float32)
-        self.trend = np.full(capacity, IGNORE, dtype=np.int64)
+        self.weight = np.ones(capacity, dtype=np.float32)
         self.size = 0
         self.head = 0
 
     def __len__(self) -> int:
         return self.size
 
-    def add(self, x: np.ndarray, tenant: int, y: np.ndarray, mask: np.ndarray, trend: int) -> None:
+    def add(
+        self,
+        x: np.ndarray,
+        tenant: int,
+        y: np.ndarray,
+        mask: np.ndarray,
+        weight: float = 1.0,
+    ) -> None:
         i = self.head
-        self.x[i], self.tenant[i], self.y[i], self.mask[i], self.trend[i] = (
-            x,
-            tenant,
-            y,
-            mask,
-            trend,
-        )
+        self.x[i], self.tenant[i], self.y[i], self.mask[i] = x, tenant, y, mask
+        self.weight[i] = weight
         self.head = (i + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
 
@@ -59,7 +59,7 @@ class ReplayBuffer:
             "tenant": torch.from_numpy(self.tenant[rows]),
             "y": torch.from_numpy(self.y[rows]),
             "mask": torch.from_numpy(self.mask[rows]),
-            "trend": torch.from_numpy(self.trend[rows]),
+            "weight": torch.from_numpy(self.weight[rows]),
         }
 
     def to_state(self) -> dict[str, Any]:
@@ -69,7 +69,7 @@ class ReplayBuffer:
             "tenant": torch.from_numpy(self.tenant[:n].copy()),
             "y": torch.from_numpy(self.y[:n].copy()),
             "mask": torch.from_numpy(self.mask[:n].copy()),
-            "trend": torch.from_numpy(self.trend[:n].copy()),
+            "weight": torch.from_numpy(self.weight[:n].copy()),
             "head": self.head,
         }
 
@@ -77,7 +77,7 @@ class ReplayBuffer:
         n = int(state["x"].shape[0])
         if n > self.capacity:
             raise ValueError(f"buffer state holds {n} rows, capacity is {self.capacity}")
-        for name in ("x", "tenant", "y", "mask", "trend"):
+        for name in ("x", "tenant", "y", "mask", "weight"):
             getattr(self, name)[:n] = state[name].numpy()
         self.size = n
         self.head = int(state["head"]) % self.capacity
