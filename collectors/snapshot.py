@@ -94,10 +94,11 @@ class SnapshotBuilder:
                 else:
                     try:
                         who = self.resolver.resolve(p.pid)
+                        tenant, job = tenant or who.tenant, job or who.job
                     except ProcessGone:
+                        # it held the GPU when the backend listed it: keep it, unattributed
                         self.on_fault("proc_vanished")
-                        continue
-                    tenant, job = tenant or who.tenant, job or who.job
+                        tenant, job = tenant or UNASSIGNED, job or f"pid-{p.pid}"
             if not 0 <= p.pid <= _MAX_PID:
                 self.on_fault("out_of_range")
                 continue

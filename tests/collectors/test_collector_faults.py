@@ -110,7 +110,11 @@ async def test_bad_values_and_vanished_processes_are_repaired_and_counted(
     assert snaps[0].gpus[0].util == 0.0
     assert snaps[1].gpus[0].mem_used == 0
     assert snaps[2].gpus[0].util == 100.0
-    assert [p.pid for p in snaps[3].procs] == [11]
+    # 12 vanished between listing and attribution: kept for this tick, unattributed
+    assert [(p.pid, p.tenant, p.job) for p in snaps[3].procs] == [
+        (11, "unassigned", "a.service"),
+        (12, "unassigned", "pid-12"),
+    ]
     assert (snaps[4].procs[0].sm_util, snaps[4].procs[0].mem_util) == (0.0, 0.0)
     faults = "dprobe_collector_sample_faults_total"
     assert value(reg, faults, kind="nan") == 2  # NaN util, inf sm_util
