@@ -121,15 +121,17 @@ class TenantResolver:
             del self._cache[key]
 
     # reading procfs
-    def _read(self, pid: int, name: str, binary: bool = False) -> str | bytes:
-        path = self.proc_root / str(pid) / name
+    def _read_bytes(self, pid: int, name: str) -> bytes:
         try:
-            return path.read_bytes() if binary else path.read_text(errors="replace")
+            return (self.proc_root / str(pid) / name).read_bytes()
         except (FileNotFoundError, ProcessLookupError):
             raise ProcessGone(f"process {pid} has ended") from None
 
+    def _read(self, pid: int, name: str) -> str:
+        return self._read_bytes(pid, name).decode(errors="replace")
+
     def _start_time(self, pid: int) -> int:
-        stat = str(self._read(pid, "stat"))
+        stat = self._read(pid, "stat")
         fields = stat[stat.rfind(")") + 2 :].split()
         try:
             return int(fields[19])  # field 22 of proc(5): starttime in clock ticks
@@ -137,7 +139,7 @@ class TenantResolver:
             raise ProcessGone(f"process {pid}: unreadable stat") from None
 
     def _uid(self, pid: int) -> int | None:
-        for line in str(self._read(pid, "status")).splitlines():
+        for line in self._read(pid, "status").splitlines():
             if line.startswith("Uid:"):
                 return int(line.split()[1])
         return None
@@ -146,12 +148,12 @@ class TenantResolver:
         if not self.env_vars:
             return {}
         try:
-            raw = self._read(pid, "environ", binary=True)
+            raw = self._read_bytes(pid, "environ")
         except PermissionError:
             return {}
         wanted = set(self.env_vars)
         found: dict[str, str] = {}
-        for item in bytes(raw).split(b"\0"):
+        for item in raw.split(b"\0"):
             name, sep, value = item.partition(b"=")
             key = name.decode(errors="replace")
             if sep and key in wanted:
@@ -177,7 +179,7 @@ class TenantResolver:
     # the rules
     def _resolve_uncached(self, pid: int) -> Attribution:
         try:
-            ident = parse_cgroup(str(self._read(pid, "cgroup")))
+            ident = parse_cgroup(self._read(pid, "cgroup"))
         except PermissionError:
             ident = CgroupIdentity()
         m = self.tenant_map
