@@ -6,8 +6,14 @@ import os
 from pathlib import Path
 
 import pytest
+from dprobe.collectors.assemble import build_collector
+from dprobe.collectors.clock import ManualClock
 from dprobe.collectors.seq import SeqCounter
 from dprobe.collectors.spool import Spool
+from dprobe.collectors.synthetic import SyntheticBackend
+from prometheus_client import CollectorRegistry
+
+from dprobe.config import CollectorSettings
 
 
 def payload(seq: int, size: int = 100) -> bytes:
@@ -141,3 +147,31 @@ def test_seq_never_repeats_across_restarts_and_respects_the_floor(tmp_path: Path
     c4 = SeqCounter(path)
     c4.load(floor=0)
     assert c4.next() == 5
+
+
+async def test_a_full_spool_drops_the_oldest_and_the_collector_counts_them(tmp_path: Path) -> None:
+    settings = CollectorSettings(
+        host_id="h1",
+        interval_s=1.0,
+        spool_dir=tmp_path / "spool",
+        state_dir=tmp_path / "state",
+        spool_max_bytes=1 << 20,
+        spool_fsync=False,
+    )
+    registry = CollectorRegistry()
+    clock = ManualClock()
+    backend = SyntheticBackend(gpus=8, procs_per_gpu=8, saturate=True, clock=clock)
+    c = build_collector(
+        settings, registry=registry, clock=clock, backend=backend, send=False, max_ticks=150
+    )
+    async with c:  # Kafka never seen: ~150 x 14.5 KiB does not fit in 1 MiB
+        await c.wait()
+    dropped = registry.get_sample_value(
+        "dprobe_collector_dropped_snapshots_total", {"reason": "spool_full"}
+    )
+    c.spool.open()
+    kept = [r.seq for r in c.spool.read(max_records=1000, max_bytes=1 << 30)]
+    c.spool.close()
+    assert c.spool.total_bytes <= 1 << 20
+    assert dropped and dropped == 150 - len(kept)
+    assert kept == list(range(150 - len(kept), 150))  # the newest survive, contiguous
