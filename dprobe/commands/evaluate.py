@@ -1,15 +1,256 @@
-"""Not available in this version yet."""
+"""Forecast accuracy of every model against the baselines on a demand trace.
+
+Rolling-origin evaluation: the trace is aggregated into windows of --window-s seconds
+(the mean demand of each window; demand = running + pending GPUs), every model learns the
+windows in time order, and from every --origin-stride-th window in the test span it
+forecasts 10 min, 1 h and 6 h ahead. Windows before --test-start only fit (warm up) the
+models; online models keep learning from windows that have closed during the test span,
+never from the future. Metrics per model and horizon: MAE, RMSE, MASE against last value,
+and the under-provisioning rate (p50 below actual). PNG plots go to --out.
+
+Examples:
+    dprobe evaluate --trace traces/helios-earth-vcs --format helios-vc \\
+        --test-start 2020-05-22 --json
+    dprobe evaluate --trace demand.csv --format demand-csv --out report/
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
-from dprobe.commands._common import not_built
+from dprobe.errors import UsageError
+
+MODEL_NAMES = ("last-value", "seasonal-naive", "moving-average", "holt-winters", "dprobe-mmoe")
+DEFAULT_HORIZONS = "600,3600,21600"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--trace", required=True, metavar="PATH", help="a trace file or a folder of them"
+    )
+    p.add_argument("--format", required=True, choices=["demand-csv", "helios-vc"], dest="fmt")
+    p.add_argument("--json", action="store_true", help="print one JSON document (rows) on stdout")
+    p.add_argument("--out", default="dprobe-evaluate", metavar="DIR", help="folder for PNG plots")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument(
+        "--test-start",
+        metavar="TIME",
+        help="start of the test span (ISO-8601 or epoch s); default: the last 30%% of the trace",
+    )
+    p.add_argument(
+        "--test-end",
+        metavar="TIME",
+        help="ignore the trace from this time on (e.g. to validate on a span before the test)",
+    )
+    p.add_argument("--window-s", type=float, default=600.0, help="window length (default 600)")
+    p.add_argument(
+        "--origin-stride", type=int, default=1, help="forecast from every N-th window (default 1)"
+    )
+    p.add_argument(
+        "--horizons", default=DEFAULT_HORIZONS, help="horizons in seconds, comma-separated"
+    )
+    p.add_argument("--models", default=",".join(MODEL_NAMES), help="models to evaluate")
+    p.add_argument("--seed", type=int, default=0, help="seed of the multi-task model")
+    p.add_argument("--warm-start", metavar="FILE", help="multi-task model checkpoint to start from")
+    p.add_argument(
+        "--save-checkpoint", metavar="FILE", help="write the multi-task model at the end"
+    )
+    p.add_argument("--plot-tenants", type=int, default=3, help="tenants to plot (largest first)")
+
+
+def _time(text: str, flag: str) -> float:
+    from dprobe.traces.demand_series import parse_ts
+
+    try:
+        return parse_ts(text)
+    except ValueError:
+        raise UsageError(f"{flag}: not ISO-8601 or epoch seconds: {text!r}") from None
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _models(args: argparse.Namespace) -> list[Any]:
+    from dprobe.models.forecast.baselines import (
+        HoltWinters,
+        LastValue,
+        MovingAverage,
+        SeasonalNaive,
+    )
+    from dprobe.models.forecast.multitask import MultiTaskForecaster, load_checkpoint
+
+    wanted = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = sorted(set(wanted) - set(MODEL_NAMES))
+    if unknown:
+        raise UsageError(
+            f"--models: unknown {', '.join(unknown)} (choose from {', '.join(MODEL_NAMES)})"
+        )
+    # last value is the MASE reference: always there, always first
+    models: list[Any] = [LastValue()]
+    factories = {
+        "seasonal-naive": SeasonalNaive,
+        "moving-average": MovingAverage,
+        "holt-winters": HoltWinters,
+    }
+    for name in wanted:
+        if name in factories:
+            models.append(factories[name]())
+        elif name == "dprobe-mmoe":
+            mt = MultiTaskForecaster(seed=args.seed)
+            if args.warm_start:
+                try:
+                    load_checkpoint(mt, args.warm_start)
+                except (OSError, KeyError, RuntimeError) as exc:
+                    raise UsageError(f"--warm-start {args.warm_start}: {exc}") from None
+            models.append(mt)
+    return models
+
+
+def _horizons(text: str) -> list[float]:
+    try:
+        hs = sorted({float(h) for h in text.split(",") if h.strip()})
+    except ValueError:
+        raise UsageError(f"--horizons: not a list of seconds: {text!r}") from None
+    if not hs or any(not math.isfinite(h) or h <= 0 for h in hs):
+        raise UsageError("--horizons: need positive seconds")
+    return hs
 
 
 def run(args: argparse.Namespace) -> int:
-    return not_built("evaluate")
+    from dprobe.models.forecast.evaluation import rolling_origin
+    from dprobe.traces.demand_series import read_trace
+    from dprobe.traces.demand_windows import to_windows
+
+    if args.window_s <= 0:
+        raise UsageError("--window-s must be > 0")
+    if args.origin_stride < 1:
+        raise UsageError("--origin-stride must be >= 1")
+    horizons = _horizons(args.horizons)
+    test_end = _time(args.test_end, "--test-end") if args.test_end else math.inf
+    models = _models(args)
+    err = sys.stderr
+
+    t0 = time.monotonic()
+    points = (p for p in read_trace(args.trace, args.fmt) if p.ts < test_end)
+    windows = list(to_windows(points, args.window_s))
+    if not windows:
+        raise UsageError(f"{args.trace}: no data (before --test-end)")
+    first, last = windows[0].window_end, windows[-1].window_end
+    if args.test_start:
+        test_start = _time(args.test_start, "--test-start")
+    else:
+        test_start = first + 0.7 * (last - first)
+    if not first < test_start <= last:
+        raise UsageError(
+            f"--test-start {_iso(test_start)} is outside the trace ({_iso(first)} .. {_iso(last)})"
+        )
+    tenants = sorted({w.tenant for w in windows})
+    n_fit = sum(1 for w in windows if w.window_end < test_start)
+    split = (
+        f"split: fit/warm-up on windows ending {_iso(first)} .. before {_iso(test_start)} "
+        f"({n_fit} windows); test {_iso(test_start)} .. {_iso(last)} "
+        f"({len(windows) - n_fit} windows); {len(tenants)} tenants, {args.window_s:g}-s windows "
+        f"(mean demand), origins every {args.origin_stride} window(s); online models keep "
+        "learning from closed windows during the test span (never from the future)"
+    )
+    print(split, file=err)
+
+    def progress(n: int) -> None:
+        if n % 10_000 == 0:
+            print(f"  {n}/{len(windows)} windows ({time.monotonic() - t0:.0f} s)", file=err)
+
+    result = rolling_origin(
+        windows,
+        models,
+        horizons,
+        test_start=test_start,
+        origin_stride=args.origin_stride,
+        progress=progress,
+    )
+    if not result.rows:
+        raise UsageError("no forecast could be scored: the test span is shorter than the horizons")
+    print(f"evaluated {len(windows)} windows in {time.monotonic() - t0:.1f} s", file=err)
+
+    table = _table(result.rows)
+    if args.json:
+        print(table, file=err)
+        json.dump([r.public() for r in result.rows], sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        print(split)
+        print(table)
+    if args.save_checkpoint:
+        from dprobe.models.forecast.multitask import MultiTaskForecaster, save_checkpoint
+
+        for m in models:
+            if isinstance(m, MultiTaskForecaster):
+                save_checkpoint(m, args.save_checkpoint)
+    if not args.no_plots:
+        _plots(
+            args,
+            result=result,
+            windows=windows,
+            horizons=horizons,
+            names=[m.name for m in models],
+            split=split,
+            err=err,
+        )
+    return 0
+
+
+def _table(rows: list[Any]) -> str:
+    head = (
+        f"{'model':16s} {'horizon':>8s} {'MAE':>8s} {'RMSE':>8s} {'MASE':>7s} "
+        f"{'under':>6s} {'p90 under':>9s} {'n':>6s}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(
+            f"{r.model:16s} {r.horizon_s / 60:>6g}m {r.mae:8.3f} {r.rmse:8.3f} {r.mase:7.3f} "
+            f"{r.under_rate:6.3f} {r.p90_under_rate:9.3f} {r.n:6d}"
+        )
+    lines.append("MASE = MAE / MAE of last value (same pairs); under = share of p50 below actual")
+    return "\n".join(lines)
+
+
+def _plots(
+    args: argparse.Namespace,
+    *,
+    result: Any,
+    windows: list[Any],
+    horizons: list[float],
+    names: list[str],
+    split: str,
+    err: Any,
+) -> None:
+    from dprobe.models.forecast import plots
+
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
+    size: dict[str, float] = {}
+    for w in windows:
+        size[w.tenant] = size.get(w.tenant, 0.0) + w.running_gpus + w.pending_gpus
+    top = sorted(size, key=lambda t: -size[t])[: max(args.plot_tenants, 0)]
+    shown = [n for n in names if n in ("last-value", "holt-winters", "dprobe-mmoe")] or names
+    h_plot = min(horizons, key=lambda h: abs(h - 3600.0))
+    paths = plots.error_by_horizon(result, out)
+    paths += plots.forecasts_vs_actual(result, out, tenants=top, horizon_s=h_plot, models=shown)
+    summary = {
+        "split": split,
+        "fit_span": result.fit_span,
+        "test_span": result.test_span,
+        "rows": [vars(r) for r in result.rows],
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(f"plots and summary.json written to {out}/ ({len(paths)} PNG)", file=err)

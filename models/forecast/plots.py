@@ -1,0 +1,99 @@
+"""PNG plots of an evaluation: forecast vs actual for a few tenants, error by horizon.
+
+matplotlib is imported inside the functions (Agg backend, no display needed).
+
+Example:
+    >>> from dprobe.models.forecast.evaluation import EvalResult, MetricRow
+    >>> import tempfile, pathlib
+    >>> res = EvalResult(rows=[MetricRow("last-value", 600.0, 1.0, 1.0, 1.0, 0.1, 0.05, 10)])
+    >>> [p.name for p in error_by_horizon(res, pathlib.Path(tempfile.mkdtemp()))]
+    ['error_by_horizon.png']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dprobe.models.forecast.evaluation import EvalResult
+
+
+def _pyplot():  # type: ignore[no-untyped-def]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def error_by_horizon(result: EvalResult, out: Path) -> list[Path]:
+    """One figure: MASE (vs last value) and MAE per model against the horizon."""
+    plt = _pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    models = sorted({r.model for r in result.rows})
+    for name in models:
+        rows = sorted((r for r in result.rows if r.model == name), key=lambda r: r.horizon_s)
+        hours = [r.horizon_s / 3600 for r in rows]
+        ax1.plot(hours, [r.mase for r in rows], marker="o", label=name)
+        ax2.plot(hours, [r.mae for r in rows], marker="o", label=name)
+    ax1.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax1.set(xlabel="horizon (h)", ylabel="MASE vs last value", xscale="log")
+    ax2.set(xlabel="horizon (h)", ylabel="MAE (GPUs)", xscale="log")
+    ax1.legend(fontsize=8)
+    fig.suptitle("Forecast error by horizon (test span)")
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "error_by_horizon.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [path]
+
+
+def forecasts_vs_actual(
+    result: EvalResult,
+    out: Path,
+    *,
+    tenants: Sequence[str],
+    horizon_s: float,
+    models: Sequence[str],
+) -> list[Path]:
+    """One figure per tenant: actual demand and each model's p50 (and p90 band) at ``horizon_s``."""
+    plt = _pyplot()
+    out.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+    for tenant in tenants:
+        fig, ax = plt.subplots(figsize=(11, 4))
+        actual_drawn = False
+        for name in models:
+            pts = result.series.get((name, tenant, horizon_s))
+            if not pts:
+                continue
+            t = [datetime.fromtimestamp(p[0], UTC) for p in pts]
+            if not actual_drawn:
+                ax.plot(t, [p[3] for p in pts], color="black", lw=1.2, label="actual")
+                actual_drawn = True
+            (line,) = ax.plot(t, [p[1] for p in pts], lw=0.9, label=f"{name} p50")
+            if name == models[-1]:
+                ax.fill_between(
+                    t,
+                    [p[1] for p in pts],
+                    [p[2] for p in pts],
+                    alpha=0.2,
+                    color=line.get_color(),
+                    label=f"{name} p50-p90",
+                )
+        ax.set(
+            title=f"{tenant}: forecast {horizon_s / 3600:g} h ahead vs actual (test span)",
+            ylabel="demand (GPUs)",
+        )
+        ax.legend(fontsize=8, loc="upper left")
+        fig.autofmt_xdate()
+        fig.tight_layout()
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in tenant)
+        path = out / f"forecast_{safe}_{int(horizon_s)}s.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
