@@ -77,6 +77,7 @@ class KafkaSender:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._failures = 0
+        self._down_since: float | None = None
         self._stopped = False
 
     def _default_producer(self) -> AIOKafkaProducer:
@@ -175,11 +176,12 @@ class KafkaSender:
             self._failures += 1
             self.metrics.send_errors.labels(kind="connect").inc()
             self.metrics.kafka_up.set(0)
-            log.warning("Kafka not reachable (%s): spooling", exc)
+            self._log_failure("Kafka at %s not reachable (%s): spooling", self.kafka.bootstrap, exc)
             await self._stop_producer(producer)
             return False
         self._producer = producer
         log.info("connected to Kafka at %s", self.kafka.bootstrap)
+        self._down_since = None
         return True
 
     async def _send(self, batch: list[Any]) -> bool:
@@ -196,11 +198,20 @@ class KafkaSender:
             self._failures += 1
             self.metrics.send_errors.labels(kind=kind).inc()
             self.metrics.kafka_up.set(0)
-            log.warning("delivery of %d snapshots failed (%s): will retry", len(batch), kind)
+            self._log_failure("delivery of %d snapshots failed (%s): retrying", len(batch), kind)
             return False
         self.metrics.send_latency.observe(time.perf_counter() - t0)
         self.metrics.kafka_up.set(1)
         return True
+
+    def _log_failure(self, msg: str, *args: object) -> None:
+        """Warn when Kafka goes away and once a minute while it stays away; else debug."""
+        now = time.monotonic()
+        if self._down_since is None or now - self._down_since >= 60.0:
+            self._down_since = now
+            log.warning(msg + " (%d snapshots spooled)", *args, self.spool.pending_records)
+        else:
+            log.debug(msg, *args)
 
     async def _close_producer(self) -> None:
         producer, self._producer = self._producer, None

@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="/metrics port (default 9401; 0 = any free port)",
     )
-    p.add_argument("--spool-dir", metavar="DIR", help="disk spool folder")
+    p.add_argument("--spool-dir", metavar="DIR", help="disk spool folder (one subfolder per host)")
     p.add_argument("--spool-max-bytes", type=int, metavar="N", help="spool bound in bytes")
     p.add_argument("--state-dir", metavar="DIR", help="folder of the persisted seq")
     p.add_argument(
@@ -192,6 +192,8 @@ async def _serve(s: CollectorSettings, args: argparse.Namespace) -> int:
             await collector.start()
         except BackendError as exc:
             raise _unavailable(exc, s.backend) from None
+        except OSError as exc:  # spool or state folder not writable
+            raise UsageError(f"cannot use the spool or state folder: {exc}") from None
         try:
             server.start()
         except OSError as exc:
