@@ -27,15 +27,21 @@ from dprobe.errors import UsageError
 
 
 def vc_nodes_from_file(records: Sequence[JobRecord], path: str | Path) -> dict[str, int]:
-    """Nodes per trace tenant from a VC file; every tenant must be in it."""
+    """Nodes per VC from a VC file, named as the trace names them; every tenant of the
+    trace must be in the file, and VCs of the file without jobs are kept (they lend)."""
     sizes = read_vc_nodes(path)
     out: dict[str, int] = {}
+    used: set[str] = set()
     for tenant in sorted({r.tenant for r in records}):
         key = tenant if tenant in sizes else vc_key(tenant)
         if key not in sizes:
             raise UsageError(f"{path}: no VC size for tenant {tenant!r} of the trace")
         out[tenant] = sizes[key]
-    return out
+        used.add(key)
+    for name, nodes in sizes.items():
+        if name not in used:
+            out[name] = nodes
+    return dict(sorted(out.items()))
 
 
 def split_nodes(records: Sequence[JobRecord], nodes: int, *, node_gpus: int) -> dict[str, int]:

@@ -1,15 +1,205 @@
-"""Not available in this version yet."""
+"""Trace-driven cluster simulation: queueing delay per scheduling policy and quota mode.
+
+    dprobe simulate --jobs trace_job_Philly_MIX1.csv [--vcs philly_vc.csv]
+    dprobe simulate --helios DIR --days 7 --policies fifo las --json
+
+Prints a table of average and p95 queueing delay, average JCT, GPU allocation ratio and
+node moves for every policy x mode, with the reduction of average queueing delay vs
+static quotas, and writes a PNG bar chart. ``--json`` prints one JSON list of rows on
+stdout and nothing else there. ``jobs-csv`` times are minutes unless ``--time-unit``
+says otherwise (or the header names ``submit_time_s`` / ``duration_s``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import time
+from pathlib import Path
 
-from dprobe.commands._common import not_built
+from dprobe.errors import UsageError
+
+POLICIES = ("fifo", "sjf", "srtf", "qssf", "las")
+MODES = ("static", "reactive", "predictive", "oracle")
+
+
+def _names(values: list[str], allowed: tuple[str, ...], what: str) -> list[str]:
+    out = [v.strip().lower() for item in values for v in item.split(",") if v.strip()]
+    bad = [v for v in out if v not in allowed]
+    if bad:
+        raise UsageError(f"unknown {what} {', '.join(bad)}; choose from {', '.join(allowed)}")
+    return list(dict.fromkeys(out))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--jobs", type=Path, metavar="PATH", help="a jobs-csv trace")
+    src.add_argument(
+        "--helios",
+        type=Path,
+        metavar="DIR",
+        help="synthetic jobs calibrated to the Helios Earth VC series in DIR",
+    )
+    p.add_argument(
+        "--vcs",
+        type=Path,
+        metavar="FILE",
+        help="VC sizes, 'vc,node num' (default: philly_vc.csv beside --jobs)",
+    )
+    p.add_argument(
+        "--nodes",
+        type=int,
+        metavar="N",
+        help="without a VC file: N nodes split over the VCs by GPU-time share",
+    )
+    p.add_argument(
+        "--policies",
+        nargs="+",
+        default=list(POLICIES),
+        metavar="P",
+        help=f"any of {', '.join(POLICIES)} (default: all)",
+    )
+    p.add_argument(
+        "--modes",
+        nargs="+",
+        default=list(MODES),
+        metavar="M",
+        help=f"any of {', '.join(MODES)} (default: all)",
+    )
+    p.add_argument(
+        "--time-unit",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="seconds per jobs-csv time unit (default 60: minutes)",
+    )
+    p.add_argument("--days", type=float, default=7.0, help="--helios: days of May 2020 (7)")
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="planning interval in seconds (300)",
+    )
+    p.add_argument(
+        "--horizon",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="forecast horizon in seconds (600)",
+    )
+    p.add_argument(
+        "--guarantee",
+        type=float,
+        default=0.5,
+        metavar="F",
+        help="share of each VC's static quota it never lends (0.5)",
+    )
+    p.add_argument(
+        "--forecaster",
+        default="mmoe",
+        help="model of the predictive mode: mmoe, last-value, moving-average, "
+        "holt-winters, seasonal-naive, recent-peak (default mmoe)",
+    )
+    p.add_argument(
+        "--colocate",
+        type=Path,
+        metavar="CSV",
+        help="enable GPU sharing with co-location speeds from this CSV (colocate_info.csv style)",
+    )
+    p.add_argument(
+        "--share-models",
+        default="vgg16,mobilenet_v2",
+        metavar="M1,M2",
+        help="with --colocate: models of low-level 1-GPU jobs that may share",
+    )
+    p.add_argument("--workers", type=int, default=1, help="parallel processes (1)")
+    p.add_argument(
+        "--chart",
+        type=Path,
+        default=Path("dprobe-simulate.png"),
+        metavar="PNG",
+        help="bar chart path (default dprobe-simulate.png; '' for none)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
 
 def run(args: argparse.Namespace) -> int:
-    return not_built("simulate")
+    from dprobe.sim.forecasters import FORECASTERS
+    from dprobe.sim.grid import run_grid
+    from dprobe.sim.inputs import resolve_vc_nodes
+    from dprobe.sim.report import chart, rows, table
+    from dprobe.sim.settings import SimSettings
+    from dprobe.traces.jobs_csv import read_jobs
+
+    policies = _names(args.policies, POLICIES, "policy")
+    modes = _names(args.modes, MODES, "mode")
+    if args.forecaster not in FORECASTERS:
+        raise UsageError(
+            f"unknown forecaster {args.forecaster}; choose from {', '.join(FORECASTERS)}"
+        )
+    if args.workers < 1 or args.interval <= 0 or args.horizon <= 0:
+        raise UsageError("--workers, --interval and --horizon must be > 0")
+    if not 0 <= args.guarantee <= 1:
+        raise UsageError("--guarantee must be within [0, 1]")
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr)
+
+    if args.jobs is not None:
+        records = read_jobs(args.jobs, time_unit_s=args.time_unit)
+        if not records:
+            raise UsageError(f"{args.jobs}: no jobs")
+        vc_nodes, origin = resolve_vc_nodes(records, args.jobs, args.vcs, args.nodes, node_gpus=8)
+        source = str(args.jobs)
+    else:
+        from dprobe.sim.synthetic import SyntheticSettings, generate
+
+        records, vc_nodes = generate(args.helios, SyntheticSettings(days=args.days, seed=args.seed))
+        origin, source = "VC sizes from the Helios series", f"synthetic from {args.helios}"
+    sharing = None
+    if args.colocate is not None:
+        from dprobe.sim.sharing import load_colocation
+
+        sharing = load_colocation(args.colocate, [m for m in args.share_models.split(",") if m])
+    settings = SimSettings(
+        interval_s=args.interval,
+        horizon_s=args.horizon,
+        guarantee_fraction=args.guarantee,
+        forecaster=args.forecaster,
+        seed=args.seed,
+    )
+    say(
+        f"{len(records)} jobs ({source}); {len(vc_nodes)} VCs, {sum(vc_nodes.values())} nodes; "
+        f"{origin}"
+    )
+    t0 = time.perf_counter()
+    results = run_grid(
+        records,
+        vc_nodes,
+        policies,
+        modes,
+        settings=settings,
+        sharing=sharing,
+        workers=args.workers,
+        progress=True,
+    )
+    wall = time.perf_counter() - t0
+    skipped = results[0].skipped if results else 0
+    say(
+        f"{len(results)} runs in {wall:.1f} s; {skipped} jobs left out (0 GPUs or larger than "
+        f"the cluster); predictive forecaster: {args.forecaster}"
+    )
+    for r in results:
+        if r.unfinished:
+            say(f"warning: {r.policy}/{r.mode}: {r.unfinished} jobs never finished")
+    if str(args.chart):
+        say(f"chart: {chart(results, args.chart, title=f'Queueing delay ({source})')}")
+    if args.json:
+        json.dump(rows(results), sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        print(table(results))
+    return 0

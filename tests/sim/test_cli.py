@@ -1,0 +1,115 @@
+"""``dprobe simulate``: the --json contract, errors with file and line, the chart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dprobe.cli import main
+
+KEYS = {
+    "policy",
+    "mode",
+    "avg_queue_s",
+    "p95_queue_s",
+    "avg_jct_s",
+    "alloc_ratio",
+    "node_moves",
+    "reduction_vs_static",
+}
+
+
+def _trace(tmp_path: Path) -> Path:
+    # VC a (1 node) gets three 8-GPU jobs at minute 0 for 20 minutes; b (2 nodes) is idle.
+    p = tmp_path / "jobs.csv"
+    p.write_text(
+        "job_id,user,num_gpu,submit_time,duration,model_name\n"
+        + "".join(f"{i},a,8,0,20,vgg16\n" for i in range(3))
+    )
+    (tmp_path / "vcs.csv").write_text("vc,node num\na,1\nb,2\n")
+    return p
+
+
+def test_json_is_one_document_with_the_contract_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = _trace(tmp_path)
+    code = main(
+        [
+            "simulate",
+            "--jobs",
+            str(jobs),
+            "--vcs",
+            str(tmp_path / "vcs.csv"),
+            "--policies",
+            "fifo,sjf",
+            "--modes",
+            "static",
+            "reactive",
+            "--forecaster",
+            "recent-peak",
+            "--chart",
+            str(tmp_path / "c.png"),
+            "--json",
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0
+    rows = json.loads(out)
+    assert [(r["policy"], r["mode"]) for r in rows] == [
+        ("fifo", "static"),
+        ("fifo", "reactive"),
+        ("sjf", "static"),
+        ("sjf", "reactive"),
+    ]
+    assert all(set(r) == KEYS for r in rows)
+    # Static: the jobs run one after another on a's node: waits 0, 1200, 2400 s -> avg 1200.
+    # Reactive: at the 300 s tick b lends its one lendable node (guarantee 1 of 2): the
+    # second job starts at 300, the third when the first ends at 1200 -> (0+300+1200)/3.
+    fifo = {r["mode"]: r for r in rows if r["policy"] == "fifo"}
+    assert fifo["static"]["avg_queue_s"] == 1200.0
+    assert fifo["reactive"]["avg_queue_s"] == 500.0
+    assert fifo["reactive"]["reduction_vs_static"] == pytest.approx(100 * 700 / 1200, abs=0.01)
+    assert fifo["reactive"]["node_moves"] == 1
+    assert (tmp_path / "c.png").stat().st_size > 1000
+    assert "4 runs" in err
+
+
+def test_bad_input_names_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("job_id,user,num_gpu,submit_time,duration\n1,a,2,0,5\n2,a,-3,0,5\n")
+    assert main(["simulate", "--jobs", str(bad), "--nodes", "2", "--chart", ""]) == 2
+    assert "bad.csv:3: num_gpu must be a whole number" in capsys.readouterr().err
+    assert (
+        main(["simulate", "--jobs", str(_trace(tmp_path)), "--nodes", "2", "--policies", "lifo"])
+        == 2
+    )
+    assert "unknown policy lifo" in capsys.readouterr().err
+    assert main(["simulate", "--jobs", str(tmp_path / "missing.csv"), "--nodes", "2"]) == 2
+
+
+@pytest.mark.slow
+def test_predictive_beats_static_on_a_slice_of_philly(trace_dir: Path) -> None:
+    # The first 3,000 jobs of Philly/Chronus MIX1 on its VC sizes, the MMoE-free quick model.
+    from dprobe.sim.grid import run_grid
+    from dprobe.sim.inputs import vc_nodes_from_file
+    from dprobe.sim.settings import SimSettings
+    from dprobe.traces.jobs_csv import read_jobs
+
+    d = trace_dir / "philly-chronus"
+    recs = read_jobs(d / "trace_job_Philly_MIX1.csv")[:3000]
+    vcs = vc_nodes_from_file(recs, d / "philly_vc.csv")
+    res = run_grid(
+        recs,
+        vcs,
+        ["fifo", "las"],
+        ["static", "predictive"],
+        settings=SimSettings(forecaster="recent-peak"),
+        progress=False,
+    )
+    by = {(r.policy, r.mode): r for r in res}
+    for p in ("fifo", "las"):
+        assert by[(p, "predictive")].avg_queue_s < by[(p, "static")].avg_queue_s
+        assert by[(p, "predictive")].unfinished == 0
