@@ -11,6 +11,7 @@ from dprobe.collectors.metrics import CollectorMetrics, MetricsServer
 from prometheus_client import CollectorRegistry
 
 MODULES = [
+    "",  # the package itself
     "assemble",
     "backend",
     "cgroup",
@@ -57,6 +58,6 @@ def test_metrics_are_served_on_loopback_from_the_injected_registry() -> None:
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples_run(name: str) -> None:
-    module = importlib.import_module(f"dprobe.collectors.{name}")
+    module = importlib.import_module(f"dprobe.collectors.{name}".rstrip("."))
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0
