@@ -80,15 +80,20 @@ class KafkaSender:
         self._down_since: float | None = None
         self._stopped = False
 
-    def _default_producer(self) -> AIOKafkaProducer:
-        return AIOKafkaProducer(
+    def producer_config(self) -> dict[str, Any]:
+        """Keyword arguments of the producer: the shared client settings (bootstrap,
+        SASL/SSL) plus idempotence, ``acks=all`` and compression."""
+        return {
             **self.kafka.client_kwargs(),
-            acks="all",
-            enable_idempotence=True,
-            compression_type=self.compression,
-            linger_ms=0,
-            max_request_size=4 * 1024 * 1024,
-        )
+            "acks": "all",
+            "enable_idempotence": True,
+            "compression_type": self.compression,
+            "linger_ms": 0,
+            "max_request_size": 4 * 1024 * 1024,
+        }
+
+    def _default_producer(self) -> AIOKafkaProducer:
+        return AIOKafkaProducer(**self.producer_config())
 
     # lifecycle
     async def start(self) -> None:

@@ -11,7 +11,7 @@ from dprobe.collectors.sender import KafkaSender
 from dprobe.collectors.spool import Spool
 from prometheus_client import CollectorRegistry
 
-from dprobe.config import KafkaSettings
+from dprobe.config import KafkaSettings, Secret
 
 
 class Broker:
@@ -126,3 +126,48 @@ async def test_stop_with_kafka_down_returns_and_keeps_the_spool(tmp_path) -> Non
     await sender.stop(timeout_s=2.0)  # idempotent
     assert loop.time() - t0 < 2.5
     assert spool.pending_records == 3 and broker.log == []
+
+
+async def test_producer_is_idempotent_acks_all_compressed_and_keeps_security_settings(
+    tmp_path,
+) -> None:
+    kafka = KafkaSettings(
+        bootstrap="k1:9093",
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_username="dprobe",
+        sasl_password=Secret("pw"),
+    )
+    for compression in ("zstd", "lz4"):
+        sender = KafkaSender(
+            kafka,
+            "t",
+            key=b"h1",
+            spool=Spool(tmp_path),
+            metrics=CollectorMetrics(CollectorRegistry()),
+            compression=compression,
+        )
+        cfg = sender.producer_config()
+        assert (cfg["acks"], cfg["enable_idempotence"], cfg["compression_type"]) == (
+            "all",
+            True,
+            compression,
+        )
+        assert cfg["bootstrap_servers"] == "k1:9093"
+        assert (cfg["sasl_mechanism"], cfg["sasl_plain_username"], cfg["sasl_plain_password"]) == (
+            "SCRAM-SHA-512",
+            "dprobe",
+            "pw",
+        )
+    # both codecs are installed (aiokafka refuses a codec whose library is missing)
+    for compression in ("zstd", "lz4"):
+        sender = KafkaSender(
+            KafkaSettings(),
+            "t",
+            key=b"h1",
+            spool=Spool(tmp_path),
+            metrics=CollectorMetrics(CollectorRegistry()),
+            compression=compression,
+        )
+        producer = sender._default_producer()
+        await producer.stop()
