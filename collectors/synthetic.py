@@ -44,6 +44,20 @@ _WIDTH_P = (0.6, 0.15, 0.1, 0.15)
 _CONTEXT_BYTES = 512 * 1024 * 1024  # CUDA context and allocator slack per process
 
 
+@dataclass(frozen=True, slots=True)
+class SyntheticJob:
+    """A running synthetic job, as a scheduler would know it (for JobEvents in demos)."""
+
+    job: str
+    tenant: str
+    gpus: int
+    model: str
+    batch_size: int
+    amp: bool
+    start: float
+    end: float
+
+
 @dataclass(slots=True)
 class _Proc:
     pid: int
@@ -164,6 +178,28 @@ class SyntheticBackend:
         """Synchronous :meth:`read` at time ``now`` (for simulators and benchmarks)."""
         self._advance(now)
         return self._sample(now)
+
+    def jobs(self) -> list[SyntheticJob]:
+        """The jobs running at the last read, oldest first.
+
+        >>> b = SyntheticBackend(tenants=["vc-a"], gpus=4, seed=0)
+        >>> r = b.read_at(1.7e9)
+        >>> sorted({p.job for p in r.procs}) == sorted(j.job for j in b.jobs())
+        True
+        """
+        return [
+            SyntheticJob(
+                job=j.job_id,
+                tenant=j.tenant,
+                gpus=len(j.procs),
+                model=j.profile.family,
+                batch_size=j.batch_size,
+                amp=j.amp,
+                start=j.start,
+                end=j.end,
+            )
+            for j in self._jobs
+        ]
 
     # workload evolution
     def rhythm(self, tenant_index: int, t: float) -> float:
