@@ -101,7 +101,9 @@ class Spool:
         for sid in [i for i in ids if i < cursor[0]]:
             self._path(sid).unlink()
         ids = [i for i in ids if i >= cursor[0]]
-        if ids and cursor[0] not in ids:
+        if not ids:
+            cursor = (cursor[0], 0)  # segments removed by hand: start afresh
+        elif cursor[0] not in ids:
             cursor = (ids[0], 0)
         self._sizes = {}
         self.pending_records = 0

@@ -175,3 +175,19 @@ async def test_a_full_spool_drops_the_oldest_and_the_collector_counts_them(tmp_p
     assert c.spool.total_bytes <= 1 << 20
     assert dropped and dropped == 150 - len(kept)
     assert kept == list(range(150 - len(kept), 150))  # the newest survive, contiguous
+
+
+def test_segments_removed_by_hand_leave_a_usable_spool(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, max_bytes=1 << 20, fsync=False)
+    spool.open()
+    for i in range(3):
+        spool.append(i, payload(i))
+    records = spool.read()
+    spool.ack(records[1].end, 2)
+    spool.close()
+    for segment in tmp_path.glob("*.spool"):
+        segment.unlink()  # an operator cleared the spool; the cursor file remains
+    again = Spool(tmp_path, max_bytes=1 << 20, fsync=False)
+    again.open()
+    again.append(10, payload(10))
+    assert drain(again) == [10]
