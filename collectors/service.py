@@ -157,7 +157,9 @@ class Collector:
                 self._check_sender()
                 next_at += self.interval_s
                 now = self.clock.now()
-                next_at = max(next_at, now)  # fell behind (suspended): skip, don't burst
+                # fell behind (suspended, overloaded): skip, don't burst; the clock was
+                # stepped back (NTP): never wait longer than one interval
+                next_at = min(max(next_at, now), now + self.interval_s)
                 sleeper = asyncio.ensure_future(self.clock.sleep(next_at - now))
                 stopper = asyncio.ensure_future(self._stop.wait())
                 await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)

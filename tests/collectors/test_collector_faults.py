@@ -184,3 +184,27 @@ async def test_nvml_gpu_lost_and_timeouts_are_counted_and_ticking_goes_on(tmp_pa
     assert value(reg, errors, backend="nvml", kind="gpu_lost") == 1
     assert value(reg, errors, backend="nvml", kind="busy") == 1
     assert value(reg, "dprobe_collector_gpus") == 1
+
+
+class SteppedClock(ManualClock):
+    """A manual clock that is stepped back an hour after the first sleep (like NTP)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleeps: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        await super().sleep(seconds)
+        if len(self.sleeps) == 1:
+            self.advance(-3600.0)
+
+
+async def test_a_clock_stepped_back_does_not_stall_ticking(tmp_path) -> None:
+    clock = SteppedClock()
+    script = [Reading(gpus=[gpu()]) for _ in range(4)]
+    c, _ = collector_for(ScriptedBackend(script), tmp_path, ticks=4, clock=clock, interval_s=5.0)
+    async with c:
+        await c.wait()
+    assert c.ticks == 4
+    assert max(clock.sleeps) <= 5.0
