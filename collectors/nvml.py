@@ -33,7 +33,7 @@ from typing import Any
 
 from dprobe.collectors.backend import GpuReading, ProcReading, Reading
 from dprobe.collectors.errors import BackendError
-from dprobe.collectors.nvml_errors import NOT_FOUND, NOT_SUPPORTED, to_backend_error
+from dprobe.collectors.nvml_errors import NOT_FOUND, UNSUPPORTED, to_backend_error
 
 log = logging.getLogger(__name__)
 
@@ -171,11 +171,11 @@ class NvmlBackend:
         return reading
 
     def _optional(self, fn: Any, *args: Any) -> Any:
-        """``fn(*args)``, or None where the device does not support it."""
+        """``fn(*args)``, or None where the device or the driver does not support it."""
         try:
             return fn(*args)
         except self._nvml.NVMLError as exc:  # type: ignore[union-attr]
-            if getattr(exc, "value", None) == NOT_SUPPORTED:
+            if getattr(exc, "value", None) in UNSUPPORTED:
                 return None
             raise
 
@@ -243,7 +243,7 @@ class NvmlBackend:
             try:
                 samples = nvml.nvmlDeviceGetProcessUtilization(handle, self._last_seen.get(uuid, 0))
             except nvml.NVMLError as exc:
-                if getattr(exc, "value", None) not in (NOT_FOUND, NOT_SUPPORTED, 0):
+                if getattr(exc, "value", None) not in (NOT_FOUND, 0, *UNSUPPORTED):
                     raise
                 samples = []  # NotFound: no process was active since the last timestamp
             for s in samples:

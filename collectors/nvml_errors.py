@@ -18,6 +18,7 @@ from dprobe.collectors.errors import BackendError
 
 # NVML return codes (nvml.h); fixed by NVIDIA's ABI, repeated here so a fake module works.
 NOT_SUPPORTED = 3
+FUNCTION_NOT_FOUND = 13  # an older driver lacks the call
 NOT_FOUND = 6
 TIMEOUT = 10
 GPU_IS_LOST = 15
@@ -34,7 +35,7 @@ _KINDS: dict[int, tuple[str, bool]] = {
     TIMEOUT: ("timeout", True),
     11: ("irq_issue", True),
     12: ("no_driver", False),
-    13: ("function_not_found", False),
+    FUNCTION_NOT_FOUND: ("function_not_found", False),
     14: ("corrupted_inforom", False),
     GPU_IS_LOST: ("gpu_lost", False),
     16: ("reset_required", False),
@@ -46,6 +47,9 @@ _KINDS: dict[int, tuple[str, bool]] = {
     27: ("not_ready", True),
     28: ("gpu_not_found", False),
 }
+
+
+UNSUPPORTED = frozenset({NOT_SUPPORTED, FUNCTION_NOT_FOUND})
 
 
 def to_backend_error(exc: BaseException, device: str | None = None) -> BackendError:

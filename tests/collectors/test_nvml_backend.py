@@ -209,3 +209,20 @@ def test_mapping_agrees_with_the_real_pynvml_codes() -> None:
     assert to_backend_error(pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)).kind == "timeout"
     assert to_backend_error(pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)).kind == "gpu_lost"
     assert to_backend_error(pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)).kind == "not_found"
+
+
+async def test_calls_an_older_driver_lacks_are_treated_as_unsupported() -> None:
+    nvml = two_gpus()
+    nvml.add_sample(0, pid=101, sm=70, mem=25)
+    async with NvmlBackend(nvml) as backend:
+        for fn in (
+            "nvmlDeviceGetMigMode",
+            "nvmlDeviceGetClockInfo",
+            "nvmlDeviceGetProcessUtilization",
+        ):
+            nvml.fail(fn, 13)  # NVML_ERROR_FUNCTION_NOT_FOUND
+        reading = await backend.read()
+    assert reading.errors == []
+    a = {g.uuid: g for g in reading.gpus}["GPU-a"]
+    assert a.sm_clock_mhz is None and a.util == 87
+    assert {p.pid: p.sm_util for p in reading.procs} == {101: 0, 102: 0}
