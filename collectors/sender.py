@@ -10,6 +10,7 @@ write a snapshot twice (consumers drop duplicates by (host, seq)), but never lea
 
 Example:
     >>> from dprobe.config import KafkaSettings
+from dprobe.errors import UsageError
     >>> sender = KafkaSender(KafkaSettings(), "dprobe.samples", key=b"h1", spool=spool,
     ...                      metrics=metrics)  # doctest: +SKIP
     >>> await sender.start(); sender.notify(); await sender.stop(timeout_s=10)  # doctest: +SKIP
@@ -25,15 +26,23 @@ from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.codec import has_gzip, has_lz4, has_snappy, has_zstd
 from aiokafka.errors import KafkaError
 from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.spool import Spool
 
 from dprobe.config import KafkaSettings
+from dprobe.errors import UsageError
 
 log = logging.getLogger(__name__)
 
 ProducerFactory = Callable[[], Any]
+_CODECS: dict[str, Callable[[], bool]] = {
+    "zstd": has_zstd,
+    "lz4": has_lz4,
+    "gzip": has_gzip,
+    "snappy": has_snappy,
+}
 
 
 class KafkaSender:
@@ -97,7 +106,14 @@ class KafkaSender:
 
     # lifecycle
     async def start(self) -> None:
-        """Start the background task (it connects on its own, retrying with backoff)."""
+        """Start the background task (it connects on its own, retrying with backoff).
+
+        Raises :class:`UsageError` when the compression codec's library is missing."""
+        if self.compression and not _CODECS[self.compression]():
+            raise UsageError(
+                f"compression {self.compression} needs its library: "
+                f"pip install 'aiokafka[{self.compression}]'"
+            )
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="dprobe-collector-sender")
 

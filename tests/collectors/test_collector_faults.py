@@ -170,8 +170,14 @@ async def test_nvml_gpu_lost_and_timeouts_are_counted_and_ticking_goes_on(tmp_pa
     hung = await c.tick()
     refused = await c.tick()
     nvml.hang_s = 0.0
-    await asyncio.sleep(0.3)
-    after = await c.tick()
+    backend.timeout_s = 5.0  # generous from here on: this machine may be busy
+    after = None
+    for _ in range(50):  # the stuck call returns by itself, then reads work again
+        after = await c.tick()
+        if after is not None:
+            break
+        await asyncio.sleep(0.1)
+    assert after is not None
     await c.stop()
     assert {g.uuid for g in first.gpus} == {"GPU-a", "GPU-b"}
     assert {g.uuid for g in second.gpus} == {"GPU-a"}
@@ -182,7 +188,7 @@ async def test_nvml_gpu_lost_and_timeouts_are_counted_and_ticking_goes_on(tmp_pa
     errors = "dprobe_collector_backend_errors_total"
     assert value(reg, errors, backend="nvml", kind="timeout") == 2  # device code + hang
     assert value(reg, errors, backend="nvml", kind="gpu_lost") == 1
-    assert value(reg, errors, backend="nvml", kind="busy") == 1
+    assert value(reg, errors, backend="nvml", kind="busy") >= 1
     assert value(reg, "dprobe_collector_gpus") == 1
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
 from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.sender import KafkaSender
@@ -171,3 +172,15 @@ async def test_producer_is_idempotent_acks_all_compressed_and_keeps_security_set
         )
         producer = sender._default_producer()
         await producer.stop()
+
+
+async def test_a_missing_codec_library_is_a_usage_error_at_start(tmp_path, monkeypatch) -> None:
+    import dprobe.collectors.sender as sender_module
+
+    from dprobe.errors import UsageError
+
+    monkeypatch.setitem(sender_module._CODECS, "zstd", lambda: False)
+    sender, _, _ = setup(tmp_path, Broker(), compression="zstd")
+    with pytest.raises(UsageError, match="aiokafka\\[zstd\\]"):
+        await sender.start()
+    await sender.stop()
