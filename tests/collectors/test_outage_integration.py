@@ -82,7 +82,7 @@ async def test_no_seq_is_lost_across_a_broker_outage(tmp_path: Path) -> None:
             await asyncio.sleep(OUTAGE_S)
             assert time.monotonic() - down_at >= 30.0
             spooled = collector.spool.pending_records
-            assert spooled >= 250  # ~10 per second were taken while Kafka was away
+            assert spooled >= 150  # ~10 per second are taken while Kafka is away
             assert registry.get_sample_value("dprobe_collector_kafka_up") == 0
             assert registry.get_sample_value("dprobe_collector_spool_bytes") > 0
 
