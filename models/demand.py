@@ -1,0 +1,138 @@
+"""DProbe's multi-level demand of one tenant: levelled running instances + levelled queue.
+
+Effective demand (DProbe, Zhou et al., Euro-Par 2024, as reported; the thresholds and
+weights are :class:`~dprobe.models.levels.LevelSettings`, all **assumptions**):
+
+    effective = sum over running instances of weight(level from live metrics)
+              + sum over pending jobs of gpus * weight(level the profiler expects)
+
+A running instance is levelled by :func:`~dprobe.models.levels.classify`. A pending job
+is levelled by the :class:`~dprobe.models.profiler.JobProfiler` from its attributes; with
+no profiler, or when the profiler can only fall back, it counts as
+``unknown_pending_level`` (default ``"EX"``: a whole GPU per requested GPU, the safe
+choice for quota, an assumption).
+
+Example:
+    >>> from dprobe.models.profiler import JobProfiler
+    >>> from dprobe.models.profiles import shipped_profiles
+    >>> running = [RunningInstance(gpu_util=90, sm_util=85, mem_used_bytes=20e9),
+    ...            RunningInstance(gpu_util=5, mem_used_bytes=1e9)]
+    >>> pending = [PendingJob(gpus=8, family="ResNet50", batch_size=128)]
+    >>> d = estimate_demand(running, pending, profiler=JobProfiler().fit(shipped_profiles()))
+    >>> d.level_counts, round(d.running_effective_gpus, 2), round(d.pending_effective_gpus, 2)
+    ({'L1': 1, 'L2': 0, 'L3': 1, 'EX': 0}, 1.0, 5.6)
+    >>> round(d.effective_demand_gpus, 2), d.pending_gpus
+    (6.6, 8.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from dprobe.models.levels import LEVELS, Level, LevelSettings, classify
+from dprobe.models.profiler import JobProfiler
+
+
+@dataclass(frozen=True, slots=True)
+class RunningInstance:
+    """Live metrics of one running GPU instance (``sm_util`` None -> use ``gpu_util``)."""
+
+    gpu_util: float
+    mem_used_bytes: float
+    sm_util: float | None = None
+    mem_total_bytes: float = 0.0
+    exclusive: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    """A queued job: GPUs requested and whatever model attributes the scheduler knows."""
+
+    gpus: float
+    family: str | None = None
+    batch_size: int | None = None
+    amp: bool | None = None
+    params_m: float | None = None
+    exclusive: bool = False
+
+
+@dataclass(frozen=True)
+class DemandEstimate:
+    """A tenant's multi-level demand at one moment (GPUs)."""
+
+    level_counts: dict[str, int]
+    running_effective_gpus: float
+    pending_effective_gpus: float
+    running_instances: int
+    pending_gpus: float
+    pending_levels: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def effective_demand_gpus(self) -> float:
+        return self.running_effective_gpus + self.pending_effective_gpus
+
+
+def pending_level(
+    job: PendingJob,
+    profiler: JobProfiler | None,
+    unknown_pending_level: Level = "EX",
+) -> Level:
+    """Level of a queued job: the profiler's estimate, else ``unknown_pending_level``.
+
+    >>> pending_level(PendingJob(gpus=1), None)
+    'EX'
+    """
+    if job.exclusive:
+        return "EX"
+    if profiler is None:
+        return unknown_pending_level
+    est = profiler.estimate(
+        family=job.family, batch_size=job.batch_size, amp=job.amp, params_m=job.params_m
+    )
+    return unknown_pending_level if est.source == "fallback" else est.level
+
+
+def estimate_demand(
+    running: Iterable[RunningInstance],
+    pending: Iterable[PendingJob] = (),
+    *,
+    settings: LevelSettings | None = None,
+    profiler: JobProfiler | None = None,
+    unknown_pending_level: Level = "EX",
+) -> DemandEstimate:
+    """Multi-level demand of one tenant from its running instances and its queue."""
+    s = settings or LevelSettings()
+    counts: dict[str, int] = dict.fromkeys(LEVELS, 0)
+    running_eff = 0.0
+    n_running = 0
+    for inst in running:
+        level = classify(
+            s,
+            gpu_util=inst.gpu_util,
+            sm_util=inst.gpu_util if inst.sm_util is None else inst.sm_util,
+            mem_used_bytes=inst.mem_used_bytes,
+            mem_total_bytes=inst.mem_total_bytes,
+            exclusive=inst.exclusive,
+        )
+        counts[level] += 1
+        running_eff += s.weight(level)
+        n_running += 1
+    pending_eff = 0.0
+    pending_gpus = 0.0
+    by_level: dict[str, float] = dict.fromkeys(LEVELS, 0.0)
+    for job in pending:
+        if job.gpus <= 0:
+            continue
+        level = pending_level(job, profiler, unknown_pending_level)
+        pending_eff += job.gpus * s.weight(level)
+        pending_gpus += job.gpus
+        by_level[level] += job.gpus
+    return DemandEstimate(
+        level_counts=counts,
+        running_effective_gpus=running_eff,
+        pending_effective_gpus=pending_eff,
+        running_instances=n_running,
+        pending_gpus=pending_gpus,
+        pending_levels=by_level,
+    )

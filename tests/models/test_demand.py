@@ -1,0 +1,64 @@
+"""Multi-level demand estimator: hand-computed effective demands under the settings."""
+
+from __future__ import annotations
+
+import pytest
+from dprobe.models.demand import PendingJob, RunningInstance, estimate_demand, pending_level
+from dprobe.models.levels import LevelSettings
+from dprobe.models.profiler import JobProfiler
+from dprobe.models.profiles import Profile
+
+GB = 1e9
+
+
+def _profiler() -> JobProfiler:
+    return JobProfiler().fit(
+        [
+            Profile("Tiny", 32, False, 10.0, 1000.0, params_m=1.0),
+            Profile("Huge", 32, False, 95.0, 20000.0, params_m=300.0),
+        ]
+    )
+
+
+def test_running_instances_are_weighted_by_level() -> None:
+    running = [
+        RunningInstance(gpu_util=10, mem_used_bytes=1 * GB),  # L1 0.3
+        RunningInstance(gpu_util=50, mem_used_bytes=8 * GB),  # L2 0.5
+        RunningInstance(gpu_util=90, sm_util=80, mem_used_bytes=8 * GB),  # L3 0.7
+        RunningInstance(gpu_util=90, sm_util=40, mem_used_bytes=8 * GB),  # SM low -> L2 0.5
+        RunningInstance(gpu_util=20, mem_used_bytes=75 * GB, mem_total_bytes=80 * GB),  # EX 1.0
+    ]
+    d = estimate_demand(running)
+    assert d.level_counts == {"L1": 1, "L2": 2, "L3": 1, "EX": 1}
+    assert d.running_effective_gpus == pytest.approx(0.3 + 0.5 + 0.7 + 0.5 + 1.0)
+    assert d.running_instances == 5
+
+
+def test_weights_and_thresholds_are_settings() -> None:
+    s = LevelSettings(weight_l1=0.1, weight_l2=0.4, l1_max_util_pct=60.0)
+    running = [RunningInstance(gpu_util=50, mem_used_bytes=1 * GB)]
+    assert estimate_demand(running, settings=s).running_effective_gpus == pytest.approx(0.1)
+    assert estimate_demand(running).running_effective_gpus == pytest.approx(0.5)
+
+
+def test_pending_jobs_are_levelled_by_the_profiler() -> None:
+    pending = [
+        PendingJob(gpus=8, family="Huge", batch_size=32),  # L3: 8 * 0.7
+        PendingJob(gpus=2, family="Tiny", batch_size=32),  # L1: 2 * 0.3
+        PendingJob(gpus=4, exclusive=True),  # EX: 4 * 1.0
+        PendingJob(gpus=0, family="Huge"),  # ignored
+    ]
+    d = estimate_demand([], pending, profiler=_profiler())
+    assert d.pending_effective_gpus == pytest.approx(5.6 + 0.6 + 4.0)
+    assert d.pending_gpus == 14
+    assert d.pending_levels == {"L1": 2.0, "L2": 0.0, "L3": 8.0, "EX": 4.0}
+    assert d.effective_demand_gpus == pytest.approx(10.2)
+
+
+def test_unknown_pending_jobs_count_as_the_configured_level() -> None:
+    job = PendingJob(gpus=8)
+    assert pending_level(job, None) == "EX"
+    assert pending_level(job, _profiler()) == "EX"  # profiler can only fall back
+    assert pending_level(job, _profiler(), unknown_pending_level="L2") == "L2"
+    d = estimate_demand([], [job], unknown_pending_level="L2")
+    assert d.pending_effective_gpus == pytest.approx(4.0)

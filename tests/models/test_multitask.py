@@ -1,0 +1,132 @@
+"""The multi-task MMoE forecaster: it learns, new tenants start warm, horizons interpolate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from dprobe.models.forecast.baselines import LastValue
+from dprobe.models.forecast.evaluation import rolling_origin
+from dprobe.models.forecast.mmoe_net import MMoENet, pinball
+from dprobe.models.forecast.multitask import MultiTaskForecaster
+
+from .forecast_helpers import STEP, win
+
+
+def _square(tenant: str, n: int, lo: float, hi: float, half: int = 6) -> list:
+    """Demand that flips between lo and hi every ``half`` windows: last value is always
+    wrong one period-half ahead, while the past windows say exactly what comes next."""
+    return [win(tenant, i, hi if (i // half) % 2 else lo) for i in range(n)]
+
+
+def _model(**kw) -> MultiTaskForecaster:
+    base = {
+        "horizons_s": (STEP, 6 * STEP),
+        "k_lags": 12,
+        "expert_hidden": 32,
+        "expert_out": 16,
+        "tower_hidden": 16,
+        "batch_size": 64,
+        "min_rows": 64,
+        "train_every": 2,
+        "buffer_size": 2000,
+        "lr": 3e-3,
+        "seed": 0,
+    }
+    base.update(kw)
+    return MultiTaskForecaster(**base)
+
+
+def test_pinball_matches_its_definition() -> None:
+    pred = torch.tensor([1.0, 3.0])
+    target = torch.tensor([2.0, 2.0])
+    mask = torch.ones(2)
+    # under by 1 costs q, over by 1 costs 1 - q
+    assert pinball(pred, target, 0.9, mask).item() == pytest.approx((0.9 + 0.1) / 2)
+
+
+def test_net_starts_as_same_as_now_with_ordered_quantiles() -> None:
+    net = MMoENet(n_features=5, n_horizons=2, n_tenant_slots=3)
+    q, trend = net(torch.randn(4, 5), torch.tensor([0, 1, 2, 0]))
+    assert torch.all(q[:, :, 0] == 0)  # zero-initialised towers: no change predicted
+    assert torch.all(q[:, :, 1] > q[:, :, 0])
+    assert trend.shape == (4, 2, 3)
+
+
+def test_learns_a_predictable_pattern_and_beats_last_value() -> None:
+    windows = _square("vc-a", 700, 10.0, 40.0)
+    res = rolling_origin(
+        windows, [LastValue(), _model()], [6 * STEP], test_start=windows[550].window_end
+    )
+    mase = {r.model: r.mase for r in res.rows}
+    assert mase["last-value"] == 1.0
+    assert mase["dprobe-mmoe"] < 0.3
+
+
+def test_new_tenant_starts_from_the_generic_embedding() -> None:
+    m = _model()
+    for w in _square("vc-a", 300, 10.0, 40.0):
+        m.learn_one(w)
+    m.learn_one(win("vc-new", 300, 10.0))
+    emb = m._ema.embed.weight
+    slot = m._slots["vc-new"]
+    assert torch.equal(emb[slot], emb[0])
+    assert not torch.equal(emb[m._slots["vc-a"]], emb[0])
+
+
+def test_generic_knowledge_transfers_to_a_new_tenant() -> None:
+    m = _model()
+    for w in _square("vc-a", 700, 10.0, 40.0):
+        m.learn_one(w)
+    # the same pattern, twice the size, in a tenant the model has never seen
+    for w in _square("vc-b", 30, 20.0, 80.0):
+        m.learn_one(w)
+    # after 30 windows vc-b ends a "low" half (20 GPUs): one hour ahead it is high (80);
+    # last value would say 20
+    p50, _ = m.forecast("vc-b", [6 * STEP])[6 * STEP]
+    assert abs(p50 - 80.0) < abs(p50 - 20.0)
+
+
+def test_horizons_between_heads_are_interpolated() -> None:
+    m = _model(gate_changes=False)
+    for w in _square("vc-a", 400, 10.0, 40.0):
+        m.learn_one(w)
+    fc = m.forecast("vc-a", [STEP, 3.5 * STEP, 6 * STEP, 60 * STEP])
+    lo, hi = sorted((fc[STEP][0], fc[6 * STEP][0]))
+    assert lo - 1e-6 <= fc[3.5 * STEP][0] <= hi + 1e-6
+    assert fc[60 * STEP] == fc[6 * STEP]  # beyond the last head: the last head
+
+
+def test_gate_keeps_p50_at_now_when_flat_is_likely() -> None:
+    m = _model()
+    for i in range(300):
+        m.learn_one(win("vc-a", i, 16.0))
+    probs = m.trend("vc-a")
+    assert all(p["flat"] > 0.5 for p in probs.values())
+    assert all(p50 == 16.0 for p50, _ in m.forecast("vc-a", [STEP, 6 * STEP]).values())
+
+
+def test_settings_are_kept_verbatim_and_validated() -> None:
+    m = MultiTaskForecaster(horizons_s=[600, 3600], k_lags=5, seed=3)
+    assert (m.horizons_s, m.k_lags, m.seed) == ((600, 3600), 5, 3)
+    assert "k_lags=5" in repr(m)
+    with pytest.raises(ValueError, match="increasing"):
+        MultiTaskForecaster(horizons_s=(3600, 600))
+    with pytest.raises(ValueError, match="positive"):
+        MultiTaskForecaster(horizons_s=(0,))
+
+
+def test_uses_one_thread() -> None:
+    MultiTaskForecaster()
+    assert torch.get_num_threads() == 1
+
+
+def test_memory_per_tenant_is_bounded() -> None:
+    m = _model(min_rows=10**9)  # no training needed here
+    for i in range(2000):
+        m.learn_one(win("vc-a", i, float(i % 7)))
+    hist = m._hist["vc-a"]
+    assert hist.length < 200  # one day of 10-minute windows plus slack
+    assert len(m._origins["vc-a"]) <= 7  # origins wait only for the longest horizon
+    assert len(m._buffer) <= 2000
+    assert np.isfinite(m.forecast("vc-a", [STEP])[STEP][0])

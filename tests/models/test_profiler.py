@@ -1,0 +1,161 @@
+"""Job profiler and profile tables: schema, levels from attributes/metrics, LOFO."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from dprobe.models.levels import LevelSettings
+from dprobe.models.profiler import JobProfiler
+from dprobe.models.profiler_eval import leave_one_family_out, leave_one_row_out
+from dprobe.models.profiles import (
+    Profile,
+    ProfileTableError,
+    load_profiles,
+    parse_profiles,
+    shipped_profiles,
+)
+
+LUCID_SHAPED = """model,dataset,batchsize,amp,speed,gpu_util,gmem_util,gmem,label
+Toy,Synthetic,32,0,10.0,20.0,5.0,1500.0,0
+Toy,Synthetic,128,1,12.0,80.0,40.0,6000.0,2
+"""
+
+
+def _p(family: str, batch: int, util: float, mem: float = 2000.0, amp: bool = False, params=None):
+    return Profile(family, batch, amp, util, mem, params_m=params)
+
+
+def test_reads_lucid_shape_and_maps_columns() -> None:
+    rows = parse_profiles(LUCID_SHAPED, source="t.csv")
+    assert rows[1] == Profile("Toy", 128, True, 80.0, 6000.0, None, None, 40.0)
+
+
+def test_reads_dprobe_schema_with_comments() -> None:
+    text = (
+        "# a comment\nfamily,batch_size,amp,gpu_util_pct,gpu_mem_mb,params_m\n"
+        "X,64,true,55,3000,12.5\n"
+    )
+    assert parse_profiles(text) == [Profile("X", 64, True, 55.0, 3000.0, 12.5)]
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("X,64,0,abc,3000", "t.csv:3: gpu_util_pct: not a number"),
+        ("X,64,0,150,3000", "t.csv:3: gpu_util_pct: 150 outside"),
+        ("X,64,maybe,50,3000", "t.csv:3: amp"),
+        ("X,64,0", "t.csv:3: wrong number of fields"),
+    ],
+)
+def test_bad_rows_name_file_and_line(bad: str, message: str) -> None:
+    text = f"family,batch_size,amp,gpu_util_pct,gpu_mem_mb\nX,32,0,50,3000\n{bad}\n"
+    with pytest.raises(ProfileTableError) as exc:
+        parse_profiles(text, source="t.csv")
+    assert message in str(exc.value)
+
+
+def test_unknown_header_is_refused() -> None:
+    with pytest.raises(ProfileTableError, match="neither the dprobe schema"):
+        parse_profiles("a,b\n1,2\n", source="t.csv")
+
+
+def test_shipped_table_is_sane() -> None:
+    rows = shipped_profiles()
+    assert len({r.family for r in rows}) >= 10
+    for r in rows:
+        assert 0 <= r.gpu_util_pct <= 100 and r.gpu_mem_mb > 0 and r.params_m is not None
+        assert r.gpu_util_pct % 5 == 0  # summarised (rounded) values, not raw measurements
+
+
+def test_known_family_interpolates_over_log2_batch() -> None:
+    prof = JobProfiler().fit([_p("X", 32, 20.0, 1000.0), _p("X", 128, 80.0, 4000.0)])
+    est = prof.estimate(family="X", batch_size=64)
+    assert est.source == "family"
+    assert est.gpu_util_pct == pytest.approx(50.0)  # log2(64) is halfway between 5 and 7
+    assert est.gpu_mem_mb == pytest.approx(2000.0)  # geometric midpoint of 1000 and 4000
+    assert est.level == "L2"
+    # clamped beyond the profiled range
+    assert prof.estimate(family="x", batch_size=1024).gpu_util_pct == pytest.approx(80.0)
+
+
+def test_known_family_levels_follow_the_thresholds() -> None:
+    prof = JobProfiler().fit([_p("Small", 32, 10.0, 1000.0), _p("Big", 32, 95.0, 20000.0)])
+    assert prof.estimate(family="Small", batch_size=32).level == "L1"
+    assert prof.estimate(family="Big", batch_size=32).level == "L3"
+    strict = JobProfiler(levels=LevelSettings(l3_min_util_pct=96.0)).fit(
+        [_p("Big", 32, 95.0, 20000.0)]
+    )
+    assert strict.estimate(family="Big", batch_size=32).level == "L2"
+
+
+def test_other_precision_is_used_when_one_was_never_profiled() -> None:
+    prof = JobProfiler().fit([_p("X", 32, 90.0, 9000.0, amp=False)])
+    assert prof.estimate(family="X", batch_size=32, amp=True).gpu_util_pct == 90.0
+
+
+def test_unseen_family_uses_the_learned_regressor() -> None:
+    # util grows 10 points per doubling of the batch, whatever the family
+    table = [
+        _p(f, b, 10.0 * math.log2(b) - 20, params=p)
+        for f, p in (("A", 1), ("B", 10))
+        for b in (16, 32, 64, 128)
+    ]
+    for reg in ("ridge", "knn"):
+        prof = JobProfiler(regressor=reg, ridge_alpha=1e-6).fit(table)
+        est = prof.estimate(family="Unseen", batch_size=64, params_m=5)
+        assert est.source == "regressor"
+        assert est.gpu_util_pct == pytest.approx(40.0, abs=3.0)
+
+
+def test_fallback_when_nothing_is_known() -> None:
+    est = JobProfiler().estimate(family="X", batch_size=32)
+    assert (est.level, est.source) == ("L2", "fallback")
+    prof = JobProfiler(fallback_level="L3").fit([_p("A", 32, 40.0)])
+    assert prof.estimate(family="Unseen").level == "L3"
+
+
+def test_runtime_metrics_win_over_attributes() -> None:
+    prof = JobProfiler().fit([_p("Big", 32, 95.0, 20000.0)])
+    est = prof.profile(family="Big", batch_size=32, gpu_util=5.0, mem_used_bytes=1e9)
+    assert (est.level, est.source) == ("L1", "runtime")
+    assert prof.profile(family="Big", batch_size=32, exclusive=True).level == "EX"
+    full = prof.profile(gpu_util=30.0, mem_used_bytes=79e9, mem_total_bytes=80e9)
+    assert full.level == "EX"
+
+
+def test_lofo_is_perfect_when_attributes_determine_the_level() -> None:
+    table = [
+        _p(f, b, 15.0 if b < 64 else 90.0, 1000.0 if b < 64 else 9000.0)
+        for f in "ABCD"
+        for b in (16, 32, 128, 256)
+    ]
+    res = leave_one_family_out(table, lambda: JobProfiler(regressor="knn", k_neighbours=1))
+    assert res.accuracy == 1.0 and res.n == 16
+    assert res.per_family == dict.fromkeys("ABCD", (4, 4))
+
+
+def test_lofo_cannot_guess_a_family_specific_level() -> None:
+    # same attributes, opposite footprints: only the family tells them apart
+    table = [_p("Low", 32, 10.0, 1000.0), _p("High", 32, 95.0, 20000.0)]
+    res = leave_one_family_out(table)
+    assert res.accuracy == 0.0
+    assert (
+        leave_one_row_out([*table, _p("Low", 64, 12.0, 1000.0), _p("High", 64, 96.0, 20000.0)])
+        == 1.0
+    )
+
+
+def test_load_profiles_fills_params_from_the_shipped_families(tmp_path: Path) -> None:
+    f = tmp_path / "lucid.csv"
+    f.write_text(LUCID_SHAPED.replace("Toy", "ResNet50"))
+    rows = load_profiles(f)
+    assert {r.params_m for r in rows} == {25.6}
+
+
+def test_loads_the_real_lucid_table(trace_dir: Path) -> None:
+    rows = load_profiles(trace_dir / "lucid-profiles" / "single_data.csv")
+    assert len(rows) == 66
+    assert len({r.family for r in rows}) == 14
+    assert all(r.params_m is not None for r in rows)
