@@ -10,7 +10,6 @@ write a snapshot twice (consumers drop duplicates by (host, seq)), but never lea
 
 Example:
     >>> from dprobe.config import KafkaSettings
-from dprobe.errors import UsageError
     >>> sender = KafkaSender(KafkaSettings(), "dprobe.samples", key=b"h1", spool=spool,
     ...                      metrics=metrics)  # doctest: +SKIP
     >>> await sender.start(); sender.notify(); await sender.stop(timeout_s=10)  # doctest: +SKIP

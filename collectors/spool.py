@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import struct
@@ -31,6 +32,8 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from dprobe.errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +84,7 @@ class Spool:
         self._sizes: dict[int, int] = {}  # segment id -> bytes, in id order
         self._cursor: Position = (0, 0)
         self._fd: int | None = None
+        self._lock_fd: int | None = None
         self._active = 0
         self.pending_records = 0
         self.last_seq: int | None = None
@@ -88,8 +92,11 @@ class Spool:
 
     # lifecycle
     def open(self) -> None:
-        """Create or recover the spool: load the cursor, cut torn tails, count pending."""
+        """Create or recover the spool: load the cursor, cut torn tails, count pending.
+
+        Raises :class:`UsageError` if another process has this spool open."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock()
         ids = sorted(
             int(p.name.removesuffix(_SUFFIX))
             for p in self.directory.iterdir()
@@ -128,6 +135,22 @@ class Spool:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the lock
+            self._lock_fd = None
+
+    def _lock(self) -> None:
+        if self._lock_fd is not None:
+            return
+        fd = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UsageError(
+                f"spool {self.directory} is in use by another collector (same host id?)"
+            ) from None
+        self._lock_fd = fd
 
     # writing
     def append(self, seq: int, payload: bytes) -> None:

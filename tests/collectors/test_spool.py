@@ -14,6 +14,7 @@ from dprobe.collectors.synthetic import SyntheticBackend
 from prometheus_client import CollectorRegistry
 
 from dprobe.config import CollectorSettings
+from dprobe.errors import UsageError
 
 
 def payload(seq: int, size: int = 100) -> bytes:
@@ -114,16 +115,24 @@ def test_ack_of_a_position_already_dropped_is_ignored(tmp_path: Path) -> None:
     assert spool.pending_records == 0
 
 
-def test_append_is_durable_before_return(tmp_path: Path) -> None:
+def test_append_reaches_the_file_before_return(tmp_path: Path) -> None:
     spool = Spool(tmp_path, max_bytes=1 << 20)
     spool.open()
     spool.append(0, payload(0))
-    # a second reader (another process after a crash) sees it without close()
-    other = Spool(tmp_path, max_bytes=1 << 20)
-    other.open()
-    assert other.pending_records == 1 and other.last_seq == 0
-    other.close()
+    (segment,) = tmp_path.glob("*.spool")
+    assert segment.stat().st_size == 16 + 100  # header + payload, without close()
     spool.close()
+
+
+def test_two_collectors_cannot_share_a_spool(tmp_path: Path) -> None:
+    first = Spool(tmp_path)
+    first.open()
+    with pytest.raises(UsageError, match="in use"):
+        Spool(tmp_path).open()
+    first.close()
+    second = Spool(tmp_path)
+    second.open()  # free again once the first one closed (or died)
+    second.close()
 
 
 def test_append_on_a_closed_spool_fails_loudly(tmp_path: Path) -> None:
