@@ -68,6 +68,7 @@ class MultiTaskForecaster:
         k_lags: int = 12,
         trend_band: float = 0.02,
         gate_changes: bool = True,
+        gate_threshold: float = 0.5,
         max_tenants: int = 256,
         embed_dim: int = 8,
         n_experts: int = 4,
@@ -92,6 +93,7 @@ class MultiTaskForecaster:
         self.k_lags = k_lags
         self.trend_band = trend_band
         self.gate_changes = gate_changes
+        self.gate_threshold = gate_threshold
         self.max_tenants = max_tenants
         self.embed_dim = embed_dim
         self.n_experts = n_experts
@@ -281,16 +283,17 @@ class MultiTaskForecaster:
     def forecast(self, tenant: str, horizons: Sequence[float]) -> dict[float, tuple[float, float]]:
         """``{horizon_s: (p50, p90)}`` in GPUs; an unseen tenant gets ``(0.0, 0.0)``.
 
-        With ``gate_changes``, a horizon whose trend head finds neither "down" nor "up"
-        more likely than not keeps p50 = demand now: the median of a change that is
-        more often than not "flat" is no change (the median's own definition).
+        With ``gate_changes``, a horizon whose trend head gives neither "down" nor "up" a
+        probability of at least ``gate_threshold`` keeps p50 = demand now: the median of a
+        change that is more often than not "flat" is no change (0.5 is the median's own
+        definition; a higher threshold leaves a margin for miscalibration).
         """
         if tenant not in self._hist:
             return dict.fromkeys(horizons, (0.0, 0.0))
         q, probs, y, scale = self._predict(tenant)
         z50 = q[:, 0].copy()
         if self.gate_changes:
-            z50[np.maximum(probs[:, 0], probs[:, 2]) < 0.5] = 0.0
+            z50[np.maximum(probs[:, 0], probs[:, 2]) < self.gate_threshold] = 0.0
         knots = [0.0, *self.horizons_s]
         z50s = [0.0, *z50.tolist()]
         z90s = [0.0, *q[:, 1].tolist()]

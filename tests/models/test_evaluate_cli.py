@@ -1,0 +1,109 @@
+"""`dprobe evaluate`: JSON contract on stdout, plots, split, exit 2 on bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from dprobe.cli import main
+
+
+def _demand_csv(path: Path, n: int = 300) -> Path:
+    lines = ["ts,tenant,demand_gpus,quota_gpus"]
+    for i in range(n):
+        t = 1_590_000_000 + 600 * i
+        lines.append(f"{t},vc-a,{8 + 8 * ((i // 12) % 2)},32")
+        lines.append(f"{t},vc-b,{round(4 + 2 * math.sin(i / 10), 2)},16")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_json_rows_on_stdout_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = _demand_csv(tmp_path / "d.csv")
+    out = tmp_path / "report"
+    code = main(
+        [
+            "evaluate",
+            "--trace",
+            str(trace),
+            "--format",
+            "demand-csv",
+            "--json",
+            "--models",
+            "last-value,moving-average,holt-winters",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out)  # exactly one JSON document, nothing else
+    assert {tuple(sorted(r)) for r in rows} == {
+        ("horizon_s", "mae", "mase", "model", "rmse", "under_rate")
+    }
+    assert {(r["model"], r["horizon_s"]) for r in rows} == {
+        (m, h)
+        for m in ("last-value", "moving-average", "holt-winters")
+        for h in (600.0, 3600.0, 21600.0)
+    }
+    assert all(r["mase"] == 1.0 for r in rows if r["model"] == "last-value")
+    assert "split: fit/warm-up" in captured.err and "test " in captured.err
+    assert (out / "error_by_horizon.png").stat().st_size > 1000
+    assert len(list(out.glob("forecast_*.png"))) == 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["split"].startswith("split:")
+
+
+def test_folder_of_files_and_human_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    _demand_csv(folder / "one.csv", n=200)
+    code = main(
+        [
+            "evaluate",
+            "--trace",
+            str(folder),
+            "--format",
+            "demand-csv",
+            "--models",
+            "last-value",
+            "--no-plots",
+            "--horizons",
+            "600,3600",
+        ]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "split:" in text and "last-value" in text and "MASE" in text
+
+
+def test_bad_line_exits_2_naming_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("ts,tenant,demand_gpus\n0,a,1\n600,a,lots\n")
+    code = main(["evaluate", "--trace", str(bad), "--format", "demand-csv", "--json"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.out == ""
+    assert f"{bad}:3: demand_gpus: not a number" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--test-start", "1999-01-01"], "outside the trace"),
+        (["--models", "prophet"], "unknown prophet"),
+        (["--horizons", "abc"], "--horizons"),
+    ],
+)
+def test_bad_options_exit_2(tmp_path: Path, capsys, extra: list[str], message: str) -> None:
+    trace = _demand_csv(tmp_path / "d.csv", n=50)
+    code = main(["evaluate", "--trace", str(trace), "--format", "demand-csv", "--no-plots", *extra])
+    assert code == 2
+    assert message in capsys.readouterr().err

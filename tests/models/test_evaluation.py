@@ -1,0 +1,81 @@
+"""Rolling-origin evaluation: metrics against hand computation, no look-ahead, split."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from dprobe.models.forecast.baselines import LastValue, MovingAverage, SeasonalNaive
+from dprobe.models.forecast.evaluation import rolling_origin
+
+from .forecast_helpers import STEP, win
+
+
+class Oracle:
+    """Knows the series in advance (to check the scoring), but records what it learned."""
+
+    name = "oracle"
+    version = "1"
+
+    def __init__(self, series: dict[int, float]) -> None:
+        self.series = series
+        self.learned: list[float] = []
+        self.asked_after: list[float] = []
+
+    def learn_one(self, window) -> None:
+        self.learned.append(window.window_end)
+
+    def forecast(self, tenant, horizons):
+        now = self.learned[-1]
+        self.asked_after.append(now)
+        return {h: (self.series.get(round((now + h) / STEP) - 1, 0.0),) * 2 for h in horizons}
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state) -> None:
+        pass
+
+
+def test_metrics_match_hand_computation() -> None:
+    ys = [0.0, 2.0, 1.0, 5.0, 4.0, 4.0]
+    windows = [win("a", i, y) for i, y in enumerate(ys)]
+    # origins from window 2 on (end = 3 * STEP); horizon 1 window
+    res = rolling_origin(windows, [LastValue()], [STEP], test_start=3 * STEP)
+    (row,) = res.rows
+    errors = [ys[i] - ys[i + 1] for i in range(2, 5)]  # forecast y[i], actual y[i+1]
+    assert row.n == 3
+    assert row.mae == pytest.approx(sum(abs(e) for e in errors) / 3)
+    assert row.rmse == pytest.approx(math.sqrt(sum(e * e for e in errors) / 3))
+    assert row.mase == 1.0
+    assert row.under_rate == pytest.approx(1 / 3)  # only 1 -> 5 was under-forecast
+
+
+def test_oracle_scores_zero_and_never_sees_the_future() -> None:
+    ys = {i: float((i * 7) % 5) for i in range(50)}
+    windows = [win("a", i, y) for i, y in ys.items()]
+    oracle = Oracle(ys)
+    res = rolling_origin(windows, [LastValue(), oracle], [STEP, 3 * STEP], test_start=20 * STEP)
+    rows = {(r.model, r.horizon_s): r for r in res.rows}
+    assert rows[("oracle", STEP)].mae == 0.0 and rows[("oracle", STEP)].mase == 0.0
+    assert rows[("oracle", 3 * STEP)].under_rate == 0.0
+    # every forecast was asked right after learning the origin window, never later
+    assert oracle.asked_after == sorted(oracle.asked_after)
+    assert min(oracle.asked_after) >= 20 * STEP
+    assert res.fit_span == (STEP, 19 * STEP)
+    assert res.test_span == (20 * STEP, 50 * STEP)
+
+
+def test_all_models_are_scored_on_the_same_pairs_and_stride() -> None:
+    windows = [win("a", i, float(i % 3)) for i in range(60)]
+    windows += [win("b", i, 5.0) for i in range(30, 60)]
+    windows.sort(key=lambda w: w.window_end)
+    models = [LastValue(), MovingAverage(span_s=2 * STEP), SeasonalNaive(season_s=3 * STEP)]
+    res = rolling_origin(windows, models, [2 * STEP], test_start=40 * STEP, origin_stride=2)
+    ns = {r.model: r.n for r in res.rows}
+    assert len(set(ns.values())) == 1
+    # windows 39..59 end at or after test_start; every 2nd of them per tenant (39, 41, ..
+    # 59) is an origin, and a target 2 windows later exists up to origin 57: 10 per tenant
+    assert ns["last-value"] == 10 + 10
+    mase = {r.model: r.mase for r in res.rows}
+    assert mase["seasonal-naive"] == 0.0  # period-3 series, season of 3 windows

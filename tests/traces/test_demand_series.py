@@ -1,0 +1,149 @@
+"""demand-csv and helios-vc readers, and windowing of demand points."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+from dprobe.traces.demand_series import (
+    DemandPoint,
+    TraceFormatError,
+    read_demand_csv,
+    read_helios_vc,
+    read_trace,
+    tenant_of,
+    trace_files,
+)
+from dprobe.traces.demand_windows import to_windows
+
+from dprobe.errors import UsageError
+
+HELIOS_HEADER = (
+    "Time,total_job_num,running_job_num,pending_job_num,total_gpu_num,running_gpu_num,"
+    "pending_gpu_num,idle_gpu_num\n"
+)
+
+
+def _helios_row(minute: int, running: int, pending: int, total: int = 64) -> str:
+    return f"2020-05-01 00:{minute:02d}:00,3,2,1,{total},{running},{pending},{total - running}\n"
+
+
+def test_demand_csv_reads_epoch_and_iso_times_and_optional_quota(tmp_path: Path) -> None:
+    f = tmp_path / "d.csv"
+    f.write_text(
+        "ts,tenant,demand_gpus,quota_gpus\n1590000000,vc-a,8,16\n2020-05-20T18:41:00Z,vc-b,4.5,\n"
+    )
+    pts = list(read_demand_csv(f))
+    assert [(p.ts, p.tenant, p.demand_gpus, p.quota_gpus, p.line) for p in pts] == [
+        (1590000000.0, "vc-a", 8.0, 16.0, 2),
+        (1590000060.0, "vc-b", 4.5, None, 3),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("60,vc-a,eight", "d.csv:3: demand_gpus: not a number"),
+        ("60,vc-a,-1", "d.csv:3: demand_gpus: must be a finite number >= 0"),
+        ("60,vc-a,nan", "d.csv:3: demand_gpus: must be a finite number >= 0"),
+        ("yesterday,vc-a,1", "d.csv:3: ts: not epoch seconds or ISO-8601"),
+        ("60,,1", "d.csv:3: tenant: empty"),
+        ("60,vc-a", "d.csv:3: expected 3 fields, found 2"),
+    ],
+)
+def test_demand_csv_errors_name_file_and_line(tmp_path: Path, row: str, message: str) -> None:
+    f = tmp_path / "d.csv"
+    f.write_text(f"ts,tenant,demand_gpus\n0,vc-a,1\n{row}\n")
+    with pytest.raises(TraceFormatError) as exc:
+        list(read_demand_csv(f))
+    assert message in str(exc.value)
+    assert isinstance(exc.value, UsageError) and exc.value.line == 3
+
+
+def test_missing_column_and_empty_file(tmp_path: Path) -> None:
+    f = tmp_path / "d.csv"
+    f.write_text("ts,tenant\n0,a\n")
+    with pytest.raises(TraceFormatError, match=r"d.csv:1: header lacks column\(s\) demand_gpus"):
+        list(read_demand_csv(f))
+    f.write_text("")
+    with pytest.raises(TraceFormatError, match="empty file"):
+        list(read_demand_csv(f))
+
+
+def test_helios_vc_reads_gzip_and_any_case_of_time(tmp_path: Path) -> None:
+    f = tmp_path / "vcAbc.csv.gz"
+    body = HELIOS_HEADER.replace("Time", "time") + _helios_row(0, 40, 8) + _helios_row(1, 48, 0)
+    f.write_bytes(gzip.compress(body.encode()))
+    pts = list(read_helios_vc(f))
+    assert [
+        (p.tenant, p.running_gpus, p.pending_gpus, p.demand_gpus, p.quota_gpus) for p in pts
+    ] == [
+        ("vcAbc", 40.0, 8.0, 48.0, 64.0),
+        ("vcAbc", 48.0, 0.0, 48.0, 64.0),
+    ]
+    assert pts[1].ts - pts[0].ts == 60.0
+
+
+def test_helios_bad_value_names_the_line(tmp_path: Path) -> None:
+    f = tmp_path / "vcX.csv"
+    f.write_text(
+        HELIOS_HEADER + _helios_row(0, 40, 8) + _helios_row(1, 40, 8).replace(",8,", ",x,")
+    )
+    with pytest.raises(TraceFormatError, match=r"vcX.csv:3: pending_gpu_num: not a number"):
+        list(read_helios_vc(f))
+
+
+def test_folder_is_merged_in_time_order_and_skips_non_vc_files(tmp_path: Path) -> None:
+    (tmp_path / "vcA.csv").write_text(HELIOS_HEADER + _helios_row(0, 1, 0) + _helios_row(2, 2, 0))
+    (tmp_path / "vcB.csv").write_text(HELIOS_HEADER + _helios_row(1, 5, 0))
+    (tmp_path / "earth_gpu_number.csv").write_text("date,vcA\n2020-04-01,8\n")
+    assert [f.name for f in trace_files(tmp_path, "helios-vc")] == ["vcA.csv", "vcB.csv"]
+    order = [(p.tenant, p.running_gpus) for p in read_trace(tmp_path, "helios-vc")]
+    assert order == [("vcA", 1.0), ("vcB", 5.0), ("vcA", 2.0)]
+
+
+def test_time_going_backwards_is_an_error(tmp_path: Path) -> None:
+    f = tmp_path / "d.csv"
+    f.write_text("ts,tenant,demand_gpus\n120,a,1\n60,a,1\n")
+    with pytest.raises(TraceFormatError, match=r"d.csv:3: time goes backwards"):
+        list(read_trace(f, "demand-csv"))
+
+
+def test_missing_path_and_empty_folder(tmp_path: Path) -> None:
+    with pytest.raises(TraceFormatError, match="no such file or folder"):
+        trace_files(tmp_path / "nope", "demand-csv")
+    with pytest.raises(TraceFormatError, match="holds no demand-csv files"):
+        trace_files(tmp_path, "demand-csv")
+
+
+def test_tenant_of_strips_suffixes() -> None:
+    assert tenant_of("x/vc6YE.csv.gz") == "vc6YE"
+    assert tenant_of("vcA.csv") == "vcA"
+
+
+def test_windows_average_points_and_skip_missing_ones() -> None:
+    pts = [
+        DemandPoint(ts=0.0, tenant="a", running_gpus=2.0, pending_gpus=2.0, quota_gpus=8.0),
+        DemandPoint(ts=300.0, tenant="a", running_gpus=4.0, pending_gpus=0.0, quota_gpus=8.0),
+        DemandPoint(ts=310.0, tenant="b", running_gpus=1.0, pending_gpus=0.0),
+        DemandPoint(ts=1900.0, tenant="a", running_gpus=6.0, pending_gpus=0.0),
+    ]
+    ws = list(to_windows(pts, 600.0))
+    assert [(w.tenant, w.window_start, w.window_end) for w in ws] == [
+        ("a", 0.0, 600.0),
+        ("b", 0.0, 600.0),
+        ("a", 1800.0, 2400.0),
+    ]
+    a0 = ws[0]
+    assert (a0.running_gpus, a0.pending_gpus, a0.quota_gpus, a0.samples) == (3.0, 1.0, 8.0, 2)
+    assert a0.effective_demand_gpus == 4.0
+    assert ws[2].quota_gpus is None
+
+
+def test_real_helios_file(trace_dir: Path) -> None:
+    f = trace_dir / "helios-earth-vcs" / "vc6YE.csv.gz"
+    pts = list(read_helios_vc(f))
+    assert len(pts) == 44_640
+    assert pts[1].ts - pts[0].ts == 60.0
+    assert all(p.demand_gpus == p.running_gpus + p.pending_gpus for p in pts[:100])
