@@ -135,7 +135,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--origin-stride must be >= 1")
     horizons = _horizons(args.horizons)
     test_end = _time(args.test_end, "--test-end") if args.test_end else math.inf
-    models = _models(args)
     err = sys.stderr
 
     t0 = time.monotonic()
@@ -143,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
     windows = list(to_windows(points, args.window_s))
     if not windows:
         raise UsageError(f"{args.trace}: no data (before --test-end)")
+    models = _models(args)
     first, last = windows[0].window_end, windows[-1].window_end
     if args.test_start:
         test_start = _time(args.test_start, "--test-start")
