@@ -63,6 +63,17 @@ def split_nodes(records: Sequence[JobRecord], nodes: int, *, node_gpus: int) -> 
     return dict(sorted(out.items()))
 
 
+def scale_nodes(vc_nodes: dict[str, int], factor: float) -> dict[str, int]:
+    """Every VC's nodes x ``factor``, rounded, at least 1 (a smaller or larger cluster).
+
+    >>> scale_nodes({"a": 64, "b": 8, "c": 1}, 0.5)
+    {'a': 32, 'b': 4, 'c': 1}
+    """
+    if not factor > 0:
+        raise UsageError("the node scale must be > 0")
+    return {t: max(1, round(n * factor)) for t, n in vc_nodes.items()}
+
+
 def resolve_vc_nodes(
     records: Sequence[JobRecord],
     jobs_path: Path | None,

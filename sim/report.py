@@ -68,14 +68,18 @@ def table(results: Sequence[CellResult]) -> str:
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in rows(results):
-        red = "" if r["reduction_vs_static"] is None else f"{r['reduction_vs_static']:+.1f} %"
+        red = "" if r["reduction_vs_static"] is None else f"{r['reduction_vs_static']:+.2f} %"
         if r["mode"] == "static":
             red = "-"
         lines.append(
-            f"| {r['policy']} | {r['mode']} | {r['avg_queue_s']:,.0f} | {r['p95_queue_s']:,.0f} | "
-            f"{r['avg_jct_s']:,.0f} | {r['alloc_ratio']:.3f} | {r['node_moves']} | {red} |"
+            f"| {r['policy']} | {r['mode']} | {_s(r['avg_queue_s'])} | {_s(r['p95_queue_s'])} | "
+            f"{_s(r['avg_jct_s'])} | {r['alloc_ratio']:.3f} | {r['node_moves']} | {red} |"
         )
     return "\n".join(lines)
+
+
+def _s(x: float) -> str:
+    return f"{x:,.1f}" if abs(x) < 100 else f"{x:,.0f}"
 
 
 def chart(results: Sequence[CellResult], path: str | Path, title: str = "") -> Path:
@@ -98,7 +102,7 @@ def chart(results: Sequence[CellResult], path: str | Path, title: str = "") -> P
             ax.text(
                 x,
                 max(by.get((p, m), 0.0), 0.1),
-                f"{by.get((p, m), 0.0):.0f}",
+                _s(by.get((p, m), 0.0)),
                 ha="center",
                 va="bottom",
                 fontsize=6,

@@ -68,6 +68,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"any of {', '.join(MODES)} (default: all)",
     )
     p.add_argument(
+        "--node-scale",
+        type=float,
+        default=1.0,
+        metavar="F",
+        help="multiply every VC's nodes by F (a smaller or larger cluster; 1)",
+    )
+    p.add_argument(
         "--time-unit",
         type=float,
         default=60.0,
@@ -153,12 +160,18 @@ def run(args: argparse.Namespace) -> int:
         if not records:
             raise UsageError(f"{args.jobs}: no jobs")
         vc_nodes, origin = resolve_vc_nodes(records, args.jobs, args.vcs, args.nodes, node_gpus=8)
-        source = str(args.jobs)
+        source = args.jobs.name
     else:
         from dprobe.sim.synthetic import SyntheticSettings, generate
 
         records, vc_nodes = generate(args.helios, SyntheticSettings(days=args.days, seed=args.seed))
-        origin, source = "VC sizes from the Helios series", f"synthetic from {args.helios}"
+        origin = "VC sizes from the Helios series"
+        source = f"synthetic, Helios {args.helios.name}, {args.days:g} days"
+    if args.node_scale != 1.0:
+        from dprobe.sim.inputs import scale_nodes
+
+        vc_nodes = scale_nodes(vc_nodes, args.node_scale)
+        origin += f", every VC scaled x{args.node_scale:g}"
     sharing = None
     if args.colocate is not None:
         from dprobe.sim.sharing import load_colocation
