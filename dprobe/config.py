@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 import types
@@ -201,7 +202,10 @@ class WorkerSettings:
     app_id: str = "dprobe-worker"
     window_s: float = 60.0
     grace_s: float = 10.0
+    source_idle_s: float = 30.0
     partitions: int = 4
+    replication_factor: int = 1
+    commit_interval_s: float = 1.0
     data_dir: Path = field(default_factory=lambda: _cache_dir("worker"))
     metrics_addr: str = "127.0.0.1"
     metrics_port: int = 9402
@@ -293,7 +297,9 @@ def _convert(raw: Any, hint: Any) -> Any:
     if origin is tuple:
         (item,) = typing.get_args(hint)[:1]
         parts = raw.split(",") if isinstance(raw, str) else list(raw)
-        return tuple(_convert(p.strip() if isinstance(p, str) else p, item) for p in parts if p != "")
+        return tuple(
+            _convert(p.strip() if isinstance(p, str) else p, item) for p in parts if p != ""
+        )
     if hint is bool:
         if isinstance(raw, bool):
             return raw
@@ -315,7 +321,7 @@ def _convert(raw: Any, hint: Any) -> Any:
             value = float(raw)
         except ValueError:
             raise ValueError(f"expected a number, got {raw!r}") from None
-        if value != value or value in (float("inf"), float("-inf")):
+        if not math.isfinite(value):
             raise ValueError(f"expected a finite number, got {raw!r}")
         return value
     if hint is Path:

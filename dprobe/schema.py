@@ -239,7 +239,7 @@ def encode(msg: Message) -> bytes:
     return _encoder.encode(msg)
 
 
-def decode(raw: bytes, kind: type[M], *, max_bytes: int = DEFAULT_MAX_BYTES) -> M:
+def decode(raw: bytes | None, kind: type[M], *, max_bytes: int = DEFAULT_MAX_BYTES) -> M:
     """Decode and validate ``raw`` as ``kind``; raise :class:`SchemaError` naming the field.
 
     >>> decode(b'{"v":1,"ts":1,"event":"submit","job":"j","tenant":"t","gpus":-1}', JobEvent)
@@ -247,8 +247,12 @@ def decode(raw: bytes, kind: type[M], *, max_bytes: int = DEFAULT_MAX_BYTES) -> 
     ...
     dprobe.schema.SchemaError: Expected `int` >= 0 (at $.gpus)
     """
+    if raw is None:
+        raise SchemaError("empty record (a tombstone)", "malformed_json")
     if len(raw) > max_bytes:
-        raise SchemaError(f"message of {len(raw)} bytes exceeds the limit of {max_bytes}", "oversized")
+        raise SchemaError(
+            f"message of {len(raw)} bytes exceeds the limit of {max_bytes}", "oversized"
+        )
     dec = _decoders.get(kind)
     if dec is None:
         dec = _decoders[kind] = msgspec.json.Decoder(kind | _NoVersion)
@@ -323,7 +327,8 @@ def _check_consistency(msg: Message) -> None:
         for i, g in enumerate(msg.gpus):
             if g.mem_used > g.mem_total:
                 raise SchemaError(
-                    f"mem_used {g.mem_used} exceeds mem_total {g.mem_total} (at $.gpus[{i}].mem_used)",
+                    f"mem_used {g.mem_used} exceeds mem_total {g.mem_total}"
+                    f" (at $.gpus[{i}].mem_used)",
                     "inconsistent",
                 )
         for i, p in enumerate(msg.procs):
@@ -333,7 +338,9 @@ def _check_consistency(msg: Message) -> None:
                 )
     elif isinstance(msg, TenantWindow):
         if msg.window_end <= msg.window_start:
-            raise SchemaError("window_end must be after window_start (at $.window_end)", "inconsistent")
+            raise SchemaError(
+                "window_end must be after window_start (at $.window_end)", "inconsistent"
+            )
     elif isinstance(msg, ScalingEvent):
         if abs(msg.target_quota_gpus - msg.current_quota_gpus - msg.delta_gpus) > 1e-6:
             raise SchemaError(
@@ -341,25 +348,27 @@ def _check_consistency(msg: Message) -> None:
                 "inconsistent",
             )
         if (msg.action == "scale_up") != (msg.delta_gpus > 0):
-            raise SchemaError(f"action {msg.action} disagrees with delta_gpus (at $.action)", "inconsistent")
+            raise SchemaError(
+                f"action {msg.action} disagrees with delta_gpus (at $.action)", "inconsistent"
+            )
 
 
-def decode_snapshot(raw: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> HostSnapshot:
+def decode_snapshot(raw: bytes | None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> HostSnapshot:
     """Decode a ``dprobe.samples`` value. See :func:`decode`."""
     return decode(raw, HostSnapshot, max_bytes=max_bytes)
 
 
-def decode_job_event(raw: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> JobEvent:
+def decode_job_event(raw: bytes | None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> JobEvent:
     """Decode a ``dprobe.jobs`` value. See :func:`decode`."""
     return decode(raw, JobEvent, max_bytes=max_bytes)
 
 
-def decode_window(raw: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> TenantWindow:
+def decode_window(raw: bytes | None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> TenantWindow:
     """Decode a ``dprobe.features`` value. See :func:`decode`."""
     return decode(raw, TenantWindow, max_bytes=max_bytes)
 
 
-def decode_scaling_event(raw: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ScalingEvent:
+def decode_scaling_event(raw: bytes | None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ScalingEvent:
     """Decode a ``dprobe.scaling-events`` value. See :func:`decode`."""
     return decode(raw, ScalingEvent, max_bytes=max_bytes)
 
@@ -381,7 +390,7 @@ def dead_letter(
     >>> dl.reason, base64.b64decode(dl.raw)
     ('malformed_json', b'{oops')
     """
-    reason = error.reason if isinstance(error, SchemaError) else type(error).__name__
+    reason = getattr(error, "reason", None) or type(error).__name__
     body = (raw or b"")[:max_raw_bytes]
     return DeadLetter(
         source_topic=source_topic,

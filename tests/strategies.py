@@ -96,7 +96,9 @@ def tenant_window(draw: st.DrawFn) -> schema.TenantWindow:
         gpus_busy=draw(gpus),
         instances=draw(gpus),
         util_sum=draw(st.floats(0, 1e9, allow_nan=False)),
-        level_counts=schema.LevelCounts(L1=draw(counts), L2=draw(counts), L3=draw(counts), EX=draw(counts)),
+        level_counts=schema.LevelCounts(
+            L1=draw(counts), L2=draw(counts), L3=draw(counts), EX=draw(counts)
+        ),
         effective_demand_gpus=draw(gpus),
         pending_gpus=draw(gpus),
         running_gpus=draw(gpus),

@@ -11,8 +11,14 @@ from dprobe.cli import COMMANDS, main
 
 
 def _dprobe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dprobe.cli", *args], capture_output=True,
-                          text=True, timeout=120, env=env, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "dprobe.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
 
 
 def test_top_level_help_lists_every_command() -> None:

@@ -59,8 +59,21 @@ def _set(doc: Any, path: str, value: Any, delete: bool = False) -> None:
 
 # Fields whose contract bounds we can break by a numeric mutation, by leaf name.
 PCT_FIELDS = {"util", "mem_util", "sm_util"}
-SIZE_FIELDS = {"mem_used", "mem_total", "seq", "pid", "gpus", "hosts", "samples",
-               "lost_snapshots", "L1", "L2", "L3", "EX", "index"}
+SIZE_FIELDS = {
+    "mem_used",
+    "mem_total",
+    "seq",
+    "pid",
+    "gpus",
+    "hosts",
+    "samples",
+    "lost_snapshots",
+    "L1",
+    "L2",
+    "L3",
+    "EX",
+    "index",
+}
 REQUIRED_TOP = {
     schema.HostSnapshot: ["host", "ts", "interval_s", "seq"],
     schema.JobEvent: ["ts", "event", "job", "tenant", "gpus"],
@@ -79,12 +92,19 @@ STRATEGIES = {
 @pytest.mark.parametrize("kind", list(STRATEGIES), ids=lambda k: k.__name__)
 @given(data=st.data())
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
-def test_every_invalid_mutation_is_rejected_naming_the_field(kind: type, data: st.DataObject) -> None:
+def test_every_invalid_mutation_is_rejected_naming_the_field(
+    kind: type, data: st.DataObject
+) -> None:
     msg = data.draw(STRATEGIES[kind])
     doc = json.loads(schema.encode(msg))
-    leaves = [(p, v) for p, v in _paths(doc) if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    mutation = data.draw(st.sampled_from(
-        ["missing", "wrong_type", "nan", "infinity", "huge", "negative", "over100", "version"]))
+    leaves = [
+        (p, v) for p, v in _paths(doc) if isinstance(v, (int, float)) and not isinstance(v, bool)
+    ]
+    mutation = data.draw(
+        st.sampled_from(
+            ["missing", "wrong_type", "nan", "infinity", "huge", "negative", "over100", "version"]
+        )
+    )
     expect_path = "$"
     raw: bytes
     if mutation == "missing":
@@ -96,15 +116,21 @@ def test_every_invalid_mutation_is_rejected_naming_the_field(kind: type, data: s
         raw, expect_path = json.dumps(doc).encode(), "$.v"
     else:
         if mutation == "negative":
-            leaves = [(p, v) for p, v in leaves if p.rsplit(".", 1)[-1].split("[")[0] in SIZE_FIELDS]
+            leaves = [
+                (p, v) for p, v in leaves if p.rsplit(".", 1)[-1].split("[")[0] in SIZE_FIELDS
+            ]
         if mutation == "over100":
             leaves = [(p, v) for p, v in leaves if p.rsplit(".", 1)[-1] in PCT_FIELDS]
         if not leaves:
             return
         path, _ = data.draw(st.sampled_from(leaves))
         bad: Any = {
-            "wrong_type": "12", "nan": float("nan"), "infinity": float("inf"),
-            "huge": 1e300, "negative": -1, "over100": 100.5,
+            "wrong_type": "12",
+            "nan": float("nan"),
+            "infinity": float("inf"),
+            "huge": 1e300,
+            "negative": -1,
+            "over100": 100.5,
         }[mutation]
         if mutation == "huge" and path.endswith(("delta_gpus",)):
             bad = -1e300
@@ -145,7 +171,9 @@ def test_garbage_gets_a_reason(raw: bytes, reason: str) -> None:
 def test_process_on_unknown_gpu_is_inconsistent() -> None:
     g = schema.Gpu(uuid="GPU-a", index=0, util=1, mem_util=1, mem_used=1, mem_total=2, power_w=1)
     p = schema.Proc(pid=1, gpu="GPU-b", tenant="t", job="j", sm_util=1, mem_util=1, mem_used=1)
-    raw = schema.encode(schema.HostSnapshot(host="h", ts=1, interval_s=1, seq=0, gpus=(g,), procs=(p,)))
+    raw = schema.encode(
+        schema.HostSnapshot(host="h", ts=1, interval_s=1, seq=0, gpus=(g,), procs=(p,))
+    )
     with pytest.raises(schema.SchemaError, match=r"\$\.procs\[0\]\.gpu"):
         schema.decode_snapshot(raw)
 
@@ -154,8 +182,14 @@ def test_dead_letter_keeps_raw_bytes_and_reason() -> None:
     import base64
 
     raw = b"x" * 10_000
-    dl = schema.dead_letter(raw, schema.SchemaError("bad", "malformed_json"),
-                            source_topic="t", partition=3, offset=9, max_raw_bytes=100)
+    dl = schema.dead_letter(
+        raw,
+        schema.SchemaError("bad", "malformed_json"),
+        source_topic="t",
+        partition=3,
+        offset=9,
+        max_raw_bytes=100,
+    )
     assert (dl.reason, dl.partition, dl.offset) == ("malformed_json", 3, 9)
     assert base64.b64decode(dl.raw) == raw[:100]
     assert schema.decode(schema.encode(dl), schema.DeadLetter) == dl

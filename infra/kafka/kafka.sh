@@ -114,7 +114,15 @@ start() {
       "-Dlog4j2.configurationFile=${HERE}/log4j2.properties" \
       -cp "${LIB}/*" kafka.Kafka "${CONF}" \
       >"${LOGDIR}/stdout.log" 2>&1 < /dev/null &
-    echo $! > "${PIDFILE}"
+    local pid=$!
+    # Until the forked shell has exec'd java, its command line is not the broker's yet.
+    local i
+    for (( i = 0; i < 100; i++ )); do
+      tr '\0' ' ' < "/proc/${pid}/cmdline" 2>/dev/null | grep -q "kafka.Kafka ${CONF}" && break
+      kill -0 "${pid}" 2>/dev/null || break
+      sleep 0.05
+    done
+    echo "${pid}" > "${PIDFILE}"
   fi
   local deadline=$(( SECONDS + START_TIMEOUT ))
   while (( SECONDS < deadline )); do

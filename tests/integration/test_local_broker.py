@@ -18,15 +18,31 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _java_pids(state_dir: Path) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", f"kafka.Kafka {state_dir}"], capture_output=True, text=True)
+    out = subprocess.run(
+        ["pgrep", "-f", f"kafka.Kafka {state_dir}"], capture_output=True, text=True, check=False
+    )
     return [int(p) for p in out.stdout.split()]
 
 
 def _cli(state_dir: Path, port: int, cport: int, action: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "dprobe.cli", "broker", action, "--port", str(port),
-         "--controller-port", str(cport), "--state-dir", str(state_dir)],
-        capture_output=True, text=True, timeout=180, check=False,
+        [
+            sys.executable,
+            "-m",
+            "dprobe.cli",
+            "broker",
+            action,
+            "--port",
+            str(port),
+            "--controller-port",
+            str(cport),
+            "--state-dir",
+            str(state_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
 
 
@@ -79,10 +95,13 @@ def _path_without(tmp_path: Path, *missing: str) -> str:
     return str(bin_dir)
 
 
-@pytest.mark.parametrize(("missing", "package"), [
-    (("java", "mvn"), "openjdk-17-jre-headless"),
-    (("mvn",), "maven"),
-])
+@pytest.mark.parametrize(
+    ("missing", "package"),
+    [
+        (("java", "mvn"), "openjdk-17-jre-headless"),
+        (("mvn",), "maven"),
+    ],
+)
 def test_missing_java_or_maven_gives_one_clear_line(
     tmp_path: Path, missing: tuple[str, ...], package: str
 ) -> None:
@@ -93,8 +112,13 @@ def test_missing_java_or_maven_gives_one_clear_line(
         "DPROBE_KAFKA_STATE_DIR": str(tmp_path / "state"),
         "DPROBE_KAFKA_PORT": str(_free_port()),
     }
-    res = subprocess.run(["bash", str(LocalBroker().script), "start"], env=env,
-                         capture_output=True, text=True, check=False)
+    res = subprocess.run(
+        ["bash", str(LocalBroker().script), "start"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.returncode == 2
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert f"install the package {package}" in res.stderr

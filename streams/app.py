@@ -1,0 +1,159 @@
+"""The faust app of ``dprobe worker``: topics, tables and agents wired from settings.
+
+Example:
+    >>> from dprobe.config import WorkerSettings
+    >>> worker = build_app(WorkerSettings(), samples_partitions=4)  # doctest: +SKIP
+    >>> worker.app.main()  # doctest: +SKIP
+
+Scale out by starting more workers with the same ``app_id`` (one consumer group): they
+split the partitions of ``dprobe.samples`` and of the internal tenant-updates topic, so
+the parallelism is at most ``partitions`` (setting ``worker.partitions``, used when the
+worker creates the topics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+from dprobe.models.window_agg import WindowSettings
+from dprobe.streams.ingest import Ingest
+from dprobe.streams.stats import WorkerStats
+from dprobe.streams.topics import TopicNames
+from dprobe.streams.windows import Windows
+
+from dprobe.config import KafkaSettings, WorkerSettings
+
+log = logging.getLogger(__name__)
+
+
+def broker_credentials(k: KafkaSettings) -> Any:
+    """faust credentials for the configured SASL/SSL settings (``None`` for PLAINTEXT)."""
+    if k.security_protocol == "PLAINTEXT":
+        return None
+    ssl_ctx = k.ssl_context() if k.security_protocol in {"SSL", "SASL_SSL"} else None
+    if k.security_protocol.startswith("SASL"):
+        return faust.SASLCredentials(
+            username=k.sasl_username,
+            password=k.sasl_password.get() if k.sasl_password else None,
+            mechanism=k.sasl_mechanism,
+            ssl_context=ssl_ctx,
+        )
+    return faust.SSLCredentials(ssl_ctx)
+
+
+class _ProcessingError(Exception):
+    """An unexpected failure while processing one record (a bug, not bad input)."""
+
+    reason = "processing_error"
+
+
+def _where(message: Any) -> str:
+    return f"{message.topic}[{message.partition}]@{message.offset}"
+
+
+@dataclass
+class WorkerApp:
+    """The app and the handles tests and the exporter need."""
+
+    app: faust.App
+    topics: TopicNames
+    stats: WorkerStats
+    settings: WorkerSettings
+
+
+def window_settings(s: WorkerSettings) -> WindowSettings:
+    return WindowSettings(window_s=s.window_s, grace_s=s.grace_s, source_idle_s=s.source_idle_s)
+
+
+def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> WorkerApp:
+    """Create the faust app with its topics, tables and agents.
+
+    ``samples_partitions`` must equal the partition count of the existing samples topic
+    (the host table is co-partitioned with it); ``None`` means ``s.partitions``.
+    """
+    names = TopicNames.from_settings(s)
+    k = s.kafka
+    app = faust.App(
+        s.app_id,
+        broker=[f"kafka://{h.strip()}" for h in k.bootstrap.split(",")],
+        broker_credentials=broker_credentials(k),
+        broker_client_id=k.client_id,
+        store="memory://",
+        topic_partitions=s.partitions,
+        topic_replication_factor=s.replication_factor,
+        processing_guarantee="at_least_once",
+        producer_acks=-1,
+        producer_compression_type="lz4",
+        consumer_auto_offset_reset="earliest",
+        web_enabled=False,
+        datadir=str(s.data_dir),
+        table_standby_replicas=0,
+        broker_commit_interval=s.commit_interval_s,
+        key_serializer="raw",
+        value_serializer="raw",
+    )
+    stats = WorkerStats()
+    cfg = window_settings(s)
+    n_samples = samples_partitions or s.partitions
+
+    def raw_topic(name: str, **kw: Any) -> Any:
+        return app.topic(name, key_type=bytes, value_type=bytes, **kw)
+
+    samples = raw_topic(names.samples, partitions=n_samples)
+    jobs = raw_topic(names.jobs)
+    updates = raw_topic(names.updates, partitions=s.partitions, internal=True)
+    features = raw_topic(names.features, partitions=s.partitions)
+    deadletter = raw_topic(names.deadletter)
+
+    # bytes keys and values: faust then (de)serializes the changelog as raw bytes.
+    hosts_table = app.Table("hosts", partitions=n_samples, key_type=bytes, value_type=bytes)
+    window_table = app.Table("windows", partitions=s.partitions, key_type=bytes, value_type=bytes)
+    ingest = Ingest(
+        hosts_table=hosts_table,
+        updates_topic=updates,
+        deadletter_topic=deadletter,
+        window=cfg,
+        stats=stats,
+        max_message_bytes=s.max_message_bytes,
+        update_partitions=s.partitions,
+    )
+    windows = Windows(
+        table=window_table, features_topic=features, window=cfg, stats=stats, sources=n_samples
+    )
+
+    async def guarded(handler: Any, event: Any) -> None:
+        """Run one record's handler; a bug never stalls the partition: the record goes
+        to the dead-letter topic with reason ``processing_error`` and the stream moves on."""
+        try:
+            await handler(event)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("processing %s failed", _where(event.message))
+            await ingest.dead_letter(event.value, _ProcessingError(repr(exc)), event.message)
+
+    @app.agent(samples, name="ingest")
+    async def ingest_agent(stream: Any) -> None:
+        async for event in stream.events():
+            await guarded(lambda e: ingest.on_snapshot(e.value, e.message), event)
+
+    @app.agent(jobs, name="jobs")
+    async def jobs_agent(stream: Any) -> None:
+        async for event in stream.events():
+            await guarded(lambda e: ingest.on_job_event(e.value, e.message), event)
+
+    @app.agent(updates, name="windows")
+    async def windows_agent(stream: Any) -> None:
+        async for event in stream.events():
+            await guarded(lambda e: windows.on_update(e.value, e.message.partition), event)
+
+    @app.timer(interval=max(1.0, s.source_idle_s / 4))
+    async def idle_sources() -> None:
+        assigned = [tp.partition for tp in app.consumer.assignment() if tp.topic == names.samples]
+        await ingest.report_idle_sources(sorted(assigned))
+
+    return WorkerApp(app=app, topics=names, stats=stats, settings=s)

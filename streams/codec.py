@@ -1,0 +1,69 @@
+"""Bytes <-> plain state for table values and internal messages (msgspec JSON).
+
+Internal messages on the tenant-updates topic carry a one-byte kind prefix:
+``P`` a window partial (:class:`~dprobe.models.window_agg.Partial`), ``J`` a validated
+job event, ``W`` a source watermark ``[samples partition, event time]``.
+
+Example:
+    >>> loads(dumps({"a": [1, 2]}))
+    {'a': [1, 2]}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from dprobe.models.window_agg import Partial
+
+from dprobe.schema import JobEvent
+
+_enc = msgspec.json.Encoder()
+_dec = msgspec.json.Decoder()
+_partial = msgspec.json.Decoder(Partial)
+_job = msgspec.json.Decoder(JobEvent)
+
+PARTIAL = b"P"
+JOB = b"J"
+WATERMARK = b"W"
+
+
+class SourceWatermark(msgspec.Struct, frozen=True, array_like=True):
+    """Every snapshot of samples partition ``source`` up to ``ts`` has been forwarded."""
+
+    source: int
+    ts: float
+
+
+def dumps(value: Any) -> bytes:
+    return _enc.encode(value)
+
+
+def loads(raw: bytes | None) -> Any:
+    return None if raw is None else _dec.decode(raw)
+
+
+def encode_partial(p: Partial) -> bytes:
+    return PARTIAL + _enc.encode(p)
+
+
+def encode_job(ev: JobEvent) -> bytes:
+    return JOB + _enc.encode(ev)
+
+
+def encode_watermark(w: SourceWatermark) -> bytes:
+    return WATERMARK + _enc.encode(w)
+
+
+_wm = msgspec.json.Decoder(SourceWatermark)
+
+
+def decode_update(raw: bytes) -> Partial | JobEvent | SourceWatermark:
+    kind, body = raw[:1], raw[1:]
+    if kind == WATERMARK:
+        return _wm.decode(body)
+    if kind == PARTIAL:
+        return _partial.decode(body)
+    if kind == JOB:
+        return _job.decode(body)
+    raise ValueError(f"unknown internal update kind {kind!r}")

@@ -1,0 +1,144 @@
+"""Ingest stage (keyed by host): validate, dedupe, split per tenant, forward by tenant.
+
+For each record of ``dprobe.samples``: decode and validate the HostSnapshot (anything
+invalid goes to the dead-letter topic with reason, partition and offset, and the stream
+moves on); drop a duplicate ``(host, seq)``; count seq gaps per host; pre-aggregate the
+snapshot into one partial per tenant and send it to the tenant-keyed updates topic, so
+that topic carries one message per (snapshot, tenant) instead of one per process sample.
+
+Job events of ``dprobe.jobs`` are validated the same way and forwarded by tenant.
+
+Every quarter window of event time, each samples partition's progress (its newest
+snapshot time) is broadcast to every partition of the updates topic: the window stage
+closes a window only when every samples partition has passed it (see ``windows.py``).
+
+The per-host sequence state lives in a changelog-backed table written after the
+partials are sent; a replay after a crash re-sends identical partials, which the window
+stage ignores (it applies each ``(host, seq)`` once).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from dprobe.models import seq_tracker
+from dprobe.models.window_agg import WindowSettings, split_snapshot
+from dprobe.streams import codec
+from dprobe.streams.stats import WorkerStats
+
+from dprobe import schema
+
+log = logging.getLogger(__name__)
+
+
+class Ingest:
+    """The per-record logic of the ingest agents; faust objects are injected."""
+
+    def __init__(
+        self,
+        *,
+        hosts_table: Any,
+        updates_topic: Any,
+        deadletter_topic: Any,
+        window: WindowSettings,
+        stats: WorkerStats,
+        max_message_bytes: int,
+        update_partitions: int,
+        reset_after_s: float = 300.0,
+    ) -> None:
+        self.hosts = hosts_table
+        self.updates = updates_topic
+        self.deadletter = deadletter_topic
+        self.window = window
+        self.stats = stats
+        self.max_bytes = max_message_bytes
+        self.reset_after_s = reset_after_s
+        self.update_partitions = update_partitions
+        self.wm_step_s = window.window_s / 4
+        self._source_ts: dict[int, float] = {}
+        self._announced: dict[int, int] = {}
+        self._forwarded_at: dict[int, float] = {}
+        self._started = time.monotonic()
+
+    async def dead_letter(self, raw: bytes | None, error: Exception, message: Any) -> None:
+        """Send the invalid record to the dead-letter topic (the stream keeps going)."""
+        dl = schema.dead_letter(
+            raw if isinstance(raw, (bytes, bytearray)) else None,
+            error,
+            source_topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            ts=time.time(),
+        )
+        self.stats.dead_letter(dl.reason)
+        key = f"{message.topic}:{message.partition}:{message.offset}".encode()
+        await self.deadletter.send(key=key, value=schema.encode(dl))
+
+    async def on_snapshot(self, raw: bytes | None, message: Any) -> None:
+        try:
+            snap = schema.decode_snapshot(raw, max_bytes=self.max_bytes)
+        except schema.SchemaError as exc:
+            await self.dead_letter(raw, exc, message)
+            return
+        state = codec.loads(self.hosts.get(snap.host.encode())) or seq_tracker.initial()
+        state, verdict, lost = seq_tracker.observe(
+            state, seq=snap.seq, ts=snap.ts, reset_after_s=self.reset_after_s
+        )
+        if verdict == "duplicate":
+            self.stats.duplicates += 1
+            return
+        if verdict == "reset":
+            self.stats.resets += 1
+            log.warning("host %s restarted its sequence at %d", snap.host, snap.seq)
+        if lost:
+            self.stats.lost_snapshots[snap.host] += lost
+        self.stats.snapshots += 1
+        self.stats.process_samples += len(snap.procs)
+        for part in split_snapshot(snap, self.window, lost=lost):
+            await self.updates.send(key=part.tenant.encode(), value=codec.encode_partial(part))
+        self.hosts[snap.host.encode()] = codec.dumps(state)
+        await self._advance(message.partition, snap.ts)
+
+    async def _advance(self, source: int, ts: float) -> None:
+        """Tell every window partition how far this samples partition has been forwarded.
+
+        Sent after the partials (same producer, so they arrive first) each time the
+        partition's newest event time crosses a step of a quarter window.
+        """
+        self._forwarded_at[source] = time.monotonic()
+        newest = max(self._source_ts.get(source, 0.0), ts)
+        self._source_ts[source] = newest
+        step = int(newest // self.wm_step_s)
+        if step <= self._announced.get(source, -1):
+            return
+        self._announced[source] = step
+        await self._broadcast(source, newest)
+
+    async def _broadcast(self, source: int, ts: float) -> None:
+        value = codec.encode_watermark(codec.SourceWatermark(source=source, ts=ts))
+        for k in range(self.update_partitions):
+            await self.updates.send(key=b"", value=value, partition=k)
+
+    async def report_idle_sources(self, assigned: list[int]) -> None:
+        """Report assigned samples partitions that forwarded nothing for ``source_idle_s``
+        of wall time at the newest progress this worker knows, so they hold no window."""
+        now = time.monotonic()
+        newest = max(self._source_ts.values(), default=0.0)
+        if newest <= 0.0:
+            return
+        for source in assigned:
+            idle_for = now - self._forwarded_at.get(source, self._started)
+            if idle_for >= self.window.source_idle_s and self._source_ts.get(source, 0.0) < newest:
+                self._source_ts[source] = newest
+                await self._broadcast(source, newest)
+
+    async def on_job_event(self, raw: bytes | None, message: Any) -> None:
+        try:
+            ev = schema.decode_job_event(raw, max_bytes=self.max_bytes)
+        except schema.SchemaError as exc:
+            await self.dead_letter(raw, exc, message)
+            return
+        self.stats.job_events += 1
+        await self.updates.send(key=ev.tenant.encode(), value=codec.encode_job(ev))

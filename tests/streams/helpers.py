@@ -1,0 +1,295 @@
+"""Shared pieces of the stream-worker tests: traffic, an independent reference, a worker
+subprocess, and topic I/O."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from dprobe import schema
+
+GB = 1_000_000_000
+TENANTS = ("vc-a", "vc-b", "vc-c", "vc-d")
+
+
+def make_snapshots(
+    *, hosts: int = 3, ticks: int = 60, t0: float = 1_700_000_000.0, seed: int = 1
+) -> list[schema.HostSnapshot]:
+    """``hosts`` hosts x ``ticks`` 1-second snapshots, 4 GPUs each, processes of 4 tenants."""
+    rng = random.Random(seed)
+    out = []
+    for tick in range(ticks):
+        for h in range(hosts):
+            host = f"host-{h}"
+            gpus = []
+            procs = []
+            for i in range(4):
+                uuid = f"GPU-{h}-{i}"
+                util = rng.choice([5.0, 50.0, 95.0, rng.uniform(0, 100)])
+                total = 80 * GB
+                nprocs = rng.choice([0, 1, 1, 2])
+                used = 0
+                for _ in range(nprocs):
+                    mem = rng.choice([1 * GB, 10 * GB, 30 * GB])
+                    used += mem
+                    procs.append(
+                        schema.Proc(
+                            pid=1000 + 10 * i + len(procs),
+                            gpu=uuid,
+                            tenant=rng.choice(TENANTS),
+                            job=f"job-{h}-{i}",
+                            sm_util=rng.choice([2.0, 40.0, 85.0]),
+                            mem_util=rng.uniform(0, 100),
+                            mem_used=mem,
+                        )
+                    )
+                if rng.random() < 0.05:  # an exclusive-looking process (memory nearly full)
+                    procs.append(
+                        schema.Proc(
+                            pid=5000 + i,
+                            gpu=uuid,
+                            tenant=rng.choice(TENANTS),
+                            job="big",
+                            sm_util=99.0,
+                            mem_util=99.0,
+                            mem_used=75 * GB,
+                        )
+                    )
+                    used = max(used, 75 * GB)
+                gpus.append(
+                    schema.Gpu(
+                        uuid=uuid,
+                        index=i,
+                        util=util,
+                        mem_util=50.0,
+                        mem_used=min(used, total),
+                        mem_total=total,
+                        power_w=300.0,
+                    )
+                )
+            out.append(
+                schema.HostSnapshot(
+                    host=host,
+                    ts=t0 + tick + 0.25 * h,
+                    interval_s=1.0,
+                    seq=tick,
+                    gpus=tuple(gpus),
+                    procs=tuple(procs),
+                )
+            )
+    return out
+
+
+def closing_snapshots(
+    snaps: list[schema.HostSnapshot], seconds: float = 30.0
+) -> list[schema.HostSnapshot]:
+    """Continue every host of ``snaps`` for ``seconds`` more 1-second ticks with every tenant
+    present, so every watermark moves past the data's last window (real streams go on)."""
+    last: dict[str, schema.HostSnapshot] = {}
+    for s in snaps:
+        last[s.host] = s
+    out = []
+    for k in range(1, int(seconds) + 1):
+        for host, s in sorted(last.items()):
+            gpu = schema.Gpu(
+                uuid=f"GPU-{host}-c",
+                index=0,
+                util=1.0,
+                mem_util=1.0,
+                mem_used=4,
+                mem_total=80 * GB,
+                power_w=1.0,
+            )
+            procs = tuple(
+                schema.Proc(
+                    pid=9000 + j,
+                    gpu=gpu.uuid,
+                    tenant=t,
+                    job="tail",
+                    sm_util=0.0,
+                    mem_util=0.0,
+                    mem_used=1,
+                )
+                for j, t in enumerate(TENANTS)
+            )
+            out.append(
+                schema.HostSnapshot(
+                    host=host, ts=s.ts + k, interval_s=1.0, seq=s.seq + k, gpus=(gpu,), procs=procs
+                )
+            )
+    return out
+
+
+def reference_windows(
+    snaps: list[schema.HostSnapshot], window_s: float
+) -> dict[tuple[str, float], dict[str, Any]]:
+    """TenantWindow fields recomputed directly from the snapshots, with plain loops.
+
+    Written independently of dprobe.models.window_agg: the paper's level rules are spelled
+    out here again (L1: GPU util < 25 and memory < 3 GB; L3: GPU and SM util > 70;
+    EX: memory >= 90 % of the GPU; weights 0.3/0.5/0.7/1.0).
+    """
+    seen: set[tuple[str, int]] = set()
+    acc: dict[tuple[str, float], dict[str, Any]] = defaultdict(
+        lambda: {
+            "hosts": set(),
+            "samples": 0,
+            "inst": 0.0,
+            "gpu_s": 0.0,
+            "util_sum": 0.0,
+            "L1": 0,
+            "L2": 0,
+            "L3": 0,
+            "EX": 0,
+            "weighted": 0.0,
+        }
+    )
+    for s in snaps:
+        if (s.host, s.seq) in seen:
+            continue
+        seen.add((s.host, s.seq))
+        start = (s.ts // window_s) * window_s
+        dev = {g.uuid: g for g in s.gpus}
+        gpus_of: dict[str, set[str]] = defaultdict(set)
+        for p in s.procs:
+            g = dev[p.gpu]
+            if p.mem_used >= 0.9 * g.mem_total:
+                level, weight = "EX", 1.0
+            elif g.util > 70 and p.sm_util > 70:
+                level, weight = "L3", 0.7
+            elif g.util < 25 and p.mem_used < 3e9:
+                level, weight = "L1", 0.3
+            else:
+                level, weight = "L2", 0.5
+            a = acc[(p.tenant, start)]
+            a["hosts"].add(s.host)
+            a["samples"] += 1
+            a["inst"] += s.interval_s
+            a["util_sum"] += p.sm_util
+            a[level] += 1
+            a["weighted"] += weight * s.interval_s
+            gpus_of[p.tenant].add(p.gpu)
+        for tenant, used in gpus_of.items():
+            acc[(tenant, start)]["gpu_s"] += len(used) * s.interval_s
+    return {
+        key: {
+            "hosts": len(a["hosts"]),
+            "samples": a["samples"],
+            "instances": a["inst"] / window_s,
+            "gpus_busy": a["gpu_s"] / window_s,
+            "util_sum": a["util_sum"],
+            "level_counts": {k: a[k] for k in ("L1", "L2", "L3", "EX")},
+            "effective_demand_gpus": a["weighted"] / window_s,
+        }
+        for key, a in acc.items()
+    }
+
+
+def assert_window_matches(got: schema.TenantWindow, ref: dict[str, Any], window_s: float) -> None:
+    import pytest
+
+    assert got.window_end - got.window_start == window_s
+    assert got.hosts == ref["hosts"]
+    assert got.samples == ref["samples"]
+    assert {k: getattr(got.level_counts, k) for k in ("L1", "L2", "L3", "EX")} == ref[
+        "level_counts"
+    ]
+    for f in ("instances", "gpus_busy", "util_sum", "effective_demand_gpus"):
+        assert getattr(got, f) == pytest.approx(ref[f], rel=1e-9, abs=1e-9), f
+    assert got.lost_snapshots == 0
+
+
+async def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, enable_idempotence=True, acks="all", linger_ms=5
+    )
+    async with producer:
+        for key, value in records:
+            await producer.send(topic, key=key, value=value)
+        await producer.flush()
+
+
+def snapshot_records(snaps: list[schema.HostSnapshot]) -> list[tuple[bytes | None, bytes]]:
+    return [(s.host.encode(), schema.encode(s)) for s in snaps]
+
+
+async def consume(
+    bootstrap: str, topic: str, *, until: int, timeout_s: float = 120.0
+) -> list[bytes]:
+    """Read ``topic`` from the start until ``until`` records arrived or the time is up."""
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        group_id=None,
+    )
+    out: list[bytes] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    async with consumer:
+        while len(out) < until and loop.time() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            for records in batch.values():
+                out += [r.value for r in records]
+    return out
+
+
+@contextlib.contextmanager
+def worker_process(
+    bootstrap: str,
+    *,
+    prefix: str,
+    app_id: str,
+    data_dir: Path,
+    window_s: float = 10.0,
+    grace_s: float = 2.0,
+    log: Path | None = None,
+    partitions: int = 4,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A real ``dprobe worker`` subprocess; stopped with SIGTERM (SIGKILL after 30 s)."""
+    env = {**os.environ, "DPROBE_KAFKA_TOPIC_PREFIX": prefix}
+    cmd = [
+        sys.executable,
+        "-m",
+        "dprobe.cli",
+        "--bootstrap",
+        bootstrap,
+        "--log-level",
+        "WARNING",
+        "worker",
+        "--app-id",
+        app_id,
+        "--window",
+        str(window_s),
+        "--grace",
+        str(grace_s),
+        "--data-dir",
+        str(data_dir),
+        "--partitions",
+        str(partitions),
+    ]
+    out = open(log or os.devnull, "ab")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        out.close()

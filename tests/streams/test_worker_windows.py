@@ -1,0 +1,222 @@
+"""The stream worker on a real broker: windows equal a plain-Python reference, survive
+SIGKILL, and garbage goes to the dead-letter topic while valid traffic is still counted."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import random
+import signal
+import uuid
+from pathlib import Path
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from dprobe import schema
+from tests.streams.helpers import (
+    assert_window_matches,
+    closing_snapshots,
+    consume,
+    make_snapshots,
+    produce,
+    reference_windows,
+    snapshot_records,
+    worker_process,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+WINDOW_S = 10.0
+T0 = 1_700_000_000.0
+
+
+async def _topics(bootstrap: str, prefix: str, partitions: int = 4) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics(
+            [
+                NewTopic(f"{prefix}{t}", partitions, 1)
+                for t in ("samples", "jobs", "features", "deadletter", "scaling-events")
+            ]
+        )
+    finally:
+        await admin.close()
+
+
+def _setup(kafka_bootstrap: str) -> tuple[str, str]:
+    tag = uuid.uuid4().hex[:8]
+    return f"t{tag}.", f"worker-{tag}"
+
+
+def _expected(snaps: list[schema.HostSnapshot]) -> dict[tuple[str, float], dict]:
+    return reference_windows(snaps, WINDOW_S)
+
+
+def _by_key(raws: list[bytes]) -> dict[tuple[str, float], list[schema.TenantWindow]]:
+    out: dict[tuple[str, float], list[schema.TenantWindow]] = {}
+    for raw in raws:
+        w = schema.decode_window(raw)
+        out.setdefault((w.tenant, w.window_start), []).append(w)
+    return out
+
+
+def _check(got: dict[tuple[str, float], list[schema.TenantWindow]], ref: dict) -> None:
+    end = max(k[1] for k in ref)
+    got = {k: v for k, v in got.items() if k[1] <= end}  # the tail's windows are not checked
+    assert set(got) == set(ref), (sorted(set(ref) - set(got)), sorted(set(got) - set(ref)))
+    for key, windows in got.items():
+        first = windows[0]
+        assert all(w == first for w in windows), f"duplicates of {key} differ"
+        assert_window_matches(first, ref[key], WINDOW_S)
+
+
+async def test_windows_equal_plain_python_reference(kafka_bootstrap: str, tmp_path: Path) -> None:
+    prefix, app_id = _setup(kafka_bootstrap)
+    await _topics(kafka_bootstrap, prefix)
+    snaps = make_snapshots(hosts=3, ticks=60, t0=T0)
+    # Duplicates (a collector resending after an outage) must not be counted twice.
+    dupes = random.Random(3).sample(snaps, 20)
+    await produce(
+        kafka_bootstrap,
+        f"{prefix}samples",
+        snapshot_records(snaps + dupes + closing_snapshots(snaps)),
+    )
+    ref = _expected(snaps)
+    assert len({k[0] for k in ref}) == 4 and len({k[1] for k in ref}) == 6
+    with worker_process(
+        kafka_bootstrap,
+        prefix=prefix,
+        app_id=app_id,
+        data_dir=tmp_path / "w",
+        window_s=WINDOW_S,
+        log=tmp_path / "worker.log",
+    ) as proc:
+        raws = await consume(kafka_bootstrap, f"{prefix}features", until=len(ref), timeout_s=120)
+        await asyncio.sleep(2)  # anything extra (a duplicate) would arrive now
+        raws = await consume(kafka_bootstrap, f"{prefix}features", until=10**9, timeout_s=3)
+        assert proc.poll() is None
+    _check(_by_key(raws), ref)
+
+
+async def test_sigkill_mid_window_then_restart_loses_and_double_counts_nothing(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    prefix, app_id = _setup(kafka_bootstrap)
+    await _topics(kafka_bootstrap, prefix)
+    snaps = make_snapshots(hosts=3, ticks=80, t0=T0, seed=5)
+    ref = _expected(snaps)
+    half = len(snaps) // 2
+    await produce(kafka_bootstrap, f"{prefix}samples", snapshot_records(snaps[:half]))
+    log = tmp_path / "worker.log"
+    with worker_process(
+        kafka_bootstrap,
+        prefix=prefix,
+        app_id=app_id,
+        data_dir=tmp_path / "w",
+        window_s=WINDOW_S,
+        log=log,
+    ) as proc:
+        first = await consume(kafka_bootstrap, f"{prefix}features", until=4, timeout_s=90)
+        assert first, "no window before the kill"
+        # Keep traffic flowing while the worker dies mid-window.
+        await produce(
+            kafka_bootstrap, f"{prefix}samples", snapshot_records(snaps[half : half + 30])
+        )
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    await produce(
+        kafka_bootstrap,
+        f"{prefix}samples",
+        snapshot_records(snaps[half + 30 :] + closing_snapshots(snaps)),
+    )
+    with worker_process(
+        kafka_bootstrap,
+        prefix=prefix,
+        app_id=app_id,
+        data_dir=tmp_path / "w",
+        window_s=WINDOW_S,
+        log=log,
+    ) as proc:
+        raws = await consume(kafka_bootstrap, f"{prefix}features", until=len(ref), timeout_s=120)
+        await asyncio.sleep(2)
+        raws = await consume(kafka_bootstrap, f"{prefix}features", until=10**9, timeout_s=3)
+        assert proc.poll() is None
+    _check(_by_key(raws), ref)
+
+
+def _garbage(rng: random.Random, valid: bytes, i: int) -> tuple[bytes, str]:
+    """One invalid record of a random kind, with the dead-letter reason it must get."""
+    doc = json.loads(valid)
+    kind = i % 7
+    if kind == 0:
+        return b"\xff" + rng.randbytes(rng.randrange(1, 64)), "malformed_json"
+    if kind == 1:
+        doc["seq"] = "seven"
+        return json.dumps(doc).encode(), "invalid_field"
+    if kind == 2:
+        doc["gpus"][0]["mem_used"] = 10**30
+        return json.dumps(doc).encode(), "invalid_field"
+    if kind == 3:
+        doc["gpus"][0]["util"] = float("nan")
+        return json.dumps(doc).encode(), "invalid_field"
+    if kind == 4:
+        doc["v"] = 7
+        return json.dumps(doc).encode(), "unknown_version"
+    if kind == 5:
+        return valid[: rng.randrange(1, len(valid) - 1)], "malformed_json"
+    doc["procs"] = [{"pid": -1}]
+    return json.dumps(doc).encode(), "invalid_field"
+
+
+async def test_garbage_goes_to_deadletter_and_valid_traffic_is_still_counted(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    prefix, app_id = _setup(kafka_bootstrap)
+    await _topics(kafka_bootstrap, prefix)
+    snaps = make_snapshots(hosts=3, ticks=40, t0=T0, seed=9)
+    ref = _expected(snaps)
+    rng = random.Random(11)
+    records: list[tuple[bytes | None, bytes]] = []
+    expected_reasons: dict[str, int] = {}
+    valid_records = snapshot_records(snaps)
+    n_garbage = 10_000
+    for i in range(n_garbage):
+        raw, reason = _garbage(rng, valid_records[i % len(valid_records)][1], i)
+        expected_reasons[reason] = expected_reasons.get(reason, 0) + 1
+        records.append((b"host-x", raw))
+    # Valid records in their per-host order, garbage scattered between them.
+    positions = sorted(rng.sample(range(n_garbage + len(valid_records)), len(valid_records)))
+    mixed: list[tuple[bytes | None, bytes]] = []
+    g = iter(records)
+    v = iter(valid_records)
+    pos = set(positions)
+    for k in range(n_garbage + len(valid_records)):
+        mixed.append(next(v) if k in pos else next(g))
+    await produce(
+        kafka_bootstrap, f"{prefix}samples", mixed + snapshot_records(closing_snapshots(snaps))
+    )
+    with worker_process(
+        kafka_bootstrap,
+        prefix=prefix,
+        app_id=app_id,
+        data_dir=tmp_path / "w",
+        window_s=WINDOW_S,
+        log=tmp_path / "worker.log",
+    ) as proc:
+        dead = await consume(kafka_bootstrap, f"{prefix}deadletter", until=n_garbage, timeout_s=180)
+        raws = await consume(kafka_bootstrap, f"{prefix}features", until=len(ref), timeout_s=60)
+        await asyncio.sleep(2)
+        raws = await consume(kafka_bootstrap, f"{prefix}features", until=10**9, timeout_s=3)
+        assert proc.poll() is None, "the worker died"
+    assert len(dead) == n_garbage
+    letters = [schema.decode(r, schema.DeadLetter) for r in dead]
+    reasons: dict[str, int] = {}
+    for dl in letters:
+        reasons[dl.reason] = reasons.get(dl.reason, 0) + 1
+        assert dl.source_topic == f"{prefix}samples" and dl.offset >= 0 and dl.error
+    assert reasons == expected_reasons
+    originals = {raw for _, raw in records}
+    assert all(base64.b64decode(dl.raw) in originals for dl in letters[:500])
+    _check(_by_key(raws), ref)
