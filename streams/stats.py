@@ -1,17 +1,65 @@
-"""Counters of what the worker saw, read at scrape time by the Prometheus exporter.
+"""What the worker saw and decided, kept for the Prometheus exporter to read at scrape time.
 
-Plain in-process numbers (per worker process), bounded keys: hosts and reasons.
+Plain in-process numbers (per worker process) with bounded keys: hosts, reasons,
+tenants, horizons. The agents write; the exporter only reads.
 
 Example:
     >>> s = WorkerStats()
     >>> s.dead_letter("malformed_json"); s.dead_letters["malformed_json"]
     1
+    >>> s.observe_delay(1.5); s.delay.count, s.delay.counts[LATENCY_BUCKETS_S.index(2.0)]
+    (1, 1)
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import bisect
+from collections import Counter, deque
 from dataclasses import dataclass, field
+
+LATENCY_BUCKETS_S: tuple[float, ...] = (
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+    15.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+)
+
+
+@dataclass
+class Histogram:
+    """Cumulative-bucket histogram data (what a Prometheus histogram needs), no library."""
+
+    bounds: tuple[float, ...] = LATENCY_BUCKETS_S
+    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
+    total: float = 0.0
+    count: int = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.count += 1
+
+
+@dataclass
+class TenantView:
+    """The latest of one tenant: its last window, forecasts, quota and realised error."""
+
+    demand_gpus: float = 0.0  # running + pending GPUs of the last closed window
+    effective_demand_gpus: float = 0.0
+    level_counts: dict[str, int] = field(default_factory=dict)
+    window_end: float = 0.0
+    forecast: dict[float, tuple[float, float]] = field(default_factory=dict)  # horizon -> p50, p90
+    quota_gpus: float | None = None
+    abs_error: dict[float, float] = field(default_factory=dict)  # horizon -> |p50 - actual|
 
 
 @dataclass
@@ -25,7 +73,15 @@ class WorkerStats:
     windows_emitted: int = 0
     lost_snapshots: Counter[str] = field(default_factory=Counter)  # by host
     dead_letters: Counter[str] = field(default_factory=Counter)  # by reason
-    close_delay_s: list[float] = field(default_factory=list)  # window end -> produced (wall)
+    scaling_events: Counter[str] = field(default_factory=Counter)  # by action
+    delay: Histogram = field(default_factory=Histogram)  # window end -> TenantWindow produced
+    recent_delays_s: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
+    tenants: dict[str, TenantView] = field(default_factory=dict)
 
     def dead_letter(self, reason: str) -> None:
         self.dead_letters[reason] += 1
+
+    def observe_delay(self, seconds: float) -> None:
+        """Wall-clock delay from a window's end to its TenantWindow being produced."""
+        self.delay.observe(seconds)
+        self.recent_delays_s.append(seconds)

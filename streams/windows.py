@@ -167,6 +167,6 @@ class Windows:
         fut = await self.features.send(key=tenant.encode(), value=schema.encode(window))
         await fut
         self.stats.windows_emitted += 1
-        self.stats.close_delay_s.append(time.time() - window.window_end)
+        self.stats.observe_delay(time.time() - window.window_end)
         if self.on_window is not None:
             await self.on_window(window)
