@@ -28,19 +28,31 @@ def _pyplot():  # type: ignore[no-untyped-def]
     return plt
 
 
+def _label(horizon_s: float) -> str:
+    """``600 -> '10 min'``, ``3600 -> '1 h'``."""
+    if horizon_s >= 3600 and horizon_s % 3600 == 0:
+        return f"{horizon_s / 3600:g} h"
+    return f"{horizon_s / 60:g} min"
+
+
 def error_by_horizon(result: EvalResult, out: Path) -> list[Path]:
     """One figure: MASE (vs last value) and MAE per model against the horizon."""
     plt = _pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     models = sorted({r.model for r in result.rows})
+    horizons = sorted({r.horizon_s for r in result.rows})
+    pos = {h: i for i, h in enumerate(horizons)}
     for name in models:
         rows = sorted((r for r in result.rows if r.model == name), key=lambda r: r.horizon_s)
-        hours = [r.horizon_s / 3600 for r in rows]
-        ax1.plot(hours, [r.mase for r in rows], marker="o", label=name)
-        ax2.plot(hours, [r.mae for r in rows], marker="o", label=name)
+        xs = [pos[r.horizon_s] for r in rows]
+        ax1.plot(xs, [r.mase for r in rows], marker="o", label=name)
+        ax2.plot(xs, [r.mae for r in rows], marker="o", label=name)
+    labels = [_label(h) for h in horizons]
     ax1.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax1.set(xlabel="horizon (h)", ylabel="MASE vs last value", xscale="log")
-    ax2.set(xlabel="horizon (h)", ylabel="MAE (GPUs)", xscale="log")
+    ax1.set(xlabel="horizon", ylabel="MASE vs last value (log scale)", yscale="log")
+    ax2.set(xlabel="horizon", ylabel="MAE (GPUs)")
+    for ax in (ax1, ax2):
+        ax.set_xticks(range(len(horizons)), labels)
     ax1.legend(fontsize=8)
     fig.suptitle("Forecast error by horizon (test span)")
     fig.tight_layout()
