@@ -216,6 +216,51 @@ class WorkerSettings:
             raise ConfigError("worker.window_s must be > 0 and worker.grace_s >= 0")
 
 
+
+@dataclass(frozen=True)
+class ArchiveSettings:
+    """``dprobe archive``: hourly Parquet files of the raw topics (samples, jobs)."""
+
+    section = "archive"
+
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    out_dir: Path = Path("archive")
+    group_id: str = "dprobe-archive"
+    flush_records: int = 200_000
+    flush_bytes: int = 64 * 1024 * 1024
+    flush_interval_s: float = 60.0
+    compression_level: int = 3
+
+    def __post_init__(self) -> None:
+        if self.flush_records < 1 or self.flush_bytes < 1 or self.flush_interval_s <= 0:
+            raise ConfigError("archive.flush_records, flush_bytes and flush_interval_s must be > 0")
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    """``dprobe replay``: an archive or a public trace back into Kafka."""
+
+    section = "replay"
+
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    speed: float = 0.0
+    tick_s: float = 60.0
+    gpus_per_host: int = 8
+    jobs_time_unit_s: float = 60.0
+    compression: str = "zstd"
+    await_every: int = 20_000
+
+    def __post_init__(self) -> None:
+        if self.speed < 0:
+            raise ConfigError("replay.speed must be >= 0 (0 = as fast as possible)")
+        if self.tick_s <= 0 or self.gpus_per_host < 1 or self.jobs_time_unit_s <= 0:
+            raise ConfigError("replay.tick_s, gpus_per_host and jobs_time_unit_s must be > 0")
+        if self.compression not in {"zstd", "lz4", "gzip", "snappy", "none"}:
+            raise ConfigError("replay.compression must be zstd, lz4, gzip, snappy or none")
+        if self.await_every < 1:
+            raise ConfigError("replay.await_every must be >= 1")
+
+
 S = TypeVar("S")
 
 
