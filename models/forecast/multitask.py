@@ -137,6 +137,7 @@ class MultiTaskForecaster:
             )
         self._ema = copy.deepcopy(self._net)  # the averaged weights that forecast
         self._ema.requires_grad_(False)
+        self._ema.eval()  # no dropout or batch norm: the mode never changes afterwards
         self._opt = torch.optim.Adam(
             self._net.parameters(), lr=self.lr, weight_decay=self.weight_decay
         )
@@ -228,7 +229,6 @@ class MultiTaskForecaster:
         batch = self._buffer.sample(self._rng, self.batch_size)
         drop = torch.from_numpy(self._rng.random(self.batch_size) < self.embed_dropout)
         tenant = torch.where(drop, torch.zeros_like(batch["tenant"]), batch["tenant"])
-        self._net.train()
         quants, trend_logits = self._net(batch["x"], tenant)
         w = batch["weight"] / batch["weight"].mean().clamp(min=1e-9)
         mw = batch["mask"] * w.unsqueeze(1)
@@ -260,13 +260,16 @@ class MultiTaskForecaster:
         hist = self._hist[tenant]
         cached = self._cache.get(tenant)
         if cached is None or cached[0] != hist.last_idx or cached[1] != self._steps:
-            x, y, scale = origin_features(
-                hist,
-                k_lags=self.k_lags,
-                horizon_steps=self._steps_of(hist.step_s),
-                utc_offset_s=self.utc_offset_s,
-            )
-            self._ema.eval()
+            origins = self._origins[tenant]
+            if origins and origins[-1][0] == hist.last_idx:  # built when the window closed
+                _, x, y, scale = origins[-1]
+            else:
+                x, y, scale = origin_features(
+                    hist,
+                    k_lags=self.k_lags,
+                    horizon_steps=self._steps_of(hist.step_s),
+                    utc_offset_s=self.utc_offset_s,
+                )
             with torch.no_grad():
                 q, logits = self._ema(
                     torch.from_numpy(x).unsqueeze(0), torch.tensor([self._slots[tenant]])
