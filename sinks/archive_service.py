@@ -1,0 +1,218 @@
+"""The archive service: ``dprobe.samples`` and ``dprobe.jobs`` into hourly Parquet files.
+
+One consumer of the group ``archive.group_id`` (manual commits) reads both topics,
+validates each record with the message contracts and buffers it in an
+:class:`~dprobe.sinks.parquet_archive.ArchiveWriter`. Invalid records are counted and
+not archived (the stream worker dead-letters them); their offsets are committed like the
+others.
+
+Commit order (the one place it is written down):
+
+1. rows are buffered in memory; the next offset of every partition read is noted;
+2. at a flush (``flush_records``/``flush_bytes`` buffered, ``flush_interval_s`` passed, a
+   rebalance revoking partitions, or stop) every buffer is written to its file: temp
+   file, fsync, atomic rename, fsync of the folder;
+3. only then the noted offsets are committed to Kafka.
+
+A crash before 3 leaves files whose offsets were never committed. When a partition is
+assigned, files of it that start at or after its committed offset are deleted before
+anything is read, and the records are read and written again; a file named by the same
+offsets is simply overwritten. So every record is in exactly one file once committed.
+
+Example:
+    >>> from pathlib import Path
+    >>> from dprobe.config import ArchiveSettings
+    >>> async def main(stop):  # doctest: +SKIP
+    ...     async with Archiver(ArchiveSettings(out_dir=Path("archive"))) as a:
+    ...         await a.run(stop)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import CommitFailedError
+from dprobe.sinks.archive_schema import row_of
+from dprobe.sinks.parquet_archive import ArchiveWriter
+
+from dprobe.config import ArchiveSettings
+from dprobe.schema import HostSnapshot, JobEvent, SchemaError, decode
+
+log = logging.getLogger(__name__)
+
+_KIND_TYPES: dict[str, type[HostSnapshot] | type[JobEvent]] = {
+    "samples": HostSnapshot,
+    "jobs": JobEvent,
+}
+
+
+class Archiver:
+    """Consumes the raw topics and archives them, following the commit order above."""
+
+    def __init__(
+        self,
+        settings: ArchiveSettings,
+        *,
+        writer: ArchiveWriter | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.writer = writer or ArchiveWriter(
+            settings.out_dir, compression_level=settings.compression_level
+        )
+        self.clock = clock
+        k = settings.kafka
+        self.kinds = {k.topic(kind): kind for kind in _KIND_TYPES}
+        self.consumer: AIOKafkaConsumer | None = None
+        self.records = 0
+        self.invalid_records = 0
+        self._next: dict[TopicPartition, int] = {}
+        self._lock = asyncio.Lock()
+        self._last_flush = clock()
+        self._started = False
+        self._stopped = False
+
+    async def start(self) -> None:
+        """Join the consumer group (partitions arrive at the first :meth:`poll`)."""
+        if self._started:
+            return
+        self._started = True
+        self.consumer = AIOKafkaConsumer(
+            **self.settings.kafka.client_kwargs(),
+            group_id=self.settings.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        await self.consumer.start()
+        self.consumer.subscribe(list(self.kinds), listener=_Rebalance(self))
+
+    async def __aenter__(self) -> Archiver:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def poll(self, timeout_ms: int = 500) -> int:
+        """Read one batch, buffer it, flush+commit when a threshold is met; records read."""
+        assert self.consumer is not None, "call start() first"
+        batches = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=10_000)
+        n = 0
+        for tp, records in batches.items():
+            kind = self.kinds[tp.topic]
+            for r in records:
+                n += 1
+                try:
+                    msg = decode(r.value, _KIND_TYPES[kind])
+                except SchemaError:
+                    self.invalid_records += 1
+                    continue
+                self.writer.add(
+                    kind,
+                    row_of(
+                        kind,
+                        msg,
+                        key=r.key,
+                        value=r.value,
+                        partition=tp.partition,
+                        offset=r.offset,
+                        timestamp_ms=r.timestamp,
+                    ),
+                )
+                self.records += 1
+            if records:
+                self._next[tp] = records[-1].offset + 1
+        if self._due():
+            await self.flush()
+        return n
+
+    def _due(self) -> bool:
+        s, w = self.settings, self.writer
+        if w.buffered_records >= s.flush_records or w.buffered_bytes >= s.flush_bytes:
+            return True
+        return bool(self._next) and self.clock() - self._last_flush >= s.flush_interval_s
+
+    async def flush(self) -> None:
+        """Steps 2 and 3 of the commit order: write every buffer durably, then commit."""
+        async with self._lock:
+            if self.writer.buffered_records:
+                paths = await asyncio.to_thread(self.writer.flush)
+                log.debug("archived %d file(s)", len(paths))
+            if self._next and self.consumer is not None:
+                offsets, self._next = dict(self._next), {}
+                try:
+                    await self.consumer.commit(offsets)
+                except CommitFailedError as exc:
+                    # Partitions moved to another member; it deletes and rewrites the
+                    # uncommitted files, so nothing is lost or doubled.
+                    log.warning("offset commit failed after a rebalance: %s", exc)
+            self._last_flush = self.clock()
+
+    async def caught_up(self) -> bool:
+        """True when every assigned partition has been read to its current end."""
+        assert self.consumer is not None
+        assigned = self.consumer.assignment()
+        if not assigned:
+            return False
+        ends = await self.consumer.end_offsets(list(assigned))
+        for tp in assigned:
+            if await self.consumer.position(tp) < ends[tp]:
+                return False
+        return True
+
+    async def run(self, stop: asyncio.Event, *, until_end: bool = False) -> None:
+        """Poll until ``stop`` is set (or, with ``until_end``, until caught up)."""
+        while not stop.is_set():
+            n = await self.poll()
+            if until_end and n == 0 and await self.caught_up():
+                break
+
+    async def stop(self) -> None:
+        """Flush, commit and leave the group. Idempotent."""
+        if self._stopped or not self._started:
+            self._stopped = True
+            return
+        self._stopped = True
+        try:
+            await self.flush()
+        finally:
+            if self.consumer is not None:
+                await self.consumer.stop()
+        log.info(
+            "archive stopped: %d records in %d file(s); %d invalid record(s) not archived",
+            self.writer.records_written,
+            self.writer.files_written,
+            self.invalid_records,
+        )
+
+    async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+        """Delete files of the assigned partitions that were never committed."""
+        assert self.consumer is not None
+        missing = []
+        for tp in assigned:
+            committed = await self.consumer.committed(tp)
+            if committed is None:
+                missing.append(tp)
+            else:
+                self.writer.remove_uncommitted(self.kinds[tp.topic], tp.partition, committed)
+        if missing:
+            starts = await self.consumer.beginning_offsets(missing)
+            for tp in missing:
+                self.writer.remove_uncommitted(self.kinds[tp.topic], tp.partition, starts[tp])
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, archiver: Archiver) -> None:
+        self.archiver = archiver
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        if revoked:
+            await self.archiver.flush()
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        await self.archiver._on_assigned(set(assigned))

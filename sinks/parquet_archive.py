@@ -1,0 +1,196 @@
+"""Idempotent hourly Parquet files of the raw topics, written atomically.
+
+Rows are buffered per (topic kind, partition, event-time hour) and written at
+:meth:`ArchiveWriter.flush`, one file per buffer, named by what it holds::
+
+    DIR/samples/date=2026-11-30/hour=13/samples-p0-o1200-o4799.parquet
+
+(kind, partition, first and last offset). Re-reading the same offsets after a restart
+therefore produces the same name and overwrites instead of duplicating; and
+:meth:`remove_uncommitted` deletes files whose offsets were never committed, so a restart
+that cuts its buffers differently cannot leave two files with the same records. Each
+file is written to a hidden ``.tmp`` file, fsynced, renamed into place and its folder
+fsynced: a reader sees a whole file or none. Files are zstd-compressed and their string
+columns dictionary-encoded.
+
+Example:
+    >>> import tempfile
+    >>> from dprobe.schema import JobEvent, encode
+    >>> from dprobe.sinks.archive_schema import row_of
+    >>> w = ArchiveWriter(tempfile.mkdtemp())
+    >>> ev = JobEvent(ts=1_700_000_000.0, event="submit", job="j1", tenant="vc-a", gpus=8)
+    >>> w.add("jobs", row_of("jobs", ev, key=b"j1", value=encode(ev), partition=0,
+    ...                      offset=42, timestamp_ms=None))
+    >>> [p.name for p in w.flush()]
+    ['jobs-p0-o42-o42.parquet']
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import pyarrow.parquet as pq
+from dprobe.sinks.archive_schema import DICTIONARY_COLUMNS, KINDS, table_of
+
+log = logging.getLogger(__name__)
+
+NAME_RE: Final = re.compile(
+    r"^(?P<kind>[a-z]+)-p(?P<partition>\d+)-o(?P<first>\d+)-o(?P<last>\d+)\.parquet$"
+)
+ROW_OVERHEAD_BYTES: Final = 96  # estimated per-row cost besides key and value
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveFile:
+    """Where a file lies and what it holds (parsed from its name)."""
+
+    path: Path
+    kind: str
+    partition: int
+    first: int
+    last: int
+
+
+def hour_dir(kind: str, ts: float) -> Path:
+    """Relative folder of the event-time hour of ``ts`` (UTC).
+
+    >>> str(hour_dir("samples", 1_700_000_000.0))
+    'samples/date=2023-11-14/hour=22'
+    """
+    t = time.gmtime(ts)
+    return (
+        Path(kind)
+        / f"date={t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}"
+        / f"hour={t.tm_hour:02d}"
+    )
+
+
+def file_name(kind: str, partition: int, first: int, last: int) -> str:
+    """``samples-p0-o1200-o4799.parquet``: kind, partition, first and last offset."""
+    return f"{kind}-p{partition}-o{first}-o{last}.parquet"
+
+
+def list_files(out_dir: str | Path, kind: str | None = None) -> Iterator[ArchiveFile]:
+    """Every archive file under ``out_dir`` (of one ``kind`` if given), in path order."""
+    root = Path(out_dir)
+    for k in (kind,) if kind else KINDS:
+        for path in sorted((root / k).glob("date=*/hour=*/*.parquet")):
+            m = NAME_RE.match(path.name)
+            if m and m["kind"] == k:
+                yield ArchiveFile(path, k, int(m["partition"]), int(m["first"]), int(m["last"]))
+
+
+class ArchiveWriter:
+    """Buffers archive rows and writes them as idempotent, atomic Parquet files.
+
+    Not thread-safe: one owner calls :meth:`add`, :meth:`flush` and :meth:`remove_uncommitted`
+    (the owner may run :meth:`flush` in a worker thread while it does nothing else).
+    """
+
+    def __init__(self, out_dir: str | Path, *, compression_level: int = 3, fsync: bool = True):
+        self.out_dir = Path(out_dir)
+        self.compression_level = compression_level
+        self.fsync = fsync
+        self._buffers: dict[tuple[str, int, Path], list[dict[str, Any]]] = {}
+        self.buffered_records = 0
+        self.buffered_bytes = 0
+        self.files_written = 0
+        self.records_written = 0
+
+    def add(self, kind: str, row: dict[str, Any]) -> None:
+        """Buffer one row (from :func:`~dprobe.sinks.archive_schema.row_of`) of topic ``kind``."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown topic kind {kind!r} (expected one of {KINDS})")
+        key = (kind, int(row["partition"]), hour_dir(kind, row["ts"]))
+        self._buffers.setdefault(key, []).append(row)
+        self.buffered_records += 1
+        self.buffered_bytes += len(row["value"]) + len(row["key"] or b"") + ROW_OVERHEAD_BYTES
+
+    def flush(self) -> list[Path]:
+        """Write every buffer to its file (atomically, durably) and empty the buffers.
+
+        Returns the paths written. When it raises, buffers written so far are gone and the
+        rest are kept; offsets must not be committed then (files are rewritten on retry).
+        """
+        written: list[Path] = []
+        for key in sorted(self._buffers, key=lambda k: (k[0], k[1], str(k[2]))):
+            kind, partition, rel = key
+            rows = sorted(self._buffers[key], key=lambda r: r["offset"])
+            path = (
+                self.out_dir
+                / rel
+                / file_name(kind, partition, rows[0]["offset"], rows[-1]["offset"])
+            )
+            self._write_atomic(path, kind, rows)
+            del self._buffers[key]
+            self.buffered_records -= len(rows)
+            self.buffered_bytes -= sum(
+                len(r["value"]) + len(r["key"] or b"") + ROW_OVERHEAD_BYTES for r in rows
+            )
+            self.files_written += 1
+            self.records_written += len(rows)
+            written.append(path)
+        return written
+
+    def _write_atomic(self, path: Path, kind: str, rows: list[dict[str, Any]]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        table = table_of(kind, rows)
+        with open(tmp, "wb") as fh:
+            pq.write_table(
+                table,
+                fh,
+                compression="zstd",
+                compression_level=self.compression_level,
+                use_dictionary=DICTIONARY_COLUMNS[kind],
+            )
+            fh.flush()
+            if self.fsync:
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        if self.fsync:
+            _fsync_dir(path.parent)
+
+    def remove_uncommitted(self, kind: str, partition: int, committed: int) -> list[Path]:
+        """Delete files of ``kind``/``partition`` starting at or after offset ``committed``
+        (never committed, so they will be read and written again), and stray temp files.
+
+        Also drops buffered rows of that partition (they are read again too).
+        """
+        removed = []
+        for f in list_files(self.out_dir, kind):
+            if f.partition != partition or f.last < committed:
+                continue
+            if f.first >= committed:
+                f.path.unlink(missing_ok=True)
+                removed.append(f.path)
+            else:  # offsets were moved by hand into a file: keep it (no loss), say so
+                log.warning("%s straddles committed offset %d; kept", f.path, committed)
+        for tmp in (self.out_dir / kind).glob(f"date=*/hour=*/.{kind}-p{partition}-*.tmp"):
+            tmp.unlink(missing_ok=True)
+        for key in [k for k in self._buffers if k[0] == kind and k[1] == partition]:
+            rows = self._buffers.pop(key)
+            self.buffered_records -= len(rows)
+            self.buffered_bytes -= sum(
+                len(r["value"]) + len(r["key"] or b"") + ROW_OVERHEAD_BYTES for r in rows
+            )
+        if removed:
+            log.info(
+                "removed %d uncommitted archive file(s) of %s p%d", len(removed), kind, partition
+            )
+        return removed
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
