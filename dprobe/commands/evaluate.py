@@ -134,6 +134,10 @@ def run(args: argparse.Namespace) -> int:
     if args.origin_stride < 1:
         raise UsageError("--origin-stride must be >= 1")
     horizons = _horizons(args.horizons)
+    short = [h for h in horizons if h < args.window_s]
+    horizons = [h for h in horizons if h >= args.window_s]
+    if not horizons:
+        raise UsageError(f"--horizons: every horizon is shorter than --window-s {args.window_s:g}")
     test_end = _time(args.test_end, "--test-end") if args.test_end else math.inf
     err = sys.stderr
 
@@ -162,6 +166,9 @@ def run(args: argparse.Namespace) -> int:
         "learning from closed windows during the test span (never from the future)"
     )
     print(split, file=err)
+    if short:
+        skipped = ", ".join(f"{h:g}" for h in short)
+        print(f"horizons shorter than a window are not evaluated: {skipped} s", file=err)
 
     def progress(n: int) -> None:
         if n % 10_000 == 0:

@@ -3,7 +3,8 @@
 Every model sees the windows in time order, exactly as the stream worker would: it learns
 window ``n``, then (if ``n`` lies in the test span and on the origin stride) forecasts
 each horizon from there. Forecasts are scored against the demand of the window that ends
-``horizon`` seconds later. Data before ``test_start`` only warms the models up (fit);
+``horizon`` seconds later (rounded to whole windows; a horizon shorter than half a window
+is not scored). Data before ``test_start`` only warms the models up (fit);
 tuning must use a validation span that also ends before it. Online models keep learning
 during the test span from windows that have closed - never from the future.
 
@@ -111,10 +112,11 @@ def rolling_origin(
         for m in models:
             fc = m.forecast(tenant, horizons_s)
             for h in horizons_s:
+                ahead = round(h / step)
+                if ahead < 1:  # shorter than a window: no later window to score against
+                    continue
                 p50, p90 = fc[h]
-                preds.setdefault((m.name, h), []).append(
-                    (tenant, idx + round(h / step), end + h, p50, p90)
-                )
+                preds.setdefault((m.name, h), []).append((tenant, idx + ahead, end + h, p50, p90))
         if progress is not None and n_windows % 1000 == 0:
             progress(n_windows)
     rows, series = _score(preds, actual, [m.name for m in models], horizons_s)

@@ -107,3 +107,15 @@ def test_bad_options_exit_2(tmp_path: Path, capsys, extra: list[str], message: s
     code = main(["evaluate", "--trace", str(trace), "--format", "demand-csv", "--no-plots", *extra])
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_short_horizons_are_dropped_with_a_note(tmp_path: Path, capsys) -> None:
+    trace = _demand_csv(tmp_path / "d.csv", n=200)
+    args = ["evaluate", "--trace", str(trace), "--format", "demand-csv", "--json"]
+    code = main([*args, "--no-plots", "--models", "last-value", "--window-s", "1800"])
+    captured = capsys.readouterr()
+    assert code == 0
+    assert {r["horizon_s"] for r in json.loads(captured.out)} == {3600.0, 21600.0}
+    assert "not evaluated: 600 s" in captured.err
+    code = main([*args, "--no-plots", "--window-s", "1800", "--horizons", "600"])
+    assert code == 2

@@ -79,3 +79,9 @@ def test_all_models_are_scored_on_the_same_pairs_and_stride() -> None:
     assert ns["last-value"] == 10 + 10
     mase = {r.model: r.mase for r in res.rows}
     assert mase["seasonal-naive"] == 0.0  # period-3 series, season of 3 windows
+
+
+def test_horizon_shorter_than_a_window_is_not_scored() -> None:
+    windows = [win("a", i, float(i % 2)) for i in range(30)]
+    res = rolling_origin(windows, [LastValue()], [STEP / 4, STEP], test_start=10 * STEP)
+    assert [r.horizon_s for r in res.rows] == [STEP]
