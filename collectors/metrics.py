@@ -16,6 +16,8 @@ Names and meanings (all prefixed ``dprobe_collector_``):
 - ``gpus`` / ``processes``: GPUs and processes in the last snapshot
 - ``tick_seconds``: wall time of one tick (read, attribute, encode, spool)
 
+``MetricsServer`` (shared with the worker, from ``dprobe.sinks.metrics_server``) serves them.
+
 Example:
     >>> from prometheus_client import CollectorRegistry
     >>> reg = CollectorRegistry()
@@ -27,13 +29,12 @@ Example:
 
 from __future__ import annotations
 
-import logging
-import threading
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from dprobe.sinks.metrics_server import MetricsServer
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-log = logging.getLogger(__name__)
+__all__ = ["CollectorMetrics", "MetricsServer"]
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -70,40 +71,3 @@ class CollectorMetrics:
         self.tick_seconds = Histogram(
             f"{p}tick_seconds", "Wall time of one tick", buckets=_LATENCY_BUCKETS, **kw
         )
-
-
-class MetricsServer:
-    """Serves ``registry`` on ``http://addr:port/metrics`` from a daemon thread.
-
-    >>> from prometheus_client import CollectorRegistry
-    >>> server = MetricsServer(CollectorRegistry(), port=0)
-    >>> server.start(); server.port > 0
-    True
-    >>> server.stop()
-    """
-
-    def __init__(
-        self, registry: CollectorRegistry, addr: str = "127.0.0.1", port: int = 9401
-    ) -> None:
-        self.registry = registry
-        self.addr = addr
-        self.port = port
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._server, self._thread = start_http_server(
-            self.port, addr=self.addr, registry=self.registry
-        )
-        self.port = int(self._server.server_port)
-        log.info("metrics on http://%s:%d/metrics", self.addr, self.port)
-
-    def stop(self) -> None:
-        """Stop serving (idempotent)."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None

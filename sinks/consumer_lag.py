@@ -1,0 +1,155 @@
+"""Consumer lag of one consumer group, measured in-process on its own cadence.
+
+Lag of a partition = its end offset (high watermark) minus the group's committed offset,
+the definition kafka_exporter and KEDA use. A partition the group never committed counts
+as lagging by everything the group would read from the beginning (end minus beginning
+offset), since dprobe's worker starts at ``earliest``. Every ``interval_s`` the poller
+asks Kafka (admin ``describe_topics`` and ``list_consumer_group_offsets``, a group-less
+consumer's ``beginning_offsets``/``end_offsets``) and replaces :attr:`ConsumerLag.lags`; the
+Prometheus exporter only reads that mapping. A failed refresh is logged, counted in
+:attr:`ConsumerLag.errors` and retried at the next tick; the last values stay.
+
+Example:
+    >>> async def main() -> None:  # doctest: +SKIP
+    ...     async with ConsumerLag(KafkaSettings(), "dprobe-worker", ["dprobe.samples"]) as lag:
+    ...         await lag.refresh()
+    ...         print(lag.lags)  # {("dprobe.samples", 0): 12, ...}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+
+from dprobe.config import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 5.0
+
+
+class ConsumerLag:
+    """Polls the lag of ``group`` on ``topics`` every ``interval_s`` seconds.
+
+    Lifecycle: ``await start()`` connects and takes a first measurement (a failure there is
+    logged and retried like any other), ``await stop()`` ends the task and closes the
+    clients (idempotent); ``async with`` does both.
+    """
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        group: str,
+        topics: Iterable[str],
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError("interval_s must be > 0")
+        self.kafka = kafka
+        self.group = group
+        self.topics = tuple(topics)
+        self.interval_s = interval_s
+        self.lags: Mapping[tuple[str, int], int] = {}
+        self.errors = 0
+        self.updated_at: float | None = None  # time.time() of the last successful refresh
+        self._admin: AIOKafkaAdminClient | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Connect the clients and start polling in a background task."""
+        if self._task is not None:
+            return
+        kw = self.kafka.client_kwargs()
+        self._admin = AIOKafkaAdminClient(**kw)
+        self._consumer = AIOKafkaConsumer(group_id=None, enable_auto_commit=False, **kw)
+        try:
+            await self._admin.start()
+            await self._consumer.start()
+        except BaseException:
+            await self._close_clients()
+            raise
+        self._task = asyncio.create_task(self._run(), name=f"consumer-lag-{self.group}")
+
+    async def stop(self) -> None:
+        """Stop polling and close the clients (idempotent)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._close_clients()
+
+    async def __aenter__(self) -> ConsumerLag:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def refresh(self) -> Mapping[tuple[str, int], int]:
+        """Measure now and replace :attr:`lags`; raises ``KafkaError`` on failure."""
+        if self._admin is None or self._consumer is None:
+            raise RuntimeError("ConsumerLag.refresh() before start()")
+        # metadata of all topics: asking for named ones could auto-create a missing one
+        described = await self._admin.describe_topics()
+        found = {t["topic"]: t["partitions"] for t in described if t["error_code"] == 0}
+        partitions = [
+            TopicPartition(topic, p["partition"])
+            for topic in self.topics
+            for p in sorted(found.get(topic, ()), key=lambda p: p["partition"])
+        ]
+        lags: dict[tuple[str, int], int] = {}
+        if partitions:
+            committed = await self._admin.list_consumer_group_offsets(
+                self.group, partitions=partitions
+            )
+            ends = await self._consumer.end_offsets(partitions)
+            starts = await self._consumer.beginning_offsets(partitions)
+            for tp in partitions:
+                meta = committed.get(tp)
+                offset = meta.offset if meta is not None and meta.offset >= 0 else starts[tp]
+                lags[(tp.topic, tp.partition)] = max(0, ends[tp] - offset)
+        self.lags = lags
+        self.updated_at = time.time()
+        return lags
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except (KafkaError, OSError) as exc:
+                self.errors += 1
+                log.warning("consumer lag of group %s: refresh failed: %r", self.group, exc)
+            except Exception as exc:
+                self.errors += 1
+                log.exception("consumer lag of group %s: unexpected error", self.group)
+                raise RuntimeError(f"consumer lag poller of {self.group} failed") from exc
+            await asyncio.sleep(self.interval_s)
+
+    async def _close_clients(self) -> None:
+        admin, consumer = self._admin, self._consumer
+        self._admin = self._consumer = None
+        if consumer is not None:
+            await consumer.stop()
+        if admin is not None:
+            await admin.close()
+
+    def __repr__(self) -> str:
+        return f"ConsumerLag(group={self.group!r}, topics={self.topics!r})"

@@ -1,0 +1,79 @@
+"""Serve one injected Prometheus registry on ``http://ADDR:PORT/metrics`` (a daemon thread).
+
+Shared by the collector (port 9401) and the stream worker (port 9402). Loopback by
+default: exposing metrics beyond the host is an explicit choice (``addr="0.0.0.0"``).
+``port=0`` binds an ephemeral port; :attr:`MetricsServer.port` then holds the bound one.
+
+Example:
+    >>> from prometheus_client import CollectorRegistry
+    >>> with MetricsServer(CollectorRegistry(), port=0) as server:
+    ...     server.port > 0
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from types import TracebackType
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+log = logging.getLogger(__name__)
+
+
+class MetricsServer:
+    """Serves ``registry`` on ``http://addr:port/metrics`` from a daemon thread.
+
+    ``start()`` raises ``OSError`` when the address cannot be bound; ``stop()`` is
+    idempotent. Scrapes run in the server thread and only read in-memory state.
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry, addr: str = "127.0.0.1", port: int = 9401
+    ) -> None:
+        self.registry = registry
+        self.addr = addr
+        self.port = port
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The scrape URL (with the bound port once started)."""
+        host = f"[{self.addr}]" if ":" in self.addr else self.addr
+        return f"http://{host}:{self.port}/metrics"
+
+    def start(self) -> int:
+        """Bind and serve; return the bound port (useful with ``port=0``)."""
+        if self._server is not None:
+            return self.port
+        self._server, self._thread = start_http_server(
+            self.port, addr=self.addr, registry=self.registry
+        )
+        self.port = int(self._server.server_port)
+        log.info("metrics on %s", self.url)
+        return self.port
+
+    def stop(self) -> None:
+        """Stop serving (idempotent)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> MetricsServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

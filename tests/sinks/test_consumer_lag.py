@@ -1,0 +1,111 @@
+"""Consumer lag on the real broker: end offset minus committed offset per partition."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.structs import OffsetAndMetadata
+from dprobe.sinks.consumer_lag import ConsumerLag
+from dprobe.sinks.worker_metrics import WorkerCollector
+from dprobe.streams.stats import WorkerStats
+from prometheus_client import CollectorRegistry
+
+pytestmark = pytest.mark.integration
+
+
+async def _produce(bootstrap: str, topic: str, per_partition: dict[int, int]) -> None:
+    async with AIOKafkaProducer(bootstrap_servers=bootstrap) as producer:
+        for partition, n in per_partition.items():
+            for i in range(n):
+                await producer.send(topic, f"{i}".encode(), partition=partition)
+        await producer.flush()
+
+
+async def _commit(bootstrap: str, group: str, offsets: dict[TopicPartition, int]) -> None:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
+    await consumer.start()
+    try:
+        consumer.assign(list(offsets))
+        await consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in offsets.items()})
+    finally:
+        await consumer.stop()
+
+
+async def test_lag_is_end_minus_committed_per_partition_and_summed(kafka) -> None:
+    topic = await kafka.create_topic("lag", partitions=3)
+    group = kafka.unique("group")
+    await _produce(kafka.bootstrap, topic, {0: 10, 1: 6, 2: 4})
+    await _commit(
+        kafka.bootstrap, group, {TopicPartition(topic, 0): 3, TopicPartition(topic, 1): 6}
+    )
+    reg = CollectorRegistry()
+    async with ConsumerLag(kafka.settings, group, [topic], interval_s=60) as lag:
+        WorkerCollector(WorkerStats(), registry=reg, lag=lag)
+        got = await lag.refresh()
+        # partition 2 was never committed: the group would read all 4 records from earliest
+        assert got == {(topic, 0): 7, (topic, 1): 0, (topic, 2): 4}
+        labels = {"consumergroup": group, "topic": topic}
+        assert reg.get_sample_value("kafka_consumergroup_lag_sum", labels) == 11.0
+        assert reg.get_sample_value("kafka_consumergroup_lag", {**labels, "partition": "0"}) == 7.0
+        await _produce(kafka.bootstrap, topic, {1: 5})
+        await _commit(kafka.bootstrap, group, {TopicPartition(topic, 0): 10})
+        assert await lag.refresh() == {(topic, 0): 0, (topic, 1): 5, (topic, 2): 4}
+        assert reg.get_sample_value("kafka_consumergroup_lag_sum", labels) == 9.0
+        assert lag.errors == 0
+    await lag.stop()  # idempotent
+
+
+async def test_background_task_refreshes_on_its_cadence_and_skips_missing_topics(kafka) -> None:
+    topic = await kafka.create_topic("cadence", partitions=1)
+    group = kafka.unique("group")
+    missing = kafka.unique("never-created")
+    lag = ConsumerLag(kafka.settings, group, [topic, missing], interval_s=0.2)
+    await lag.start()
+    try:
+        await _produce(kafka.bootstrap, topic, {0: 3})
+        for _ in range(100):  # no explicit refresh: the background task picks it up
+            if lag.lags.get((topic, 0)) == 3:
+                break
+            await asyncio.sleep(0.1)
+        assert lag.lags == {(topic, 0): 3}
+        assert lag.updated_at is not None
+        assert lag.errors == 0
+    finally:
+        await lag.stop()
+
+
+async def test_refresh_failures_are_counted_and_polling_continues(kafka, caplog) -> None:
+    from aiokafka.errors import KafkaConnectionError
+
+    topic = await kafka.create_topic("fail", partitions=1)
+    lag = ConsumerLag(kafka.settings, kafka.unique("group"), [topic], interval_s=0.05)
+    await lag.start()
+    real = lag.refresh
+    calls = {"n": 0}
+
+    async def flaky() -> object:
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            raise KafkaConnectionError("broker went away")
+        return await real()
+
+    lag.refresh = flaky  # type: ignore[method-assign]  # inject a failure, then recovery
+    try:
+        for _ in range(100):
+            if calls["n"] > 3:
+                break
+            await asyncio.sleep(0.05)
+        assert lag.errors >= 2
+        assert calls["n"] > 3  # the task kept going after the failures
+        assert "refresh failed" in caplog.text
+    finally:
+        await lag.stop()
+
+
+def test_interval_must_be_positive() -> None:
+    from dprobe.config import KafkaSettings
+
+    with pytest.raises(ValueError, match="interval_s"):
+        ConsumerLag(KafkaSettings(), "g", ["t"], interval_s=0)
