@@ -14,14 +14,16 @@ As described for DProbe (Zhou et al., Euro-Par 2024) and implemented here:
   task decides whether p50 moves at all (see :meth:`MultiTaskForecaster.forecast`);
 - **online training**: every closed window adds the row whose longest horizon has just
   passed to a FIFO replay buffer; every ``train_every`` new rows the model takes
-  ``steps_per_train`` Adam steps on random batches of ``batch_size`` rows;
+  ``steps_per_train`` Adam steps on random batches of ``batch_size`` rows; forecasts use
+  an exponential moving average of the weights (``ema_decay``);
 - warm start: :meth:`state_dict` / :meth:`load_state_dict` (weights, optimizer, buffer,
   histories, random state), saved with :func:`save_checkpoint`.
 
 The target is :func:`~dprobe.models.forecast.target.demand_of` (running + pending GPUs).
 A horizon between two trained horizons is interpolated linearly (from "now" below the
 first); beyond the last, the last is used. Every size, rate and band here is an
-**assumption** (the paper does not publish them) and a constructor setting.
+**assumption** (the paper does not publish them) and a constructor setting; the defaults
+were chosen on validation spans of Helios Earth before its test days (docs/forecasting.md).
 
 Example:
     >>> from types import SimpleNamespace as W
