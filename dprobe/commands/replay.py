@@ -1,15 +1,142 @@
-"""Not available in this version yet."""
+"""Replay an archive or a public trace into Kafka, in event-time order.
+
+Formats: dprobe-parquet (a `dprobe archive` folder: samples and job events, byte for
+byte), demand-csv (ts,tenant,demand_gpus[,quota_gpus]) and helios-vc (a Helios per-VC
+minute CSV, or a folder of them): running GPUs become synthetic hosts with one whole-GPU
+process per running GPU, pending GPUs a pending job per tenant; jobs-csv (Philly/Chronus):
+submit/start/finish job events (a job starts when submitted) and synthetic hosts of the
+running jobs. See docs/replay.md.
+
+--speed is event seconds per wall second (1 = real time, 600 = 10 minutes a second,
+0 or max = as fast as possible). Malformed rows are skipped with a message naming file
+and line; --strict stops at the first one (exit 2).
+
+  dprobe replay archive/ --format dprobe-parquet --speed max
+  dprobe replay ../shared/data/helios-earth-vcs/vc6YE.csv.gz --format helios-vc --speed 600
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from dprobe.commands._common import not_built
+from dprobe.errors import UsageError
+
+FORMATS = ("dprobe-parquet", "demand-csv", "helios-vc", "jobs-csv")
+
+
+def _speed(text: str) -> float:
+    if text.strip().lower() in {"max", "inf", "0"}:
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number or 'max': {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be >= 0 or 'max', got {text!r}")
+    return value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p.add_argument("path", metavar="PATH", help="archive folder or file, or a trace file/folder")
+    p.add_argument("--format", dest="fmt", required=True, choices=FORMATS, help="input format")
+    p.add_argument("--speed", type=_speed, help="speed factor; 0 or max = as fast as possible (0)")
+    p.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="[KIND=]TOPIC",
+        help="target topic: TOPIC for the main kind (jobs for jobs-csv, else samples) or "
+        "samples=TOPIC / jobs=TOPIC (repeatable; default dprobe.samples, dprobe.jobs)",
+    )
+    p.add_argument("--strict", action="store_true", help="stop at the first malformed row (exit 2)")
+    p.add_argument(
+        "--shift-to-now", action="store_true", help="move event times so the first record is now"
+    )
+    p.add_argument("--hours", type=float, help="replay only the first H hours of event time")
+    p.add_argument(
+        "--tick", type=float, dest="tick_s", help="telemetry tick of demand formats (60 s)"
+    )
+    p.add_argument("--gpus-per-host", type=int, help="GPUs per synthetic host (8)")
+    p.add_argument(
+        "--time-unit",
+        type=float,
+        dest="jobs_time_unit_s",
+        help="jobs-csv seconds per time unit (60)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
-    return not_built("replay")
+    import asyncio
+    import sys
+
+    from tqdm import tqdm
+
+    from dprobe.commands._common import settings
+    from dprobe.config import ReplaySettings
+    from dprobe.traces.replay_demand import DemandLayout
+    from dprobe.traces.replay_kafka import replay_to_kafka, topics_for
+    from dprobe.traces.replay_sources import first_hours, open_source
+
+    s = settings(
+        ReplaySettings,
+        args,
+        speed=args.speed,
+        tick_s=args.tick_s,
+        gpus_per_host=args.gpus_per_host,
+        jobs_time_unit_s=args.jobs_time_unit_s,
+    )
+    if args.hours is not None and not args.hours > 0:
+        raise UsageError("--hours must be > 0")
+    topics = topics_for(s, args.topic, primary="jobs" if args.fmt == "jobs-csv" else "samples")
+    bad: list[str] = []
+
+    def on_bad(msg: str) -> None:
+        bad.append(msg)
+        tqdm.write(f"skipped malformed row: {msg}", file=sys.stderr)
+
+    records, total = open_source(
+        args.path,
+        args.fmt,
+        layout=DemandLayout(tick_s=s.tick_s, gpus_per_host=s.gpus_per_host),
+        time_unit_s=s.jobs_time_unit_s,
+        strict=args.strict,
+        on_bad=on_bad,
+    )
+    if args.hours is not None:
+        records = first_hours(records, args.hours)
+        total = None
+    speed = "max" if s.speed == 0 else f"x{s.speed:g}"
+    print(
+        f"replaying {args.path} ({args.fmt}) at speed {speed} into "
+        f"{', '.join(sorted(set(topics.values())))}",
+        file=sys.stderr,
+    )
+    bar = tqdm(
+        total=total,
+        unit="msg",
+        file=sys.stderr,
+        disable=args.no_progress,
+        mininterval=0.5,
+        dynamic_ncols=True,
+    )
+
+    def on_record(rec: object) -> None:
+        bar.update(1)
+
+    try:
+        stats = asyncio.run(
+            replay_to_kafka(records, s, topics, shift_to_now=args.shift_to_now, on_record=on_record)
+        )
+    finally:
+        bar.close()
+    kinds = ", ".join(f"{n} {k}" for k, n in sorted(stats.by_kind.items())) or "nothing"
+    span = ""
+    if stats.first_ts is not None and stats.last_ts is not None:
+        span = f", {(stats.last_ts - stats.first_ts) / 3600:.2f} h of event time"
+    print(
+        f"replayed {stats.records} records ({kinds}){span} in {stats.wall_s:.1f} s; "
+        f"{len(bad)} malformed row(s) skipped",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,182 @@
+"""Replay records into Kafka in event-time order at a speed factor.
+
+``speed`` = event seconds per wall second: 1 is real time, 60 a minute per second, 0 as
+fast as possible. Pacing keeps to a schedule (record at event time ``t`` is sent at
+``start + (t - t0) / speed``), so slow sends do not add up. Event times are kept unless
+``shift_to_now``: then every ``ts`` moves by the same amount so the first record is now.
+The producer is idempotent with ``acks=all``; delivery is awaited every ``await_every``
+records, every second, and at the end, so a failure stops the replay with an error.
+The clock is injected (tests run pacing without sleeping).
+
+Example:
+    >>> import asyncio
+    >>> from dprobe.schema import JobEvent
+    >>> from dprobe.traces.replay_record import ReplayRecord
+    >>> recs = [ReplayRecord.of(JobEvent(ts=t, event="submit", job=f"j{t}", tenant="a", gpus=1))
+    ...         for t in (0.0, 60.0)]
+    >>> clock = FakeClock(); sink = MemorySink(clock)
+    >>> stats = asyncio.run(replay(recs, sink, {"jobs": "dprobe.jobs"}, speed=60, clock=clock))
+    >>> stats.records, [round(t, 3) for t, *_ in sink.sent]
+    (2, [0.0, 1.0])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from dprobe.traces.replay_record import ReplayRecord, shifted
+
+from dprobe.errors import DprobeError
+
+
+class ReplayError(DprobeError):
+    """A record could not be delivered (exit 1)."""
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+    def time(self) -> float: ...
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class FakeClock:
+    """A clock that only moves when slept on (for tests and examples)."""
+
+    def __init__(self, start: float = 0.0, wall: float = 1_800_000_000.0) -> None:
+        self.now = start
+        self.wall0 = wall - start
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.wall0 + self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += max(seconds, 0.0)
+
+
+class Sink(Protocol):
+    """Where records go: an ``AIOKafkaProducer`` or :class:`MemorySink`."""
+
+    async def send(self, topic: str, value: bytes, key: bytes | None = None) -> Awaitable[Any]: ...
+
+
+class MemorySink:
+    """Collects ``(clock time, topic, key, value)``; for tests and examples."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock
+        self.sent: list[tuple[float, str, bytes | None, bytes]] = []
+
+    async def send(self, topic: str, value: bytes, key: bytes | None = None) -> Awaitable[Any]:
+        now = self.clock.monotonic() if self.clock else 0.0
+        self.sent.append((now, topic, key, value))
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
+
+@dataclass
+class ReplayStats:
+    """What a replay did."""
+
+    records: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+    first_ts: float | None = None
+    last_ts: float | None = None
+    wall_s: float = 0.0
+
+
+class Pacer:
+    """Sleeps until each event time is due at ``speed`` (0 = never sleeps)."""
+
+    def __init__(self, speed: float, clock: Clock) -> None:
+        if speed < 0:
+            raise ValueError("speed must be >= 0")
+        self.speed = speed
+        self.clock = clock
+        self._origin: tuple[float, float] | None = None
+
+    async def wait(self, ts: float) -> None:
+        if self.speed == 0:
+            return
+        if self._origin is None:
+            self._origin = (ts, self.clock.monotonic())
+            return
+        t0, w0 = self._origin
+        delay = w0 + (ts - t0) / self.speed - self.clock.monotonic()
+        if delay > 0.0005:
+            await self.clock.sleep(delay)
+
+
+async def replay(
+    records: Iterable[ReplayRecord],
+    sink: Sink,
+    topics: dict[str, str],
+    *,
+    speed: float = 0.0,
+    clock: Clock | None = None,
+    shift_to_now: bool = False,
+    await_every: int = 20_000,
+    on_record: Callable[[ReplayRecord], None] | None = None,
+) -> ReplayStats:
+    """Send ``records`` (event-time ordered) to ``topics[record.kind]`` paced by ``speed``."""
+    clk = clock or SystemClock()
+    pacer = Pacer(speed, clk)
+    stats = ReplayStats()
+    pending: list[Awaitable[Any]] = []
+    started = last_wait = clk.monotonic()
+    delta: float | None = None
+    for original in records:
+        rec = original
+        if rec.kind not in topics:
+            raise ReplayError(f"no topic for {rec.kind} records")
+        if shift_to_now:
+            if delta is None:
+                delta = clk.time() - rec.ts
+            rec = shifted(original, delta)
+        await pacer.wait(rec.ts)
+        pending.append(await sink.send(topics[rec.kind], value=rec.value, key=rec.key))
+        stats.records += 1
+        stats.by_kind[rec.kind] = stats.by_kind.get(rec.kind, 0) + 1
+        if stats.first_ts is None:
+            stats.first_ts = rec.ts
+        stats.last_ts = rec.ts
+        if on_record is not None:
+            on_record(rec)
+        if len(pending) >= await_every or clk.monotonic() - last_wait >= 1.0:
+            await _delivered(pending)
+            pending = []
+            last_wait = clk.monotonic()
+    await _delivered(pending)
+    stats.wall_s = clk.monotonic() - started
+    return stats
+
+
+async def _delivered(futures: list[Awaitable[Any]]) -> None:
+    if not futures:
+        return
+    try:
+        await asyncio.gather(*futures)
+    except Exception as exc:  # any Kafka error: the replay cannot go on
+        raise ReplayError(f"delivery failed: {exc!r}") from exc

@@ -1,0 +1,88 @@
+"""The Kafka side of a replay: one idempotent producer (``acks=all``) and the topics.
+
+Example:
+    >>> from dprobe.config import ReplaySettings
+    >>> topics_for(ReplaySettings(), ["samples=my.samples"])
+    {'samples': 'my.samples', 'jobs': 'dprobe.jobs'}
+    >>> topics_for(ReplaySettings(), ["other.jobs"], primary="jobs")["jobs"]
+    'other.jobs'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from dprobe.traces.replay import Clock, ReplayStats, replay
+from dprobe.traces.replay_record import ReplayRecord
+
+from dprobe.config import ReplaySettings
+from dprobe.errors import UsageError
+
+KINDS = ("samples", "jobs")
+
+
+def topics_for(
+    settings: ReplaySettings, overrides: Sequence[str] = (), *, primary: str = "samples"
+) -> dict[str, str]:
+    """Topic per kind: ``dprobe.samples``/``dprobe.jobs`` (with the configured prefix),
+    changed by ``KIND=TOPIC`` items, or a bare ``TOPIC`` for the ``primary`` kind."""
+    topics = {k: settings.kafka.topic(k) for k in KINDS}
+    for item in overrides:
+        kind, sep, topic = item.rpartition("=")
+        kind = kind if sep else primary
+        if kind not in KINDS or not topic:
+            raise UsageError(
+                f"--topic {item!r}: expected TOPIC or KIND=TOPIC (KIND: samples, jobs)"
+            )
+        topics[kind] = topic
+    return topics
+
+
+def producer_config(settings: ReplaySettings) -> dict[str, Any]:
+    """Keyword arguments of the replay producer: idempotent, acks=all, batched."""
+    return {
+        **settings.kafka.client_kwargs(),
+        "acks": "all",
+        "enable_idempotence": True,
+        "compression_type": None if settings.compression == "none" else settings.compression,
+        "linger_ms": 20,
+        "max_batch_size": 1024 * 1024,
+        "max_request_size": 4 * 1024 * 1024,
+    }
+
+
+async def replay_to_kafka(
+    records: Iterable[ReplayRecord],
+    settings: ReplaySettings,
+    topics: dict[str, str],
+    *,
+    shift_to_now: bool = False,
+    clock: Clock | None = None,
+    on_record: Callable[[ReplayRecord], None] | None = None,
+) -> ReplayStats:
+    """Replay ``records`` into Kafka; every record is delivered when this returns."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaConnectionError
+
+    producer = AIOKafkaProducer(**producer_config(settings))
+    try:
+        await producer.start()
+    except KafkaConnectionError as exc:
+        await producer.stop()
+        raise UsageError(f"cannot reach Kafka at {settings.kafka.bootstrap}: {exc}") from None
+    try:
+        stats = await replay(
+            records,
+            producer,
+            topics,
+            speed=settings.speed,
+            clock=clock,
+            shift_to_now=shift_to_now,
+            await_every=settings.await_every,
+            on_record=on_record,
+        )
+        await producer.flush()
+        return stats
+    finally:
+        await producer.stop()

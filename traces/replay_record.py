@@ -1,0 +1,44 @@
+"""One message to replay: event time, topic kind, key and value bytes.
+
+Example:
+    >>> from dprobe.schema import JobEvent, encode
+    >>> rec = ReplayRecord.of(JobEvent(ts=5.0, event="submit", job="j", tenant="a", gpus=1))
+    >>> rec.kind, rec.key, shifted(rec, 10.0).ts
+    ('jobs', b'j', 15.0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+
+from dprobe.schema import HostSnapshot, JobEvent, decode, encode
+
+Kind = Literal["samples", "jobs"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRecord:
+    """A message for topic kind ``kind`` (``samples`` keyed by host, ``jobs`` by job)."""
+
+    ts: float
+    kind: Kind
+    key: bytes | None
+    value: bytes
+
+    @staticmethod
+    def of(msg: HostSnapshot | JobEvent) -> ReplayRecord:
+        """The record of a message, keyed as its topic's contract says."""
+        if isinstance(msg, HostSnapshot):
+            return ReplayRecord(msg.ts, "samples", msg.host.encode(), encode(msg))
+        return ReplayRecord(msg.ts, "jobs", msg.job.encode(), encode(msg))
+
+
+def shifted(rec: ReplayRecord, delta_s: float) -> ReplayRecord:
+    """``rec`` with its event time (``ts`` in the value too) moved by ``delta_s`` seconds."""
+    kind = HostSnapshot if rec.kind == "samples" else JobEvent
+    msg = decode(rec.value, kind)
+    moved = msgspec.structs.replace(msg, ts=msg.ts + delta_s)
+    return ReplayRecord(moved.ts, rec.kind, rec.key, encode(moved))

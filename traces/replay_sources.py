@@ -1,0 +1,123 @@
+"""The records to replay for a path and a ``--format``, in event-time order.
+
+=================  ======================================================================
+format             becomes
+=================  ======================================================================
+``dprobe-parquet``  the archived samples and job events, byte for byte
+``demand-csv``      synthetic hosts of running GPUs + a pending job per tenant
+``helios-vc``       the same; running/pending/total GPUs of each VC minute
+``jobs-csv``        submit/start/finish JobEvents + synthetic hosts of running jobs
+=================  ======================================================================
+
+Malformed rows are reported to ``on_bad`` (file and line) and skipped, or raise a
+``UsageError`` with ``strict``; a demand row whose time goes backwards is malformed too.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "d.csv"
+    >>> _ = p.write_text("ts,tenant,demand_gpus\\n0,a,2\\nbad,a,1\\n")
+    >>> bad = []
+    >>> recs, total = open_source(p, "demand-csv", on_bad=bad.append)
+    >>> [r.kind for r in recs], len(bad)
+    (['jobs', 'samples'], 1)
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Final
+
+from dprobe.traces.archive_reader import archive_files, count_records, read_archive
+from dprobe.traces.demand_series import DemandPoint, TraceFormatError, read_file, trace_files
+from dprobe.traces.jobs_csv import DEFAULT_TIME_UNIT_S, iter_jobs
+from dprobe.traces.replay_demand import DemandLayout, demand_records
+from dprobe.traces.replay_jobs import jobs_records
+from dprobe.traces.replay_lenient import skip_bad_rows
+from dprobe.traces.replay_record import ReplayRecord
+
+from dprobe.errors import UsageError
+
+FORMATS: Final = ("dprobe-parquet", "demand-csv", "helios-vc", "jobs-csv")
+
+
+def open_source(
+    path: str | Path,
+    fmt: str,
+    *,
+    layout: DemandLayout | None = None,
+    time_unit_s: float = DEFAULT_TIME_UNIT_S,
+    strict: bool = False,
+    on_bad: Callable[[str], None] = lambda _msg: None,
+) -> tuple[Iterator[ReplayRecord], int | None]:
+    """``(records, total)``: the records of ``path`` and their number when known upfront."""
+    if fmt == "dprobe-parquet":
+        files = archive_files(path)
+        return read_archive(path, files), count_records(files)
+    if fmt in ("demand-csv", "helios-vc"):
+        streams = [
+            _in_time_order(
+                skip_bad_rows(
+                    lambda src: read_file(src, fmt),  # type: ignore[arg-type]
+                    f,
+                    lambda pt: pt.line,
+                    on_bad,
+                    strict=strict,
+                ),
+                on_bad,
+                strict,
+            )
+            for f in trace_files(path, fmt)  # type: ignore[arg-type]
+        ]
+        points = heapq.merge(*streams, key=lambda pt: pt.ts)
+        return demand_records(points, layout), None
+    if fmt == "jobs-csv":
+        jobs = list(
+            skip_bad_rows(
+                lambda src: iter_jobs(src, time_unit_s=time_unit_s),
+                path,
+                lambda j: j.line,
+                on_bad,
+                strict=strict,
+            )
+        )
+        return jobs_records(jobs, layout), None
+    raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+
+
+def _in_time_order(
+    points: Iterator[DemandPoint], on_bad: Callable[[str], None], strict: bool
+) -> Iterator[DemandPoint]:
+    last = -math.inf
+    for pt in points:
+        if pt.ts < last:
+            err = TraceFormatError(
+                f"time goes backwards ({pt.ts} after {last}); row skipped",
+                path=pt.path,
+                line=pt.line,
+            )
+            if strict:
+                raise err
+            on_bad(str(err))
+            continue
+        last = pt.ts
+        yield pt
+
+
+def first_hours(records: Iterable[ReplayRecord], hours: float) -> Iterator[ReplayRecord]:
+    """The records of the first ``hours`` of event time.
+
+    >>> recs = [ReplayRecord(t, "jobs", None, b"") for t in (0.0, 3599.0, 3600.0)]
+    >>> [r.ts for r in first_hours(recs, 1)]
+    [0.0, 3599.0]
+    """
+    it = iter(records)
+    first = next(it, None)
+    if first is None:
+        return
+    yield first
+    end = first.ts + hours * 3600
+    yield from itertools.takewhile(lambda r: r.ts < end, it)
