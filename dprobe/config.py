@@ -249,6 +249,8 @@ class ReplaySettings:
     jobs_time_unit_s: float = 60.0
     compression: str = "zstd"
     await_every: int = 20_000
+    partitions: int = 4
+    replication_factor: int = 1
 
     def __post_init__(self) -> None:
         if self.speed < 0:

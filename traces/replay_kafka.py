@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -65,6 +66,7 @@ async def replay_to_kafka(
     from aiokafka import AIOKafkaProducer
     from aiokafka.errors import KafkaConnectionError
 
+    await ensure_topics(settings, sorted(set(topics.values())))
     producer = AIOKafkaProducer(**producer_config(settings))
     try:
         await producer.start()
@@ -86,3 +88,25 @@ async def replay_to_kafka(
         return stats
     finally:
         await producer.stop()
+
+
+async def ensure_topics(settings: ReplaySettings, topics: Sequence[str]) -> list[str]:
+    """Create the ``topics`` that do not exist yet (``settings.partitions`` each); return them."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
+
+    admin = AIOKafkaAdminClient(**settings.kafka.client_kwargs())
+    try:
+        await admin.start()
+    except KafkaConnectionError as exc:
+        await admin.close()
+        raise UsageError(f"cannot reach Kafka at {settings.kafka.bootstrap}: {exc}") from None
+    try:
+        missing = [t for t in topics if t not in set(await admin.list_topics())]
+        if missing:
+            new = [NewTopic(t, settings.partitions, settings.replication_factor) for t in missing]
+            with contextlib.suppress(TopicAlreadyExistsError):  # another client was faster
+                await admin.create_topics(new)
+        return missing
+    finally:
+        await admin.close()
