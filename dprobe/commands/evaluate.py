@@ -108,8 +108,8 @@ def _models(args: argparse.Namespace) -> list[Any]:
             if args.warm_start:
                 try:
                     load_checkpoint(mt, args.warm_start)
-                except (OSError, KeyError, RuntimeError) as exc:
-                    raise UsageError(f"--warm-start {args.warm_start}: {exc}") from None
+                except (OSError, ValueError) as exc:
+                    raise UsageError(f"--warm-start: {exc}") from None
             models.append(mt)
     return models
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import copy
 import io
+import pickle
 import zlib
 from collections import deque
 from collections.abc import Sequence
@@ -383,7 +384,25 @@ def save_checkpoint(model: MultiTaskForecaster, path: str | Path) -> None:
     Path(path).write_bytes(buf.getvalue())
 
 
+class CheckpointError(ValueError):
+    """A checkpoint cannot be read or does not fit the model's settings."""
+
+
 def load_checkpoint(model: MultiTaskForecaster, path: str | Path) -> None:
-    """Warm-start ``model`` from a file written by :func:`save_checkpoint` (safe loading)."""
-    state = torch.load(io.BytesIO(Path(path).read_bytes()), weights_only=True)
-    model.load_state_dict(state)
+    """Warm-start ``model`` from a file written by :func:`save_checkpoint` (safe loading).
+
+    Raises :class:`CheckpointError` for an unreadable file or one written by a model
+    with other settings (the model is then left fresh); ``OSError`` if it cannot be read.
+    """
+    raw = Path(path).read_bytes()
+    try:
+        state = torch.load(io.BytesIO(raw), weights_only=True)
+        model.load_state_dict(state)
+    except (pickle.UnpicklingError, EOFError, RuntimeError, KeyError, TypeError, ValueError) as exc:
+        model.load_state_dict(MultiTaskForecaster(**_settings(model)).state_dict())
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path}: not a checkpoint of this model ({first})") from exc
+
+
+def _settings(model: MultiTaskForecaster) -> dict[str, Any]:
+    return {k: v for k, v in vars(model).items() if not k.startswith("_")}

@@ -119,3 +119,17 @@ def test_short_horizons_are_dropped_with_a_note(tmp_path: Path, capsys) -> None:
     assert "not evaluated: 600 s" in captured.err
     code = main([*args, "--no-plots", "--window-s", "1800", "--horizons", "600"])
     assert code == 2
+
+
+def test_checkpoint_saved_by_one_run_warm_starts_the_next(tmp_path: Path, capsys) -> None:
+    trace = _demand_csv(tmp_path / "d.csv", n=150)
+    ckpt = tmp_path / "mmoe.pt"
+    base = ["evaluate", "--trace", str(trace), "--format", "demand-csv", "--no-plots", "--json"]
+    assert main([*base, "--models", "dprobe-mmoe", "--save-checkpoint", str(ckpt)]) == 0
+    assert ckpt.stat().st_size > 10_000
+    capsys.readouterr()
+    assert main([*base, "--models", "dprobe-mmoe", "--warm-start", str(ckpt)]) == 0
+    assert json.loads(capsys.readouterr().out)
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    assert main([*base, "--warm-start", str(tmp_path / "junk.pt")]) == 2
+    assert "--warm-start" in capsys.readouterr().err

@@ -187,7 +187,7 @@ def test_baseline_state_is_json(name: str) -> None:
 
 
 def test_mmoe_checkpoint_file_warm_start(tmp_path) -> None:
-    from dprobe.models.forecast.multitask import load_checkpoint, save_checkpoint
+    from dprobe.models.forecast.multitask import CheckpointError, load_checkpoint, save_checkpoint
 
     from .forecast_helpers import small_mmoe
 
@@ -198,4 +198,7 @@ def test_mmoe_checkpoint_file_warm_start(tmp_path) -> None:
     warm = small_mmoe()
     load_checkpoint(warm, tmp_path / "ckpt.pt")
     assert warm.forecast("vc-b", HORIZONS) == m.forecast("vc-b", HORIZONS)
-    assert isinstance(warm, MultiTaskForecaster)
+    other = MultiTaskForecaster(k_lags=3)  # other settings: the checkpoint does not fit
+    with pytest.raises(CheckpointError, match="not a checkpoint of this model"):
+        load_checkpoint(other, tmp_path / "ckpt.pt")
+    assert other.tenants() == []  # left fresh
