@@ -143,18 +143,22 @@ class ArchiveWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
         table = table_of(kind, rows)
-        with open(tmp, "wb") as fh:
-            pq.write_table(
-                table,
-                fh,
-                compression="zstd",
-                compression_level=self.compression_level,
-                use_dictionary=DICTIONARY_COLUMNS[kind],
-            )
-            fh.flush()
-            if self.fsync:
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as fh:
+                pq.write_table(
+                    table,
+                    fh,
+                    compression="zstd",
+                    compression_level=self.compression_level,
+                    use_dictionary=DICTIONARY_COLUMNS[kind],
+                )
+                fh.flush()
+                if self.fsync:
+                    os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         if self.fsync:
             _fsync_dir(path.parent)
 

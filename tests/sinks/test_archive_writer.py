@@ -1,0 +1,201 @@
+"""The Parquet archive writer: names, hourly split, overwrite on restart, atomic files,
+and a field-for-field round trip through the archive reader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from dprobe.sinks import parquet_archive
+from dprobe.sinks.archive_schema import row_of
+from dprobe.sinks.parquet_archive import ArchiveWriter, list_files
+from dprobe.traces.archive_reader import read_archive
+
+from dprobe import schema
+from tests.streams.helpers import make_snapshots
+
+T0 = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
+
+
+def _add_snapshots(
+    w: ArchiveWriter, snaps: list[schema.HostSnapshot], partition: int, first: int
+) -> None:
+    for i, s in enumerate(snaps):
+        w.add(
+            "samples",
+            row_of(
+                "samples",
+                s,
+                key=s.host.encode(),
+                value=schema.encode(s),
+                partition=partition,
+                offset=first + i,
+                timestamp_ms=1000 + i,
+            ),
+        )
+
+
+def _job(ts: float, job: str) -> schema.JobEvent:
+    return schema.JobEvent(ts=ts, event="submit", job=job, tenant="vc-a", gpus=4, model="bert")
+
+
+def _add_job(w: ArchiveWriter, ev: schema.JobEvent, partition: int, offset: int) -> None:
+    w.add(
+        "jobs",
+        row_of(
+            "jobs",
+            ev,
+            key=ev.job.encode(),
+            value=schema.encode(ev),
+            partition=partition,
+            offset=offset,
+            timestamp_ms=None,
+        ),
+    )
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def test_file_named_by_topic_partition_hour_and_offsets(tmp_path: Path) -> None:
+    w = ArchiveWriter(tmp_path)
+    _add_snapshots(w, make_snapshots(hosts=1, ticks=5, t0=T0), partition=3, first=1200)
+    written = w.flush()
+    assert [str(p.relative_to(tmp_path)) for p in written] == [
+        "samples/date=2023-11-14/hour=22/samples-p3-o1200-o1204.parquet"
+    ]
+    assert w.buffered_records == 0 and w.buffered_bytes == 0
+
+
+def test_records_split_by_event_time_hour_and_partition(tmp_path: Path) -> None:
+    w = ArchiveWriter(tmp_path)
+    # 22:59:59 and 23:00:00 UTC fall in two hours; offsets interleave across hours
+    _add_job(w, _job(1_700_002_799.0, "a"), partition=0, offset=10)
+    _add_job(w, _job(1_700_002_800.0, "b"), partition=0, offset=11)
+    _add_job(w, _job(1_700_002_000.0, "c"), partition=0, offset=12)
+    _add_job(w, _job(1_700_002_000.0, "d"), partition=1, offset=0)
+    w.flush()
+    assert _files(tmp_path) == [
+        "jobs/date=2023-11-14/hour=22/jobs-p0-o10-o12.parquet",
+        "jobs/date=2023-11-14/hour=22/jobs-p1-o0-o0.parquet",
+        "jobs/date=2023-11-14/hour=23/jobs-p0-o11-o11.parquet",
+    ]
+
+
+def test_round_trip_reproduces_every_message_field_for_field(tmp_path: Path) -> None:
+    snaps = make_snapshots(hosts=3, ticks=40, t0=T0 + 3600 - 20, seed=7)  # spans two hours
+    jobs = [_job(T0 + 3600 - 30 + 7 * i, f"job-{i}") for i in range(10)]
+    w = ArchiveWriter(tmp_path)
+    _add_snapshots(w, snaps[: len(snaps) // 2], partition=0, first=0)
+    _add_snapshots(w, snaps[len(snaps) // 2 :], partition=1, first=0)
+    for i, ev in enumerate(jobs):
+        _add_job(w, ev, partition=i % 2, offset=i // 2)
+    w.flush()
+
+    got = list(read_archive(tmp_path))
+    assert len(got) == len(snaps) + len(jobs)
+    assert [r.ts for r in got] == sorted(r.ts for r in got)
+    samples = [schema.decode_snapshot(r.value) for r in got if r.kind == "samples"]
+    events = [schema.decode_job_event(r.value) for r in got if r.kind == "jobs"]
+    assert sorted(samples, key=lambda s: (s.ts, s.host)) == sorted(
+        snaps, key=lambda s: (s.ts, s.host)
+    )
+    assert events == sorted(jobs, key=lambda e: e.ts)
+    assert {r.key for r in got if r.kind == "samples"} == {b"host-0", b"host-1", b"host-2"}
+    assert all(
+        r.value == schema.encode(schema.decode_snapshot(r.value))
+        for r in got
+        if r.kind == "samples"
+    )
+
+
+def test_flattened_columns_zstd_and_dictionary_strings(tmp_path: Path) -> None:
+    snaps = make_snapshots(hosts=2, ticks=3, t0=T0)
+    w = ArchiveWriter(tmp_path)
+    _add_snapshots(w, snaps, partition=0, first=0)
+    (path,) = w.flush()
+    table = pq.read_table(path)
+    assert table.column("host").to_pylist() == [s.host for s in snaps]
+    assert table.column("seq").to_pylist() == [s.seq for s in snaps]
+    assert table.column("procs").to_pylist() == [len(s.procs) for s in snaps]
+    assert table.column("tenants").to_pylist() == [
+        sorted({p.tenant for p in s.procs}) for s in snaps
+    ]
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    cols = {meta.column(i).path_in_schema: meta.column(i) for i in range(meta.num_columns)}
+    assert all(c.compression == "ZSTD" for c in cols.values())
+    assert cols["host"].has_dictionary_page
+    assert cols["tenants.list.element"].has_dictionary_page
+
+
+def test_restart_rereading_same_offsets_overwrites(tmp_path: Path) -> None:
+    snaps = make_snapshots(hosts=1, ticks=10, t0=T0)
+    first = ArchiveWriter(tmp_path)
+    _add_snapshots(first, snaps, partition=0, first=100)
+    first.flush()
+    again = ArchiveWriter(tmp_path)  # a restart before the commit reads the same offsets
+    _add_snapshots(again, snaps, partition=0, first=100)
+    again.flush()
+    assert _files(tmp_path) == ["samples/date=2023-11-14/hour=22/samples-p0-o100-o109.parquet"]
+    assert len(list(read_archive(tmp_path))) == 10
+
+
+def test_uncommitted_files_removed_so_new_cuts_do_not_duplicate(tmp_path: Path) -> None:
+    snaps = make_snapshots(hosts=1, ticks=30, t0=T0)
+    w = ArchiveWriter(tmp_path)
+    _add_snapshots(w, snaps[:10], partition=0, first=0)
+    w.flush()  # committed: next offset 10
+    _add_snapshots(w, snaps[10:20], partition=0, first=10)
+    w.flush()  # crash before the commit of offsets 10..19
+    _add_job(w, _job(T0, "other-partition"), partition=1, offset=10)
+    w.flush()
+
+    restarted = ArchiveWriter(tmp_path)
+    removed = restarted.remove_uncommitted("samples", 0, committed=10)
+    assert [p.name for p in removed] == ["samples-p0-o10-o19.parquet"]
+    _add_snapshots(restarted, snaps[10:], partition=0, first=10)  # cut differently this time
+    restarted.flush()
+    names = [f.path.name for f in list_files(tmp_path)]
+    assert names == [
+        "samples-p0-o0-o9.parquet",
+        "samples-p0-o10-o29.parquet",
+        "jobs-p1-o10-o10.parquet",
+    ]
+    got = [schema.decode_snapshot(r.value) for r in read_archive(tmp_path) if r.kind == "samples"]
+    assert [s.seq for s in got] == list(range(30))
+
+
+def test_failed_write_leaves_old_file_and_no_partial_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    snaps = make_snapshots(hosts=1, ticks=5, t0=T0)
+    w = ArchiveWriter(tmp_path)
+    _add_snapshots(w, snaps, partition=0, first=0)
+    (path,) = w.flush()
+    before = path.read_bytes()
+
+    real = parquet_archive.pq.write_table
+
+    def torn(table, where, **kw):  # type: ignore[no-untyped-def]
+        where.write(b"PAR1 half a file")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(parquet_archive.pq, "write_table", torn)
+    again = ArchiveWriter(tmp_path)
+    _add_snapshots(again, snaps, partition=0, first=0)
+    with pytest.raises(OSError, match="disk full"):
+        again.flush()
+    assert path.read_bytes() == before  # readers never see a torn file
+    assert not list(tmp_path.rglob(".*.tmp"))  # nor its temp file
+    assert again.buffered_records == 5  # kept: a retry rewrites them
+    monkeypatch.setattr(parquet_archive.pq, "write_table", real)
+    again.flush()
+    assert [f.path.name for f in list_files(tmp_path)] == ["samples-p0-o0-o4.parquet"]
+
+
+def test_row_of_rejects_message_of_the_other_topic() -> None:
+    ev = _job(T0, "j")
+    with pytest.raises(ValueError, match="does not belong"):
+        row_of("samples", ev, key=None, value=b"{}", partition=0, offset=0, timestamp_ms=None)
