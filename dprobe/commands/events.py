@@ -1,15 +1,211 @@
-"""Not available in this version yet."""
+"""Tail the scaling events (topic dprobe.scaling-events), one line per event.
+
+Duplicate events (same event_id, e.g. redelivered after a worker restart) are printed once;
+the last 100,000 ids are remembered. Records that are not valid ScalingEvents are skipped
+with a warning on stderr. Without --group the tail reads every partition and commits
+nothing; with --group it joins that consumer group, commits what it printed and resumes
+there next time (--from-beginning then only applies where the group has no offset, as
+with kafka-console-consumer).
+
+Output: one readable line per event (time UTC, tenant, action, current -> target GPUs,
+delta, forecast p50/p90 at its horizon, reason, plan id, message). With --json, one JSON
+object per line (JSON Lines), the event as produced: a tail has no end, so it cannot print
+one JSON document; every line is one complete document for jq or a script. A summary goes
+to stderr at the end. Stops on --max-events, after --timeout seconds without records, or
+on Ctrl-C / SIGTERM (exit 0).
+
+Examples:
+    dprobe events --from-beginning
+    dprobe events --json | jq -c 'select(.tenant == "vc-a")'
+    dprobe events --group quota-bot --max-events 10 --timeout 60
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TextIO
 
-from dprobe.commands._common import not_built
+from dprobe.errors import DprobeError, UsageError
+
+if TYPE_CHECKING:
+    from dprobe.config import KafkaSettings
+    from dprobe.schema import ScalingEvent
+    from dprobe.sinks.seen_ids import SeenIds
+
+REMEMBERED_IDS = 100_000
+POLL_MS = 500
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per event and line (JSON Lines), nothing else on stdout",
+    )
+    p.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="start at the oldest retained event (default: only new events)",
+    )
+    p.add_argument(
+        "--group",
+        metavar="ID",
+        help="consumer group: commit progress and resume from it next time",
+    )
+    p.add_argument(
+        "--max-events", type=int, metavar="N", help="stop after printing N (distinct) events"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="stop when no record arrived for S seconds (default: never)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    return not_built("events")
+    from dprobe.commands._common import settings
+    from dprobe.config import KafkaSettings
+
+    if args.max_events is not None and args.max_events < 1:
+        raise UsageError("--max-events must be >= 1")
+    if args.timeout is not None and not args.timeout > 0:
+        raise UsageError("--timeout must be > 0")
+    kafka = settings(KafkaSettings, args)
+    return asyncio.run(_tail(kafka, args))
+
+
+def format_line(ev: ScalingEvent) -> str:
+    """One readable line for an event.
+
+    >>> from dprobe.schema import Forecast, ModelInfo, ScalingEvent
+    >>> ev = ScalingEvent(event_id="e1", plan_id="p7", ts=1.7e9, time="", tenant="vc-a",
+    ...     action="scale_up", current_quota_gpus=8, target_quota_gpus=16, delta_gpus=8,
+    ...     forecast=Forecast(horizon_s=3600, p50=12, p90=15.5), reason="forecast_above_quota",
+    ...     message="p90 above quota", model=ModelInfo(name="mmoe", version="3"))
+    >>> print(format_line(ev))
+    2023-11-14T22:13:20Z vc-a scale_up 8 -> 16 GPUs (+8) forecast 1h p50 12.0 p90 15.5 \
+reason=forecast_above_quota plan=p7 "p90 above quota"
+    """
+    when = datetime.fromtimestamp(ev.ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    f = ev.forecast
+    line = (
+        f"{when} {ev.tenant} {ev.action} {ev.current_quota_gpus:g} -> {ev.target_quota_gpus:g}"
+        f" GPUs ({ev.delta_gpus:+g}) forecast {_duration(f.horizon_s)} p50 {f.p50:.1f}"
+        f" p90 {f.p90:.1f} reason={ev.reason} plan={ev.plan_id}"
+    )
+    return f"{line} {json.dumps(ev.message)}" if ev.message else line
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g}h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g}m"
+    return f"{seconds:g}s"
+
+
+@dataclass
+class _Tail:
+    """Counts and progress of one tail: what to commit is what was handled."""
+
+    json: bool
+    max_events: int | None
+    printed: int = 0
+    duplicates: int = 0
+    invalid: int = 0
+    done: dict[Any, int] = field(default_factory=dict)  # TopicPartition -> next offset
+
+    def handle(self, tp: Any, offset: int, value: bytes | None, seen: SeenIds) -> bool:
+        """Print one record unless invalid or a duplicate; ``False`` once the tail must stop."""
+        from dprobe.schema import SchemaError, decode_scaling_event, to_builtins
+
+        self.done[tp] = offset + 1
+        try:
+            ev = decode_scaling_event(value)
+        except SchemaError as exc:
+            self.invalid += 1
+            print(f"dprobe events: skipping {tp.topic}[{tp.partition}]@{offset}: {exc}",
+                  file=sys.stderr)  # fmt: skip
+            return True
+        if not seen.add(ev.event_id):
+            self.duplicates += 1
+            return True
+        if not _write(sys.stdout, json.dumps(to_builtins(ev)) if self.json else format_line(ev)):
+            return False  # the reader went away (e.g. `| head`)
+        self.printed += 1
+        return self.max_events is None or self.printed < self.max_events
+
+
+async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.errors import KafkaError
+
+    from dprobe.sinks.seen_ids import SeenIds
+
+    topic = kafka.topic("scaling-events")
+    consumer = AIOKafkaConsumer(
+        topic,
+        group_id=args.group,
+        enable_auto_commit=False,  # commit exactly what was handled, below
+        auto_offset_reset="earliest" if args.from_beginning else "latest",
+        **kafka.client_kwargs(),
+    )
+    try:
+        await consumer.start()
+    except KafkaError as exc:
+        await consumer.stop()
+        raise DprobeError(f"cannot read {topic} from Kafka at {kafka.bootstrap}: {exc}") from None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    seen, tail = SeenIds(REMEMBERED_IDS), _Tail(json=args.json, max_events=args.max_events)
+    last_record = time.monotonic()
+    try:
+        while not stop.is_set():
+            batch = await consumer.getmany(timeout_ms=POLL_MS)
+            if not batch:
+                if args.timeout is not None and time.monotonic() - last_record >= args.timeout:
+                    break
+                continue
+            last_record = time.monotonic()
+            records = [(tp, r) for tp, rs in batch.items() for r in rs]
+            for tp, rec in records:
+                if not tail.handle(tp, rec.offset, rec.value, seen):
+                    stop.set()
+                    break
+            if args.group and tail.done:
+                await consumer.commit(dict(tail.done))
+    except KafkaError as exc:
+        raise DprobeError(f"reading {topic} failed: {exc}") from None
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await consumer.stop()
+    print(
+        f"dprobe events: {tail.printed} events, {tail.duplicates} duplicates dropped, "
+        f"{tail.invalid} invalid records skipped",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _write(out: TextIO, text: str) -> bool:
+    """Write one line and flush; ``False`` when stdout is a closed pipe."""
+    try:
+        out.write(text + "\n")
+        out.flush()
+    except BrokenPipeError:
+        # keep the interpreter's final flush from failing again on the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        return False
+    return True

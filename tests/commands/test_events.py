@@ -1,0 +1,137 @@
+"""`dprobe events` on the real broker: readable lines or JSON Lines, duplicates dropped,
+garbage skipped with a warning, stop options, consumer-group resume, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from dprobe.schema import Forecast, ModelInfo, ScalingEvent, encode
+
+pytestmark = pytest.mark.integration
+
+
+def _event(eid: str, tenant: str, current: float, target: float, plan: str) -> ScalingEvent:
+    delta = target - current
+    return ScalingEvent(
+        event_id=eid,
+        plan_id=plan,
+        ts=1_764_480_000.0,  # 2025-11-30T05:20:00Z
+        time="2025-11-30T05:20:00Z",
+        tenant=tenant,
+        action="scale_up" if delta > 0 else "scale_down",
+        current_quota_gpus=current,
+        target_quota_gpus=target,
+        delta_gpus=delta,
+        forecast=Forecast(horizon_s=3600, p50=12.0, p90=15.5),
+        reason="forecast_above_quota" if delta > 0 else "idle_capacity",
+        message=f"{tenant} moves",
+        model=ModelInfo(name="dprobe-mmoe", version="1"),
+    )
+
+
+EVENTS = [
+    _event("e1", "vc-a", 8, 16, "plan-1"),
+    _event("e2", "vc-b", 24, 16, "plan-1"),
+    _event("e3", "vc-c", 8, 12, "plan-2"),
+]
+
+
+async def _topic_with_events(kafka, records: list[tuple[int, bytes]]) -> str:
+    """A fresh ``<prefix>scaling-events`` topic (2 partitions) holding ``records``."""
+    prefix = kafka.unique("ev") + "."
+    topic = f"{prefix}scaling-events"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 2, 1)])
+    finally:
+        await admin.close()
+    kafka.created.append(topic)
+    async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
+        for partition, value in records:
+            await producer.send_and_wait(topic, value, partition=partition)
+    return prefix
+
+
+def _run(kafka, prefix: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DPROBE_KAFKA_TOPIC_PREFIX": prefix}
+    env.pop("DPROBE_CONFIG", None)
+    cmd = [sys.executable, "-m", "dprobe.cli", "--bootstrap", kafka.bootstrap, "events", *args]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
+
+
+def _records_with_duplicates_and_garbage() -> list[tuple[int, bytes]]:
+    e1, e2, e3 = (encode(e) for e in EVENTS)
+    # e1 again on the other partition (a re-produced event), e2 redelivered, one garbage record
+    return [(0, e1), (1, e2), (0, b"{not json"), (1, e1), (0, e2), (0, e3)]
+
+
+async def test_readable_lines_once_per_event_and_garbage_skipped(kafka) -> None:
+    prefix = await _topic_with_events(kafka, _records_with_duplicates_and_garbage())
+    res = _run(kafka, prefix, "--from-beginning", "--timeout", "3")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 3
+    by_tenant = {line.split()[1]: line for line in lines}
+    assert set(by_tenant) == {"vc-a", "vc-b", "vc-c"}
+    assert by_tenant["vc-a"] == (
+        "2025-11-30T05:20:00Z vc-a scale_up 8 -> 16 GPUs (+8) forecast 1h p50 12.0 p90 15.5"
+        ' reason=forecast_above_quota plan=plan-1 "vc-a moves"'
+    )
+    assert "scale_down 24 -> 16 GPUs (-8)" in by_tenant["vc-b"]
+    assert "skipping" in res.stderr and "@1" in res.stderr  # partition 0, offset 1
+    assert "3 events, 2 duplicates dropped, 1 invalid records skipped" in res.stderr
+
+
+async def test_json_lines_and_max_events_stops_early(kafka) -> None:
+    prefix = await _topic_with_events(kafka, _records_with_duplicates_and_garbage())
+    t0 = time.monotonic()
+    res = _run(kafka, prefix, "--json", "--from-beginning", "--timeout", "120", "--max-events", "3")
+    assert res.returncode == 0, res.stderr
+    assert time.monotonic() - t0 < 60  # stopped at 3 events, not at the 120 s timeout
+    docs = [json.loads(line) for line in res.stdout.splitlines()]
+    assert sorted(d["event_id"] for d in docs) == ["e1", "e2", "e3"]
+    e1 = next(d for d in docs if d["event_id"] == "e1")
+    assert e1["target_quota_gpus"] == 16.0 and e1["forecast"]["p90"] == 15.5
+    assert e1["plan_id"] == "plan-1" and e1["v"] == 1
+
+
+async def test_a_group_resumes_where_it_stopped(kafka) -> None:
+    e1, e2, e3 = (encode(e) for e in EVENTS)
+    prefix = await _topic_with_events(kafka, [(0, e1), (0, e2), (0, e3)])
+    group = kafka.unique("group")
+    first = _run(kafka, prefix, "--group", group, "--from-beginning", "--max-events", "2")
+    assert first.returncode == 0, first.stderr
+    assert [line.split()[1] for line in first.stdout.splitlines()] == ["vc-a", "vc-b"]
+    second = _run(kafka, prefix, "--group", group, "--from-beginning", "--timeout", "3")
+    assert second.returncode == 0, second.stderr
+    assert [line.split()[1] for line in second.stdout.splitlines()] == ["vc-c"]
+
+
+def test_bad_stop_options_are_usage_errors() -> None:
+    from dprobe.cli import main
+
+    assert main(["events", "--max-events", "0"]) == 2
+    assert main(["events", "--timeout", "-1"]) == 2
+
+
+def test_an_unreachable_broker_is_a_failure_with_a_reason() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "dprobe.cli", "--bootstrap", f"127.0.0.1:{port}", "events"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 1
+    assert f"127.0.0.1:{port}" in res.stderr
+    assert res.stdout == ""
