@@ -1,0 +1,99 @@
+"""Replay pacing and delivery with an injected clock (no real sleeping)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any
+
+import pytest
+from dprobe.traces.replay import FakeClock, MemorySink, ReplayError, replay
+from dprobe.traces.replay_record import ReplayRecord
+
+from dprobe import schema
+
+TOPICS = {"samples": "s", "jobs": "j"}
+
+
+def _jobs(times: list[float]) -> list[ReplayRecord]:
+    return [
+        ReplayRecord.of(schema.JobEvent(ts=t, event="submit", job=f"j{i}", tenant="a", gpus=1))
+        for i, t in enumerate(times)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("speed", "expected"),
+    [
+        (1.0, [0.0, 30.0, 60.0, 600.0]),
+        (60.0, [0.0, 0.5, 1.0, 10.0]),
+        (600.0, [0.0, 0.05, 0.1, 1.0]),
+    ],
+)
+async def test_records_sent_at_event_time_over_speed(speed: float, expected: list[float]) -> None:
+    clock = FakeClock(start=100.0)
+    sink = MemorySink(clock)
+    base = 1_590_000_000.0
+    stats = await replay(
+        _jobs([base, base + 30, base + 60, base + 600]), sink, TOPICS, speed=speed, clock=clock
+    )
+    sent_at = [t - 100.0 for t, *_ in sink.sent]
+    assert sent_at == pytest.approx(expected)
+    assert stats.records == 4 and stats.by_kind == {"jobs": 4}
+    assert stats.wall_s == pytest.approx(expected[-1])
+
+
+async def test_speed_zero_never_sleeps_and_keeps_order() -> None:
+    clock = FakeClock()
+    sink = MemorySink(clock)
+    times = [0.0, 5.0, 5.0, 3600.0 * 24]
+    await replay(_jobs(times), sink, TOPICS, speed=0.0, clock=clock)
+    assert clock.slept == []
+    assert [schema.decode_job_event(v).job for *_, v in sink.sent] == ["j0", "j1", "j2", "j3"]
+
+
+async def test_schedule_does_not_drift_when_sends_are_slow() -> None:
+    clock = FakeClock()
+
+    class SlowSink(MemorySink):
+        async def send(self, topic: str, value: bytes, key: bytes | None = None) -> Awaitable[Any]:
+            fut = await super().send(topic, value, key)
+            clock.now += 0.3  # each send costs 0.3 s of wall time
+            return fut
+
+    sink = SlowSink(clock)
+    await replay(_jobs([0.0, 60.0, 120.0, 180.0]), sink, TOPICS, speed=60.0, clock=clock)
+    assert [t for t, *_ in sink.sent] == pytest.approx([0.0, 1.0, 2.0, 3.0])
+
+
+async def test_kinds_go_to_their_topics_with_keys() -> None:
+    snap = schema.HostSnapshot(host="h1", ts=1.0, interval_s=1.0, seq=0)
+    recs = [ReplayRecord.of(snap), *_jobs([2.0])]
+    sink = MemorySink()
+    await replay(recs, sink, TOPICS)
+    assert [(topic, key) for _, topic, key, _ in sink.sent] == [("s", b"h1"), ("j", b"j0")]
+
+
+async def test_shift_to_now_moves_every_event_time_by_the_same_amount() -> None:
+    clock = FakeClock(wall=1_800_000_000.0)
+    sink = MemorySink(clock)
+    stats = await replay(_jobs([1000.0, 1060.0]), sink, TOPICS, clock=clock, shift_to_now=True)
+    got = [schema.decode_job_event(v).ts for *_, v in sink.sent]
+    assert got == [1_800_000_000.0, 1_800_000_060.0]
+    assert stats.first_ts == 1_800_000_000.0
+
+
+async def test_delivery_failure_stops_the_replay() -> None:
+    class FailingSink(MemorySink):
+        async def send(self, topic: str, value: bytes, key: bytes | None = None) -> Awaitable[Any]:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            fut.set_exception(RuntimeError("broker said no"))
+            return fut
+
+    with pytest.raises(ReplayError, match="broker said no"):
+        await replay(_jobs([0.0, 1.0, 2.0]), FailingSink(), TOPICS, await_every=2)
+
+
+async def test_a_record_without_a_topic_is_an_error() -> None:
+    with pytest.raises(ReplayError, match="no topic for jobs"):
+        await replay(_jobs([0.0]), MemorySink(), {"samples": "s"})

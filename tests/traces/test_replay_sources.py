@@ -1,0 +1,206 @@
+"""What each replay format becomes: demand series and job traces as snapshots and job
+events that carry the demand, in event-time order, with malformed rows skipped or fatal."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from dprobe.traces.replay_demand import DemandLayout
+from dprobe.traces.replay_record import ReplayRecord
+from dprobe.traces.replay_sources import first_hours, open_source
+
+from dprobe import schema
+from dprobe.errors import UsageError
+from tests.streams.helpers import reference_windows
+
+HEAD = "Time,running_gpu_num,pending_gpu_num,total_gpu_num\n"
+
+
+def _decode(recs: list[ReplayRecord]) -> tuple[list[schema.HostSnapshot], list[schema.JobEvent]]:
+    snaps = [schema.decode_snapshot(r.value) for r in recs if r.kind == "samples"]
+    jobs = [schema.decode_job_event(r.value) for r in recs if r.kind == "jobs"]
+    return snaps, jobs
+
+
+def _running_by_ts(snaps: list[schema.HostSnapshot], tenant: str) -> dict[float, int]:
+    out: dict[float, int] = defaultdict(int)
+    for s in snaps:
+        if s.host.startswith(f"replay-{tenant}-"):
+            out[s.ts] += sum(1 for p in s.procs if p.tenant == tenant)
+    return dict(out)
+
+
+def test_helios_minutes_become_running_hosts_and_a_pending_job(tmp_path: Path) -> None:
+    f = tmp_path / "vcX.csv"
+    f.write_text(
+        HEAD
+        + "2020-05-01 00:00:00,3,0,16\n"
+        + "2020-05-01 00:01:00,10,8,16\n"
+        + "2020-05-01 00:02:00,10,8,16\n"
+        # a 3-minute gap: the last value holds, one snapshot per 60 s tick
+        + "2020-05-01 00:05:00,20,2,16\n"
+    )
+    recs, total = open_source(f, "helios-vc")
+    recs = list(recs)
+    assert total is None
+    assert [r.ts for r in recs] == sorted(r.ts for r in recs)
+    snaps, jobs = _decode(recs)
+    t0 = 1588291200.0  # 2020-05-01 00:00 UTC
+    assert _running_by_ts(snaps, "vcX") == {
+        t0: 3,
+        t0 + 60: 10,
+        t0 + 120: 10,
+        t0 + 180: 10,
+        t0 + 240: 10,
+        t0 + 300: 20,
+    }
+    # fleet sized by the quota (16 GPUs = 2 hosts), grown for 20 running GPUs, never shrunk
+    hosts_at = defaultdict(set)
+    for s in snaps:
+        hosts_at[s.ts].add(s.host)
+        assert all(p.mem_used >= 0.9 * 80e9 for p in s.procs)  # whole-GPU processes
+        assert s.interval_s == 60.0
+    assert [len(hosts_at[t0 + 60 * k]) for k in range(6)] == [2, 2, 2, 2, 2, 3]
+    seqs = defaultdict(list)
+    for s in snaps:
+        seqs[s.host].append(s.seq)
+    assert all(v == list(range(len(v))) for v in seqs.values())
+    # pending: re-submitted only when it changes
+    assert [(j.ts - t0, j.event, j.job, j.gpus) for j in jobs] == [
+        (0.0, "submit", "vcX/pending", 0),
+        (60.0, "submit", "vcX/pending", 8),
+        (300.0, "submit", "vcX/pending", 2),
+    ]
+    # the worker's window rules (independent reference): busy GPUs = running GPUs
+    ref = reference_windows(snaps, 60.0)
+    assert {k[1] - t0: v["gpus_busy"] for k, v in ref.items()} == {
+        0.0: 3,
+        60.0: 10,
+        120.0: 10,
+        180.0: 10,
+        240.0: 10,
+        300.0: 20,
+    }
+    assert all(v["effective_demand_gpus"] == v["gpus_busy"] for v in ref.values())
+
+
+def test_two_tenants_merge_in_event_time_order(tmp_path: Path) -> None:
+    (tmp_path / "vcA.csv").write_text(
+        HEAD + "2020-05-01 00:00:00,8,0,8\n2020-05-01 00:02:00,8,0,8\n"
+    )
+    (tmp_path / "vcB.csv").write_text(
+        HEAD + "2020-05-01 00:01:00,4,4,8\n2020-05-01 00:03:00,1,0,8\n"
+    )
+    recs = list(open_source(tmp_path, "helios-vc")[0])
+    assert [r.ts for r in recs] == sorted(r.ts for r in recs)
+    snaps, _ = _decode(recs)
+    assert {p.tenant for s in snaps for p in s.procs} == {"vcA", "vcB"}
+    assert set(_running_by_ts(snaps, "vcB").values()) == {4, 1}
+
+
+def test_demand_csv_rounds_to_whole_gpus_with_custom_layout(tmp_path: Path) -> None:
+    f = tmp_path / "d.csv"
+    f.write_text("ts,tenant,demand_gpus\n0,a,2.5\n60,a,5.4\n")
+    recs = list(open_source(f, "demand-csv", layout=DemandLayout(tick_s=30, gpus_per_host=4))[0])
+    snaps, jobs = _decode(recs)
+    assert _running_by_ts(snaps, "a") == {0.0: 3, 30.0: 3, 60.0: 5}
+    assert {len(s.gpus) for s in snaps} == {4}
+    assert [j.gpus for j in jobs] == [0]  # demand-csv has no pending split
+
+
+def test_malformed_rows_skipped_with_file_and_line(tmp_path: Path) -> None:
+    f = tmp_path / "d.csv"
+    f.write_text(
+        "ts,tenant,demand_gpus\n"
+        "0,a,1\n"
+        "60,a,lots\n"  # line 3
+        "120,a,2\n"
+        "180,,3\n"  # line 5
+        "100,a,9\n"  # line 6: time goes backwards
+        "240,a,4\n"
+    )
+    bad: list[str] = []
+    recs = list(open_source(f, "demand-csv", on_bad=bad.append)[0])
+    assert [m.split(": ")[0] for m in bad] == [f"{f}:3", f"{f}:5", f"{f}:6"]
+    assert "backwards" in bad[2]
+    snaps, _ = _decode(recs)
+    points = {t: n for t, n in _running_by_ts(snaps, "a").items() if t in (0.0, 120.0, 240.0)}
+    assert points == {0.0: 1, 120.0: 2, 240.0: 4}
+
+
+def test_malformed_row_in_a_gzip_helios_file_keeps_the_tenant(tmp_path: Path) -> None:
+    import gzip
+
+    f = tmp_path / "vcZ.csv.gz"
+    with gzip.open(f, "wt") as fh:
+        fh.write(HEAD + "2020-05-01 00:00:00,1,0,8\nnot a time,1,0,8\n2020-05-01 00:01:00,2,0,8\n")
+    bad: list[str] = []
+    snaps, _ = _decode(list(open_source(f, "helios-vc", on_bad=bad.append)[0]))
+    assert len(bad) == 1 and bad[0].startswith(f"{f}:3: ")
+    assert sorted(_running_by_ts(snaps, "vcZ").values()) == [1, 2]
+
+
+def test_strict_stops_at_the_first_malformed_row(tmp_path: Path) -> None:
+    f = tmp_path / "d.csv"
+    f.write_text("ts,tenant,demand_gpus\n0,a,1\n60,a,-4\n120,a,oops\n")
+    recs, _ = open_source(f, "demand-csv", strict=True)
+    with pytest.raises(UsageError, match=r"d\.csv:3: demand_gpus"):
+        list(recs)
+
+
+def test_a_bad_header_is_fatal_even_without_strict(tmp_path: Path) -> None:
+    f = tmp_path / "d.csv"
+    f.write_text("when,who,how_many\n0,a,1\n")
+    with pytest.raises(UsageError, match="header lacks"):
+        list(open_source(f, "demand-csv", on_bad=lambda m: None)[0])
+
+
+JOBS = (
+    "job_id,user,num_gpu,submit_time,duration,model_name\n"
+    "1,vc_a,8,0,10,resnet50\n"
+    "2,vc_a,2,5,1,\n"
+    "3,vc_b,x,5,1,bert\n"  # line 4: malformed
+    "4,vc_b,4,7,3,bert\n"
+)
+
+
+def test_jobs_csv_events_start_at_submit_and_running_telemetry(tmp_path: Path) -> None:
+    f = tmp_path / "jobs.csv"
+    f.write_text(JOBS)
+    bad: list[str] = []
+    recs = list(open_source(f, "jobs-csv", on_bad=bad.append)[0])  # minutes by default
+    assert len(bad) == 1 and bad[0].startswith(f"{f}:4: ")
+    assert [r.ts for r in recs] == sorted(r.ts for r in recs)
+    snaps, jobs = _decode(recs)
+    assert [(j.ts, j.event, j.job) for j in jobs] == [
+        (0.0, "submit", "1"),
+        (0.0, "start", "1"),
+        (300.0, "submit", "2"),
+        (300.0, "start", "2"),
+        (360.0, "finish", "2"),
+        (420.0, "submit", "4"),
+        (420.0, "start", "4"),
+        (600.0, "finish", "1"),
+        (600.0, "finish", "4"),
+    ]
+    assert jobs[0].model == "resnet50" and jobs[2].model is None and jobs[0].gpus == 8
+    running_a = _running_by_ts(snaps, "vc_a")
+    assert running_a[0.0] == 8 and running_a[300.0] == 10 and running_a[360.0] == 8
+    assert running_a[600.0] == 0
+    assert _running_by_ts(snaps, "vc_b")[420.0] == 4
+
+
+def test_first_hours_of_event_time(tmp_path: Path) -> None:
+    f = tmp_path / "d.csv"
+    f.write_text("ts,tenant,demand_gpus\n" + "".join(f"{60 * k},a,1\n" for k in range(200)))
+    recs = list(first_hours(open_source(f, "demand-csv")[0], 1.0))
+    assert max(r.ts for r in recs) == 3540.0
+    assert math.isclose(min(r.ts for r in recs), 0.0)
+
+
+def test_unknown_archive_path_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no dprobe archive files"):
+        open_source(tmp_path, "dprobe-parquet")
