@@ -52,7 +52,7 @@ import torch
 from dprobe.models.forecast.features import TenantHistory, n_features, origin_features
 from dprobe.models.forecast.mmoe_net import N_TREND_CLASSES, MMoENet, pinball
 from dprobe.models.forecast.replay import ReplayBuffer
-from dprobe.models.forecast.target import demand_of, window_step_s
+from dprobe.models.forecast.target import demand_of, first_windows
 
 DAY_S = 86_400.0
 IGNORE = -100  # cross-entropy ignore index (a target that never arrived)
@@ -149,6 +149,7 @@ class MultiTaskForecaster:
         self._hist: dict[str, TenantHistory] = {}
         self._origins: dict[str, deque[tuple[int, np.ndarray, float, float]]] = {}
         self._slots: dict[str, int] = {}
+        self._waiting: dict[str, list[float]] = {}  # first windows of unknown length
         self._new_rows = 0
         self._steps = 0
         self._cache: dict[str, tuple[int, int, np.ndarray, float, float]] = {}
@@ -180,9 +181,19 @@ class MultiTaskForecaster:
         tenant = str(window.tenant)
         hist = self._hist.get(tenant)
         if hist is None:
-            hist = self._hist[tenant] = self._prototype_history(window_step_s(window))
+            first = first_windows(self._waiting, window)
+            if first is None:
+                return
+            step, windows = first
+            hist = self._hist[tenant] = self._prototype_history(step)
             self._origins[tenant] = deque()
             self._slot(tenant)
+            for w in windows:
+                self._learn(tenant, hist, w)
+            return
+        self._learn(tenant, hist, window)
+
+    def _learn(self, tenant: str, hist: TenantHistory, window: Any) -> None:
         n = round(float(window.window_end) / hist.step_s)
         if n <= hist.last_idx:
             return  # late or repeated window: ignored
@@ -345,6 +356,7 @@ class MultiTaskForecaster:
                     for t, d in self._origins.items()
                 },
                 "slots": dict(self._slots),
+                "waiting": dict(self._waiting),
                 "new_rows": self._new_rows,
                 "steps": self._steps,
             }
@@ -365,6 +377,7 @@ class MultiTaskForecaster:
             for t, d in state["origins"].items()
         }
         self._slots = dict(state["slots"])
+        self._waiting = {t: list(v) for t, v in state.get("waiting", {}).items()}
         self._new_rows = int(state["new_rows"])
         self._steps = int(state["steps"])
 

@@ -30,7 +30,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from dprobe.models.forecast.target import demand_of, window_step_s
+from dprobe.models.forecast.target import demand_of, first_windows
 
 MAD_TO_SIGMA = 1.25
 
@@ -45,6 +45,7 @@ class PerTenantForecaster:
         self.spread_z = spread_z
         self.spread_alpha = spread_alpha
         self._tenants: dict[str, dict[str, Any]] = {}
+        self._waiting: dict[str, list[float]] = {}  # first windows of unknown length
 
     # -- to implement -------------------------------------------------------------------
     def prototype(self, step_s: float) -> dict[str, Any]:
@@ -62,19 +63,27 @@ class PerTenantForecaster:
     def learn_one(self, window: Any) -> None:
         """Learn one closed window of one tenant (its demand = running + pending GPUs)."""
         tenant = str(window.tenant)
-        y = demand_of(window)
-        step = window_step_s(window)
         state = self._tenants.get(tenant)
         if state is None:
-            state = {
+            first = first_windows(self._waiting, window)
+            if first is None:
+                return
+            step, windows = first
+            self._tenants[tenant] = {
                 "step": step,
                 "idx": None,
-                "y": y,
+                "y": 0.0,
                 "mad": 0.0,
                 "n": 0,
                 "m": self.prototype(step),
             }
-            self._tenants[tenant] = state
+            for w in windows:
+                self._learn(self._tenants[tenant], w)
+            return
+        self._learn(state, window)
+
+    def _learn(self, state: dict[str, Any], window: Any) -> None:
+        y = demand_of(window)
         idx = round(float(window.window_end) / state["step"])
         if state["idx"] is not None:
             gap = idx - state["idx"]
@@ -109,11 +118,12 @@ class PerTenantForecaster:
 
     def state_dict(self) -> dict[str, Any]:
         """Learned state only (plain data; JSON-serialisable)."""
-        return {"tenants": copy.deepcopy(self._tenants)}
+        return {"tenants": copy.deepcopy(self._tenants), "waiting": copy.deepcopy(self._waiting)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Replace the learned state with ``state`` (as returned by :meth:`state_dict`)."""
         self._tenants = copy.deepcopy(dict(state["tenants"]))
+        self._waiting = copy.deepcopy(dict(state.get("waiting", {})))
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))

@@ -202,3 +202,24 @@ def test_mmoe_checkpoint_file_warm_start(tmp_path) -> None:
     with pytest.raises(CheckpointError, match="not a checkpoint of this model"):
         load_checkpoint(other, tmp_path / "ckpt.pt")
     assert other.tenants() == []  # left fresh
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_window_length_is_inferred_when_windows_do_not_state_it(name: str) -> None:
+    from types import SimpleNamespace
+
+    m = FACTORIES[name]()
+    ends = [300.0 * i for i in range(1, 40)]
+    for i, end in enumerate(ends):
+        m.learn_one(
+            SimpleNamespace(tenant="a", window_end=end, running_gpus=10.0 + i % 2, pending_gpus=0.0)
+        )
+        if i == 0:
+            assert m.forecast("a", [300.0]) == {300.0: (0.0, 0.0)}  # waits for a second window
+    fc = m.forecast("a", [300.0, 3600.0])
+    _check_forecast(fc, [300.0, 3600.0])
+    assert 9.0 <= fc[300.0][0] <= 12.0
+    state = _roundtrip(m.state_dict())
+    again = FACTORIES[name]()
+    again.load_state_dict(state)
+    assert again.forecast("a", [300.0]) == m.forecast("a", [300.0])
