@@ -12,10 +12,13 @@ reading, every rule a setting (:class:`PlannerSettings`) and called an assumptio
 2. HPA damping (:mod:`dprobe.models.planner_damping`): 10 % tolerance, no stabilisation up,
    300 s down (highest recommendation in the window), rate limits per period, cooldown;
    the tolerance never holds a tenant below its need now (waiting jobs are not noise);
-3. tenants whose damped target is above their quota *receive*; tenants whose damped target
-   is below it *donate*, but only GPUs on whole idle nodes (never a busy node) and never
-   below their guarantee; nodes are matched one at a time (receivers below their guarantee
-   first, then the largest remaining need; donors with the largest remaining offer first);
+3. first, tenants whose jobs wait now (``need_gpus`` above their quota) take idle nodes
+   from any tenant down to that tenant's own need now (``urgent_first``: waiting jobs come
+   before capacity kept for forecast demand); then tenants whose damped target is above
+   their quota *receive* from tenants whose damped target is below it; a donor gives only
+   GPUs on whole idle nodes (never a busy node) and never goes below its guarantee; nodes
+   are matched one at a time (receivers below their guarantee first, then the largest
+   remaining need; donors with the largest remaining offer first);
 4. a plan only moves quota between tenants, so its deltas sum to zero and the total quota
    (<= capacity) never grows.
 
@@ -37,12 +40,13 @@ import hashlib
 import heapq
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from dprobe.models.planner_damping import DampingSettings, TenantHistory, damp, record
 
 Reason = Literal[
+    "waiting_jobs",  # raised for jobs that wait now (its need is above its quota)
     "forecast_up",  # raised to the damped forecast
     "forecast_up_partial",  # raised, but less than wanted: not enough idle nodes to take
     "below_guarantee",  # raised towards the guaranteed minimum
@@ -60,6 +64,7 @@ class PlannerSettings:
     node_gpus: int = 8
     quantile: Literal["p50", "p90"] = "p90"
     headroom: float = 0.0
+    urgent_first: bool = True
     damping: DampingSettings = field(default_factory=DampingSettings)
 
     def __post_init__(self) -> None:
@@ -193,10 +198,26 @@ class Planner:
             for t in by_name
             if damped[t.tenant] > t.quota_gpus
         }
-        offer = {t.tenant: _offer(t, damped[t.tenant], node) for t in by_name}
-        got = _match(
-            want, offer, {t.tenant: t.quota_gpus < t.guaranteed_gpus for t in by_name}, node
-        )
+        below = {t.tenant: t.quota_gpus < t.guaranteed_gpus for t in by_name}
+        got: dict[str, int] = {}
+        if s.urgent_first:
+            got = _urgent(by_name, damped, below, node)
+        lent = {t.tenant: -min(0, got.get(t.tenant, 0)) for t in by_name}
+        want = {r: w - max(0, got.get(r, 0)) for r, w in want.items()}
+        offer = {
+            t.tenant: _offer(
+                replace(
+                    t,
+                    quota_gpus=t.quota_gpus - lent[t.tenant],
+                    idle_gpus=t.idle_gpus - lent[t.tenant],
+                ),
+                damped[t.tenant],
+                node,
+            )
+            for t in by_name
+        }
+        for r, d in _match(want, offer, below, node).items():
+            got[r] = got.get(r, 0) + d
         decisions = []
         for t in by_name:
             delta = got.get(t.tenant, 0)
@@ -263,6 +284,25 @@ def _offer(t: TenantState, target: int, node: int) -> int:
     return max(0, amount - amount % node)
 
 
+def _urgent(
+    tenants: list[TenantState], damped: dict[str, int], below: dict[str, bool], node: int
+) -> dict[str, int]:
+    """First pass: tenants whose jobs wait now (need above quota) take idle nodes from any
+    tenant down to that tenant's own need now (never below its guarantee), whatever its
+    forecast says: waiting jobs come before capacity kept for forecast demand."""
+    want, offer = {}, {}
+    for t in tenants:
+        need = _ceil_node(t.need_gpus, node)
+        w = min(damped[t.tenant], need) - t.quota_gpus
+        if w > 0:
+            want[t.tenant] = w
+            continue
+        keep = max(need, _ceil_node(t.guaranteed_gpus, node))
+        amount = min(t.idle_gpus, t.quota_gpus - keep)
+        offer[t.tenant] = max(0, amount - amount % node)
+    return _match(want, offer, below, node)
+
+
 def _match(
     want: dict[str, int], offer: dict[str, int], below_guarantee: dict[str, bool], node: int
 ) -> dict[str, int]:
@@ -290,6 +330,11 @@ def _explain(t: TenantState, desired: int, damped: int, delta: int) -> tuple[Rea
         return (
             "below_guarantee",
             f"{cur} -> {cur + delta} GPUs towards the guarantee {t.guaranteed_gpus}",
+        )
+    if delta > 0 and t.need_gpus > cur:
+        return (
+            "waiting_jobs",
+            f"{cur} -> {cur + delta} GPUs for jobs waiting now (need {t.need_gpus:.0f})",
         )
     if delta > 0 and cur + delta < damped:
         return "forecast_up_partial", (

@@ -22,7 +22,8 @@ def _ceil_node(x: float) -> int:
 
 @st.composite
 def worlds(draw: st.DrawFn) -> tuple[int, list[TenantState], list[int]]:
-    """A cluster with 1-8 tenants: quotas, guarantees, busy nodes and forecasts."""
+    """A cluster with 1-8 tenants: quotas, guarantees, busy nodes, needs and forecasts
+    (need = busy nodes + nodes for jobs waiting; it stays the same while the world runs)."""
     n = draw(st.integers(1, 8))
     tenants, busy = [], []
     for i in range(n):
@@ -32,6 +33,7 @@ def worlds(draw: st.DrawFn) -> tuple[int, list[TenantState], list[int]]:
         p50 = draw(st.floats(0, 150, allow_nan=False))
         p90 = p50 + draw(st.floats(0, 50, allow_nan=False))
         cap = draw(st.one_of(st.none(), st.integers(0, 16).map(lambda k: k * NODE)))
+        need = (b_nodes + draw(st.integers(0, 6))) * NODE * draw(st.sampled_from([0, 1]))
         tenants.append(
             TenantState(
                 f"t{i}",
@@ -41,6 +43,7 @@ def worlds(draw: st.DrawFn) -> tuple[int, list[TenantState], list[int]]:
                 p50=p50,
                 p90=p90,
                 max_quota_gpus=cap,
+                need_gpus=float(need),
             )
         )
         busy.append(b_nodes * NODE)
@@ -270,3 +273,20 @@ def test_tolerance_never_holds_a_tenant_below_its_need() -> None:
         )
     )
     assert held.targets()["a"] == 136
+
+
+def test_waiting_jobs_come_before_capacity_kept_for_a_forecast() -> None:
+    # a: 16 GPUs all busy, jobs waiting: needs 32 now. b: 32 GPUs, 16 busy (need 16) and 16
+    # idle, but forecasts 48. Forecasts alone: b wants to grow too, so nobody lends.
+    # Urgent pass: a takes b's idle 16 (b keeps its need now, 16); b's forecast growth
+    # then finds no donor.
+    tenants = (
+        TenantState("a", quota_gpus=16, idle_gpus=0, p90=32.0, need_gpus=32.0),
+        TenantState("b", quota_gpus=32, idle_gpus=16, p90=48.0, need_gpus=16.0),
+        TenantState("c", quota_gpus=16, idle_gpus=0, p90=16.0, need_gpus=16.0),
+    )
+    plan = Planner().plan(PlanInput(ts=0.0, capacity_gpus=64, tenants=tenants))
+    assert plan.targets() == {"a": 32, "b": 16, "c": 16}
+    assert {d.tenant: d.reason for d in plan.moves} == {"a": "waiting_jobs", "b": "lend_idle"}
+    off = Planner(PlannerSettings(urgent_first=False))
+    assert off.plan(PlanInput(ts=0.0, capacity_gpus=64, tenants=tenants)).moves == ()
