@@ -1,0 +1,63 @@
+"""Turn a :class:`~dprobe.models.planner.Plan` into ``ScalingEvent`` messages (one per move).
+
+``event_id`` is a hash of plan id, tenant and window end, so re-emitting the same plan
+after a restart gives the same ids and consumers drop the duplicates.
+
+Example:
+    >>> from dprobe.models.planner import Planner, PlanInput, TenantState
+    >>> plan = Planner().plan(PlanInput(ts=600.0, capacity_gpus=32, tenants=(
+    ...     TenantState("a", quota_gpus=16, p90=32.0),
+    ...     TenantState("b", quota_gpus=16, idle_gpus=16))))
+    >>> evs = scaling_events(plan, model_name="last-value", model_version="1", window_end=600.0)
+    >>> [(e.tenant, e.action, e.delta_gpus) for e in evs]
+    [('a', 'scale_up', 16.0), ('b', 'scale_down', -16.0)]
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+
+from dprobe.models.planner import Plan
+
+from dprobe.schema import Forecast, ModelInfo, ScalingEvent
+
+
+def event_id(plan_id: str, tenant: str, window_end: float) -> str:
+    """Deterministic id of one move of one plan."""
+    return hashlib.sha256(f"{plan_id}|{tenant}|{window_end!r}".encode()).hexdigest()[:32]
+
+
+def scaling_events(
+    plan: Plan,
+    *,
+    model_name: str,
+    model_version: str,
+    window_end: float,
+    source: str = "dprobe/worker",
+) -> list[ScalingEvent]:
+    """One ``ScalingEvent`` per move of ``plan`` (deltas sum to zero), sorted by tenant."""
+    when = datetime.fromtimestamp(plan.ts, tz=UTC).isoformat().replace("+00:00", "Z")
+    out = []
+    for d in plan.moves:
+        out.append(
+            ScalingEvent(
+                event_id=event_id(plan.plan_id, d.tenant, window_end),
+                plan_id=plan.plan_id,
+                ts=plan.ts,
+                time=when,
+                tenant=d.tenant,
+                action="scale_up" if d.delta_gpus > 0 else "scale_down",
+                current_quota_gpus=float(d.current_quota_gpus),
+                target_quota_gpus=float(d.target_quota_gpus),
+                delta_gpus=float(d.delta_gpus),
+                forecast=Forecast(horizon_s=d.horizon_s, p50=d.p50, p90=d.p90),
+                reason=d.reason,
+                message=d.message,
+                model=ModelInfo(name=model_name, version=model_version),
+                source=source,
+                guaranteed_gpus=float(d.guaranteed_gpus),
+                window_end=window_end,
+            )
+        )
+    return out

@@ -1,0 +1,33 @@
+"""Plans become valid ScalingEvents: round-trip through the codec, zero-sum, stable ids."""
+
+from __future__ import annotations
+
+from dprobe.models.planner import Plan, PlanInput, Planner, TenantState
+from dprobe.models.planner_events import scaling_events
+
+from dprobe.schema import decode_scaling_event, encode
+
+
+def _plan() -> Plan:
+    return Planner().plan(
+        PlanInput(
+            ts=1_700_000_000.0,
+            capacity_gpus=64,
+            tenants=(
+                TenantState("a", quota_gpus=16, p90=40.0, need_gpus=24.0),
+                TenantState("b", quota_gpus=32, idle_gpus=24, guaranteed_gpus=8),
+                TenantState("c", quota_gpus=16, idle_gpus=0, p90=16.0),
+            ),
+        )
+    )
+
+
+def test_events_decode_sum_to_zero_and_keep_their_ids() -> None:
+    evs = scaling_events(_plan(), model_name="m", model_version="1", window_end=1_700_000_000.0)
+    assert [(e.tenant, e.delta_gpus) for e in evs] == [("a", 24.0), ("b", -24.0)]
+    assert sum(e.delta_gpus for e in evs) == 0
+    assert all(decode_scaling_event(encode(e)) == e for e in evs)
+    assert evs[0].time == "2023-11-14T22:13:20Z"
+    again = scaling_events(_plan(), model_name="m", model_version="1", window_end=1_700_000_000.0)
+    assert [e.event_id for e in again] == [e.event_id for e in evs]
+    assert len({e.event_id for e in evs}) == 2
