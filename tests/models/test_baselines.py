@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from dprobe.models.forecast.baselines import HoltWinters, LastValue, MovingAverage, SeasonalNaive
 
-from .forecast_helpers import STEP, win
+from .forecast_cases import STEP, win
 
 
 def _feed(model, ys, tenant: str = "a", start: int = 0) -> None:

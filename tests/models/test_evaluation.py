@@ -8,7 +8,7 @@ import pytest
 from dprobe.models.forecast.baselines import LastValue, MovingAverage, SeasonalNaive
 from dprobe.models.forecast.evaluation import rolling_origin
 
-from .forecast_helpers import STEP, win
+from .forecast_cases import STEP, win
 
 
 class Oracle:

@@ -15,7 +15,7 @@ from dprobe.models.forecast.multitask import MultiTaskForecaster
 
 from dprobe.schema import LevelCounts, TenantWindow
 
-from .forecast_helpers import FACTORIES, STEP, wave, win
+from .forecast_cases import FACTORIES, STEP, wave, win
 
 HORIZONS = [600.0, 1800.0, 3600.0, 7200.0]
 NAMES = sorted(FACTORIES)
@@ -189,7 +189,7 @@ def test_baseline_state_is_json(name: str) -> None:
 def test_mmoe_checkpoint_file_warm_start(tmp_path) -> None:
     from dprobe.models.forecast.multitask import CheckpointError, load_checkpoint, save_checkpoint
 
-    from .forecast_helpers import small_mmoe
+    from .forecast_cases import small_mmoe
 
     m = small_mmoe()
     for w in _stream(80):

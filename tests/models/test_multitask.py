@@ -10,7 +10,7 @@ from dprobe.models.forecast.evaluation import rolling_origin
 from dprobe.models.forecast.mmoe_net import MMoENet, pinball
 from dprobe.models.forecast.multitask import MultiTaskForecaster
 
-from .forecast_helpers import STEP, win
+from .forecast_cases import STEP, win
 
 
 def _square(tenant: str, n: int, lo: float, hi: float, half: int = 6) -> list:

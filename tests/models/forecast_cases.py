@@ -1,4 +1,4 @@
-"""Small helpers for forecaster tests: a mutable window type and series builders."""
+"""Shared test cases for forecasters: a mutable window type, series builders, factories."""
 
 from __future__ import annotations
 
