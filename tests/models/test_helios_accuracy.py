@@ -1,0 +1,39 @@
+"""Regression check of the documented result on the real Helios Earth VCs (slow)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dprobe.cli import main
+
+
+@pytest.mark.slow
+def test_multitask_beats_the_baselines_at_six_hours(
+    trace_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "evaluate",
+            "--trace",
+            str(trace_dir / "helios-earth-vcs"),
+            "--format",
+            "helios-vc",
+            "--test-start",
+            "2020-05-22",
+            "--no-plots",
+            "--json",
+        ]
+    )
+    assert code == 0
+    rows = json.loads(capsys.readouterr().out)
+    mase = {(r["model"], r["horizon_s"]): r["mase"] for r in rows}
+    baselines = ("last-value", "seasonal-naive", "moving-average", "holt-winters")
+    six_h = mase[("dprobe-mmoe", 21600.0)]
+    assert six_h < 1.0
+    assert all(six_h < mase[(b, 21600.0)] for b in baselines)
+    # at 1 h the model abstains ("same as now") rather than do worse than it
+    assert mase[("dprobe-mmoe", 3600.0)] <= 1.0 + 1e-9
+    assert all(mase[("dprobe-mmoe", 3600.0)] < mase[(b, 3600.0)] for b in baselines[1:])
