@@ -53,6 +53,16 @@ from prometheus_client.registry import Collector
 from dprobe.schema import LEVELS
 
 ACTIONS = ("scale_up", "scale_down")
+# dead-letter reasons known in advance (schema.SchemaError reasons and the worker's own),
+# exported at 0 so that increase() sees the first one; others appear when they happen
+DEADLETTER_REASONS = (
+    "oversized",
+    "malformed_json",
+    "unknown_version",
+    "invalid_field",
+    "inconsistent",
+    "processing_error",
+)
 QUANTILES = (("0.5", 0), ("0.9", 1))  # label value, index in the (p50, p90) pair
 
 
@@ -174,14 +184,19 @@ def _counter_families(s: WorkerStats) -> Iterator[Metric]:
     for action in sorted(set(ACTIONS) | set(produced)):
         events.add_metric([action], produced.get(action, 0))
     yield events
-    for name, doc, label, counter in (
-        ("dprobe_deadletters", "Records sent to the dead-letter topic", "reason", s.dead_letters),
-        ("dprobe_lost_snapshots", "Gaps in a host's snapshot seq", "host", s.lost_snapshots),
-    ):
-        family = CounterMetricFamily(name, doc, labels=[label])
-        for value, n in sorted(counter.copy().items()):
-            family.add_metric([value], n)
-        yield family
+    dead = CounterMetricFamily(
+        "dprobe_deadletters", "Records sent to the dead-letter topic", labels=["reason"]
+    )
+    by_reason = dict.fromkeys(DEADLETTER_REASONS, 0) | s.dead_letters.copy()
+    for reason, n in sorted(by_reason.items()):
+        dead.add_metric([reason], n)
+    yield dead
+    lost = CounterMetricFamily(
+        "dprobe_lost_snapshots", "Gaps in a host's snapshot seq", labels=["host"]
+    )
+    for host, n in sorted(s.lost_snapshots.copy().items()):
+        lost.add_metric([host], n)
+    yield lost
     for name, doc, value in (
         ("dprobe_duplicate_snapshots", "Snapshots dropped as (host, seq) duplicates", s.duplicates),
         ("dprobe_late_partials", "Partial windows that arrived after their window closed",

@@ -90,6 +90,7 @@ def test_counters_and_latency_histogram() -> None:
     assert _get(m, "dprobe_scaling_events_total", action="scale_down") == 0.0
     assert _get(m, "dprobe_deadletters_total", reason="malformed_json") == 2.0
     assert _get(m, "dprobe_deadletters_total", reason="oversized") == 1.0
+    assert _get(m, "dprobe_deadletters_total", reason="processing_error") == 0.0  # known, at 0
     assert _get(m, "dprobe_lost_snapshots_total", host="gpu-7") == 4.0
     assert _get(m, "dprobe_duplicate_snapshots_total") == 3.0
     assert _get(m, "dprobe_late_partials_total") == 2.0
