@@ -39,9 +39,10 @@ DEFAULT_INTERVAL_S = 5.0
 class ConsumerLag:
     """Polls the lag of ``group`` on ``topics`` every ``interval_s`` seconds.
 
-    Lifecycle: ``await start()`` connects and takes a first measurement (a failure there is
-    logged and retried like any other), ``await stop()`` ends the task and closes the
-    clients (idempotent); ``async with`` does both.
+    Lifecycle: ``await start()`` starts the background task, which connects and measures
+    right away; Kafka being unreachable never fails the caller (it is logged, counted and
+    retried every ``interval_s``). ``await stop()`` ends the task and closes the clients
+    (idempotent); ``async with`` does both.
     """
 
     def __init__(
@@ -64,30 +65,23 @@ class ConsumerLag:
         self._admin: AIOKafkaAdminClient | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
+        self._connecting = asyncio.Lock()
 
     async def start(self) -> None:
-        """Connect the clients and start polling in a background task."""
-        if self._task is not None:
-            return
-        kw = self.kafka.client_kwargs()
-        self._admin = AIOKafkaAdminClient(**kw)
-        self._consumer = AIOKafkaConsumer(group_id=None, enable_auto_commit=False, **kw)
-        try:
-            await self._admin.start()
-            await self._consumer.start()
-        except BaseException:
-            await self._close_clients()
-            raise
-        self._task = asyncio.create_task(self._run(), name=f"consumer-lag-{self.group}")
+        """Start polling in a background task (it connects, and reconnects, by itself)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"consumer-lag-{self.group}")
 
     async def stop(self) -> None:
         """Stop polling and close the clients (idempotent)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await self._close_clients()
+        try:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task  # re-raises what ended the task unexpectedly
+        finally:
+            await self._close_clients()
 
     async def __aenter__(self) -> ConsumerLag:
         await self.start()
@@ -102,11 +96,13 @@ class ConsumerLag:
         await self.stop()
 
     async def refresh(self) -> Mapping[tuple[str, int], int]:
-        """Measure now and replace :attr:`lags`; raises ``KafkaError`` on failure."""
-        if self._admin is None or self._consumer is None:
-            raise RuntimeError("ConsumerLag.refresh() before start()")
+        """Measure now and replace :attr:`lags` (connecting first if needed).
+
+        Raises ``KafkaError`` (or ``OSError``) when Kafka cannot answer.
+        """
+        admin, consumer = await self._connect()
         # metadata of all topics: asking for named ones could auto-create a missing one
-        described = await self._admin.describe_topics()
+        described = await admin.describe_topics()
         found = {t["topic"]: t["partitions"] for t in described if t["error_code"] == 0}
         partitions = [
             TopicPartition(topic, p["partition"])
@@ -115,11 +111,9 @@ class ConsumerLag:
         ]
         lags: dict[tuple[str, int], int] = {}
         if partitions:
-            committed = await self._admin.list_consumer_group_offsets(
-                self.group, partitions=partitions
-            )
-            ends = await self._consumer.end_offsets(partitions)
-            starts = await self._consumer.beginning_offsets(partitions)
+            committed = await admin.list_consumer_group_offsets(self.group, partitions=partitions)
+            ends = await consumer.end_offsets(partitions)
+            starts = await consumer.beginning_offsets(partitions)
             for tp in partitions:
                 meta = committed.get(tp)
                 offset = meta.offset if meta is not None and meta.offset >= 0 else starts[tp]
@@ -142,6 +136,23 @@ class ConsumerLag:
                 log.exception("consumer lag of group %s: unexpected error", self.group)
                 raise RuntimeError(f"consumer lag poller of {self.group} failed") from exc
             await asyncio.sleep(self.interval_s)
+
+    async def _connect(self) -> tuple[AIOKafkaAdminClient, AIOKafkaConsumer]:
+        """The connected clients, connecting them first if needed (raises ``KafkaError``)."""
+        async with self._connecting:
+            if self._admin is None or self._consumer is None:
+                kw = self.kafka.client_kwargs()
+                admin = AIOKafkaAdminClient(**kw)
+                consumer = AIOKafkaConsumer(group_id=None, enable_auto_commit=False, **kw)
+                try:
+                    await admin.start()
+                    await consumer.start()
+                except BaseException:
+                    await consumer.stop()
+                    await admin.close()
+                    raise
+                self._admin, self._consumer = admin, consumer
+            return self._admin, self._consumer
 
     async def _close_clients(self) -> None:
         admin, consumer = self._admin, self._consumer

@@ -104,6 +104,27 @@ async def test_refresh_failures_are_counted_and_polling_continues(kafka, caplog)
         await lag.stop()
 
 
+async def test_an_unreachable_kafka_never_fails_the_caller() -> None:
+    import socket
+
+    from dprobe.config import KafkaSettings
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once the socket is closed
+    lag = ConsumerLag(KafkaSettings(bootstrap=f"127.0.0.1:{port}"), "g", ["t"], interval_s=0.05)
+    await lag.start()  # does not raise: the task retries
+    try:
+        for _ in range(100):
+            if lag.errors >= 2:
+                break
+            await asyncio.sleep(0.05)
+        assert lag.errors >= 2
+        assert lag.lags == {} and lag.updated_at is None
+    finally:
+        await lag.stop()
+
+
 def test_interval_must_be_positive() -> None:
     from dprobe.config import KafkaSettings
 
