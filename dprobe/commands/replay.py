@@ -69,6 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
     import sys
+    import time
 
     from tqdm import tqdm
 
@@ -76,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from dprobe.config import ReplaySettings
     from dprobe.traces.replay_demand import DemandLayout
     from dprobe.traces.replay_kafka import replay_to_kafka, topics_for
+    from dprobe.traces.replay_record import ReplayRecord
     from dprobe.traces.replay_sources import first_hours, open_source
 
     s = settings(
@@ -121,8 +123,10 @@ def run(args: argparse.Namespace) -> int:
         dynamic_ncols=True,
     )
 
-    def on_record(rec: object) -> None:
+    def on_record(rec: ReplayRecord) -> None:
         bar.update(1)
+        if bar.n % 250 == 1:  # show how far in event time the replay is
+            bar.set_postfix_str(time.strftime("%Y-%m-%d %H:%M", time.gmtime(rec.ts)), refresh=False)
 
     try:
         stats = asyncio.run(
