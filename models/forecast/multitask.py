@@ -92,7 +92,7 @@ class MultiTaskForecaster:
         utc_offset_s: float = 0.0,
         seed: int = 0,
     ) -> None:
-        self.horizons_s = tuple(horizons_s)
+        self.horizons_s = horizons_s
         self.k_lags = k_lags
         self.trend_band = trend_band
         self.gate_changes = gate_changes
@@ -116,21 +116,22 @@ class MultiTaskForecaster:
         self.ema_decay = ema_decay
         self.utc_offset_s = utc_offset_s
         self.seed = seed
-        if not self.horizons_s or any(h <= 0 for h in self.horizons_s):
+        self._horizons = tuple(float(h) for h in horizons_s)
+        if not self._horizons or any(h <= 0 for h in self._horizons):
             raise ValueError("horizons_s must be positive seconds")
-        if list(self.horizons_s) != sorted(self.horizons_s):
+        if list(self._horizons) != sorted(self._horizons):
             raise ValueError("horizons_s must be increasing")
         torch.set_num_threads(1)
         self._reset()
 
     # -- construction -------------------------------------------------------------------
     def _reset(self) -> None:
-        self._n_feat = n_features(self.k_lags, len(self.horizons_s))
+        self._n_feat = n_features(self.k_lags, len(self._horizons))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             self._net = MMoENet(
                 n_features=self._n_feat,
-                n_horizons=len(self.horizons_s),
+                n_horizons=len(self._horizons),
                 n_tenant_slots=self.max_tenants + 1,
                 embed_dim=self.embed_dim,
                 n_experts=self.n_experts,
@@ -145,7 +146,7 @@ class MultiTaskForecaster:
             self._net.parameters(), lr=self.lr, weight_decay=self.weight_decay
         )
         self._rng = np.random.default_rng(self.seed)
-        self._buffer = ReplayBuffer(self.buffer_size, self._n_feat, len(self.horizons_s))
+        self._buffer = ReplayBuffer(self.buffer_size, self._n_feat, len(self._horizons))
         self._hist: dict[str, TenantHistory] = {}
         self._origins: dict[str, deque[tuple[int, np.ndarray, float, float]]] = {}
         self._slots: dict[str, int] = {}
@@ -155,7 +156,7 @@ class MultiTaskForecaster:
         self._cache: dict[str, tuple[int, int, np.ndarray, float, float]] = {}
 
     def _steps_of(self, step_s: float) -> list[int]:
-        return [max(round(h / step_s), 1) for h in self.horizons_s]
+        return [max(round(h / step_s), 1) for h in self._horizons]
 
     def _prototype_history(self, step_s: float) -> TenantHistory:
         steps = self._steps_of(step_s)
@@ -294,7 +295,7 @@ class MultiTaskForecaster:
             cached = (hist.last_idx, self._steps, packed, y, scale)
             self._cache[tenant] = cached
         packed, y, scale = cached[2], cached[3], cached[4]
-        nh = len(self.horizons_s)
+        nh = len(self._horizons)
         return packed[: 2 * nh].reshape(nh, 2), packed[2 * nh :].reshape(nh, 3), y, scale
 
     def forecast(self, tenant: str, horizons: Sequence[float]) -> dict[float, tuple[float, float]]:
@@ -311,7 +312,7 @@ class MultiTaskForecaster:
         z50 = q[:, 0].copy()
         if self.gate_changes:
             z50[np.maximum(probs[:, 0], probs[:, 2]) < self.gate_threshold] = 0.0
-        knots = [0.0, *self.horizons_s]
+        knots = [0.0, *self._horizons]
         z50s = [0.0, *z50.tolist()]
         z90s = [0.0, *q[:, 1].tolist()]
         out: dict[float, tuple[float, float]] = {}
@@ -329,11 +330,11 @@ class MultiTaskForecaster:
         {600.0: {'down': 0.0, 'flat': 1.0, 'up': 0.0}}
         """
         if tenant not in self._hist:
-            return {h: {"down": 0.0, "flat": 1.0, "up": 0.0} for h in self.horizons_s}
+            return {h: {"down": 0.0, "flat": 1.0, "up": 0.0} for h in self._horizons}
         probs = self._predict(tenant)[1]
         return {
             h: {"down": float(p[0]), "flat": float(p[1]), "up": float(p[2])}
-            for h, p in zip(self.horizons_s, probs, strict=True)
+            for h, p in zip(self._horizons, probs, strict=True)
         }
 
     def tenants(self) -> list[str]:

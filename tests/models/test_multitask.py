@@ -107,8 +107,9 @@ def test_gate_keeps_p50_at_now_when_flat_is_likely() -> None:
 
 
 def test_settings_are_kept_verbatim_and_validated() -> None:
-    m = MultiTaskForecaster(horizons_s=[600, 3600], k_lags=5, seed=3)
-    assert (m.horizons_s, m.k_lags, m.seed) == ((600, 3600), 5, 3)
+    horizons = [600, 3600]
+    m = MultiTaskForecaster(horizons_s=horizons, k_lags=5, seed=3)
+    assert m.horizons_s is horizons and (m.k_lags, m.seed) == (5, 3)
     assert "k_lags=5" in repr(m)
     with pytest.raises(ValueError, match="increasing"):
         MultiTaskForecaster(horizons_s=(3600, 600))
