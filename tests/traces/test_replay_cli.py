@@ -1,0 +1,78 @@
+"""The command-line contract of ``dprobe replay`` and ``dprobe archive``: exit codes, one-line
+reasons on stderr, skipped rows counted, ``--strict`` fatal."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from dprobe import schema
+from tests.streams.helpers import consume
+
+
+def _dprobe(*args: str, env_prefix: str | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = dict(os.environ)
+    if env_prefix:
+        env["DPROBE_KAFKA_TOPIC_PREFIX"] = env_prefix
+    return subprocess.run(
+        [sys.executable, "-m", "dprobe.cli", "--log-level", "WARNING", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+
+
+def test_negative_speed_is_bad_usage(tmp_path: Path) -> None:
+    done = _dprobe("replay", str(tmp_path), "--format", "demand-csv", "--speed", "-1")
+    assert done.returncode == 2
+    assert "--speed: must be >= 0 or 'max'" in done.stderr
+
+
+def test_missing_trace_is_bad_input_in_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.csv"
+    done = _dprobe("--bootstrap", "127.0.0.1:1", "replay", str(missing), "--format", "demand-csv")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"dprobe replay: {missing}: no such file or folder"]
+
+
+def test_archive_needs_out() -> None:
+    done = _dprobe("archive")
+    assert done.returncode == 2 and "--out" in done.stderr
+
+
+@pytest.mark.integration
+def test_malformed_rows_skipped_and_counted_or_fatal_with_strict(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    f = tmp_path / "demand.csv"
+    f.write_text("ts,tenant,demand_gpus\n0,a,2\n60,a,x\n120,a,3\n")
+    prefix = f"cli{uuid.uuid4().hex[:8]}."
+    done = _dprobe(
+        "--bootstrap", kafka_bootstrap, "replay", str(f), "--format", "demand-csv",
+        "--speed", "max", "--no-progress", env_prefix=prefix,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"skipped malformed row: {f}:3: demand_gpus: not a number: 'x'" in done.stderr
+    assert "replayed 4 records (1 jobs, 3 samples)" in done.stderr
+    assert "1 malformed row(s) skipped" in done.stderr
+    import asyncio
+
+    raws = asyncio.run(consume(kafka_bootstrap, f"{prefix}samples", until=3, timeout_s=30))
+    assert sorted(schema.decode_snapshot(r).ts for r in raws) == [0.0, 60.0, 120.0]
+
+    strict = _dprobe(
+        "--bootstrap", kafka_bootstrap, "replay", str(f), "--format", "demand-csv",
+        "--strict", "--no-progress", env_prefix=prefix,
+    )  # fmt: skip
+    assert strict.returncode == 2
+    assert strict.stderr.strip().splitlines()[-1] == (
+        f"dprobe replay: {f}:3: demand_gpus: not a number: 'x'"
+    )
