@@ -37,18 +37,13 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError
-from dprobe.sinks.archive_schema import row_of
+from dprobe.sinks.archive_schema import KINDS, row_of
 from dprobe.sinks.parquet_archive import ArchiveWriter
 
 from dprobe.config import ArchiveSettings
 from dprobe.schema import HostSnapshot, JobEvent, SchemaError, decode
 
 log = logging.getLogger(__name__)
-
-_KIND_TYPES: dict[str, type[HostSnapshot] | type[JobEvent]] = {
-    "samples": HostSnapshot,
-    "jobs": JobEvent,
-}
 
 
 class Archiver:
@@ -67,7 +62,7 @@ class Archiver:
         )
         self.clock = clock
         k = settings.kafka
-        self.kinds = {k.topic(kind): kind for kind in _KIND_TYPES}
+        self.kinds = {k.topic(kind): kind for kind in KINDS}
         self.consumer: AIOKafkaConsumer | None = None
         self.records = 0
         self.invalid_records = 0
@@ -108,7 +103,11 @@ class Archiver:
             for r in records:
                 n += 1
                 try:
-                    msg = decode(r.value, _KIND_TYPES[kind])
+                    msg: HostSnapshot | JobEvent = (
+                        decode(r.value, HostSnapshot)
+                        if kind == "samples"
+                        else decode(r.value, JobEvent)
+                    )
                 except SchemaError:
                     self.invalid_records += 1
                     continue

@@ -76,15 +76,15 @@ def skip_bad_rows(
                     done_through = line
                 return
             except UsageError as exc:
-                line = error_line(exc)
+                bad_line = error_line(exc)
                 message = str(exc).replace(str(source), str(original))
-                if strict or line is None or line <= 1 or line <= done_through:
+                if strict or bad_line is None or bad_line <= 1 or bad_line <= done_through:
                     if source == original:
                         raise
                     raise UsageError(message) from None
                 on_bad(message)
-                done_through = line
-                source = _blanked_copy(original, Path(tmp), through=line)
+                done_through = bad_line
+                source = _blanked_copy(original, Path(tmp), through=bad_line)
 
 
 def _blanked_copy(path: Path, folder: Path, *, through: int) -> Path:

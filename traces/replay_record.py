@@ -38,7 +38,10 @@ class ReplayRecord:
 
 def shifted(rec: ReplayRecord, delta_s: float) -> ReplayRecord:
     """``rec`` with its event time (``ts`` in the value too) moved by ``delta_s`` seconds."""
-    kind = HostSnapshot if rec.kind == "samples" else JobEvent
-    msg = decode(rec.value, kind)
+    msg: HostSnapshot | JobEvent
+    if rec.kind == "samples":
+        msg = decode(rec.value, HostSnapshot)
+    else:
+        msg = decode(rec.value, JobEvent)
     moved = msgspec.structs.replace(msg, ts=msg.ts + delta_s)
     return ReplayRecord(moved.ts, rec.kind, rec.key, encode(moved))
