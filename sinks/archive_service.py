@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -188,6 +189,14 @@ class Archiver:
             self.writer.files_written,
             self.invalid_records,
         )
+
+    def __del__(self) -> None:
+        if self._started and not self._stopped:
+            warnings.warn(
+                "Archiver was started but never stopped: buffered rows were not written",
+                ResourceWarning,
+                stacklevel=1,
+            )
 
     async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
         """Delete files of the assigned partitions that were never committed."""
