@@ -171,6 +171,7 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
     seen, tail = SeenIds(REMEMBERED_IDS), _Tail(json=args.json, max_events=args.max_events)
     last_record = time.monotonic()
     try:
+        await _announce(consumer, topic, args)
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=POLL_MS)
             if not batch:
@@ -197,6 +198,24 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+async def _announce(consumer: Any, topic: str, args: argparse.Namespace) -> None:
+    """Say on stderr where the tail starts, once that position is fixed.
+
+    Without a group the partitions are assigned at start: their start offsets are resolved
+    first, so an event produced after this line is never missed, even from ``latest``.
+    """
+    where = "the beginning" if args.from_beginning else "new events"
+    if args.group is None:
+        partitions = consumer.assignment()
+        for tp in partitions:
+            await consumer.position(tp)
+        print(f"dprobe events: reading {topic} ({len(partitions)} partitions) from {where}",
+              file=sys.stderr, flush=True)  # fmt: skip
+    else:
+        print(f"dprobe events: reading {topic} as group {args.group}, from its committed "
+              f"offsets, else from {where}", file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _write(out: TextIO, text: str) -> bool:

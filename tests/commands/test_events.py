@@ -135,3 +135,58 @@ def test_an_unreachable_broker_is_a_failure_with_a_reason() -> None:
     assert res.returncode == 1
     assert f"127.0.0.1:{port}" in res.stderr
     assert res.stdout == ""
+
+
+def _spawn(kafka, prefix: str, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "DPROBE_KAFKA_TOPIC_PREFIX": prefix}
+    env.pop("DPROBE_CONFIG", None)
+    cmd = [sys.executable, "-m", "dprobe.cli", "--bootstrap", kafka.bootstrap, "events", *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+@pytest.mark.timeout(120)
+async def test_without_from_beginning_only_events_after_the_start_are_printed(kafka) -> None:
+    import asyncio
+
+    e1, _, e3 = (encode(e) for e in EVENTS)
+    prefix = await _topic_with_events(kafka, [(0, e1)])
+    proc = _spawn(kafka, prefix, "--max-events", "1", "--timeout", "60")
+    try:
+        ready = ""
+        while "dprobe events: reading" not in ready:  # (aiokafka logs to stderr too)
+            ready = await asyncio.to_thread(proc.stderr.readline)
+            assert ready, "the command ended before it started reading"
+        assert "2 partitions" in ready and "new events" in ready
+        async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
+            await producer.send_and_wait(f"{prefix}scaling-events", e3, partition=1)
+        out, err = await asyncio.to_thread(proc.communicate, timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert [line.split()[1] for line in out.splitlines()] == ["vc-c"]
+
+
+@pytest.mark.timeout(120)
+async def test_a_reader_that_goes_away_ends_the_tail_quietly(kafka) -> None:
+    import asyncio
+
+    many = [
+        (i % 2, encode(_event(f"n{i}", f"vc-{i % 7}", 8, 16, f"plan-{i}"))) for i in range(3000)
+    ]
+    prefix = await _topic_with_events(kafka, [])
+    async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, linger_ms=20) as producer:
+        for partition, value in many:
+            await producer.send(f"{prefix}scaling-events", value, partition=partition)
+        await producer.flush()
+    proc = _spawn(kafka, prefix, "--from-beginning", "--timeout", "30")
+    try:
+        first = await asyncio.to_thread(proc.stdout.readline)
+        proc.stdout.close()  # like `dprobe events | head -1`
+        _, err = await asyncio.to_thread(proc.communicate, timeout=60)
+    finally:
+        proc.kill()
+    assert "scale_up" in first
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
+    printed = int(err.rsplit("dprobe events: ", 1)[1].split()[0])
+    assert printed < 3000  # stopped when the pipe closed, did not wait for the timeout
