@@ -153,3 +153,53 @@ def test_stdin_mode_prints_runnable_kubectl_lines_for_whole_plans() -> None:
 def test_docstring_examples_run() -> None:
     result = doctest.testmod(kq)
     assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.integration
+async def test_kafka_mode_prints_whole_plans_and_commits_them(kafka) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    topic = await kafka.create_topic("scaling-events", partitions=2)
+    group = kafka.unique("kueue")
+    records = [
+        (0, encode(ev("e1", "vc-a", 8, 16))),
+        (1, encode(ev("e2", "vc-b", 16, 8))),
+        (1, encode(ev("e2", "vc-b", 16, 8))),  # duplicate
+        (0, encode(ev("f1", "vc-a", 16, 12, plan="p2"))),
+        (1, encode(ev("f2", "vc-c", 4, 8, plan="p2"))),
+    ]
+    async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
+        for partition, value in records:
+            await producer.send_and_wait(topic, value, partition=partition)
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, str(PATH), "--bootstrap", kafka.bootstrap, "--topic", topic,
+               "--group", group, "--from-beginning", *extra]  # fmt: skip
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=False)
+
+    res = run("--max-plans", "2")
+    assert res.returncode == 0, res.stderr
+    assert _plans(res.stdout) == {
+        "p1": {"vc-a +8", "vc-b -8"},
+        "p2": {"vc-a -4", "vc-c +4"},
+    }
+    assert (
+        sum(line.startswith("kubectl patch clusterqueue") for line in res.stdout.splitlines()) == 4
+    )
+    # everything was applied and committed: a restart of the same group prints nothing new
+    async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
+        await producer.send_and_wait(topic, encode(ev("g1", "vc-d", 8, 4, plan="p3")), partition=0)
+        await producer.send_and_wait(topic, encode(ev("g2", "vc-e", 4, 8, plan="p3")), partition=1)
+    again = run("--max-plans", "1")
+    assert again.returncode == 0, again.stderr
+    assert _plans(again.stdout) == {"p3": {"vc-d -4", "vc-e +4"}}
+
+
+def _plans(stdout: str) -> dict[str, set[str]]:
+    """``# plan ID: vc-a +8, vc-b -8`` lines -> ``{ID: {"vc-a +8", "vc-b -8"}}``."""
+    out = {}
+    for line in stdout.splitlines():
+        if line.startswith("# plan "):
+            plan, _, moves = line.removeprefix("# plan ").partition(": ")
+            out[plan] = set(moves.split(", "))
+    return out
