@@ -111,7 +111,7 @@ class ArchiveWriter:
         key = (kind, int(row["partition"]), hour_dir(kind, row["ts"]))
         self._buffers.setdefault(key, []).append(row)
         self.buffered_records += 1
-        self.buffered_bytes += len(row["value"]) + len(row["key"] or b"") + ROW_OVERHEAD_BYTES
+        self.buffered_bytes += _row_bytes(row)
 
     def flush(self) -> list[Path]:
         """Write every buffer to its file (atomically, durably) and empty the buffers.
@@ -131,9 +131,7 @@ class ArchiveWriter:
             self._write_atomic(path, kind, rows)
             del self._buffers[key]
             self.buffered_records -= len(rows)
-            self.buffered_bytes -= sum(
-                len(r["value"]) + len(r["key"] or b"") + ROW_OVERHEAD_BYTES for r in rows
-            )
+            self.buffered_bytes -= sum(map(_row_bytes, rows))
             self.files_written += 1
             self.records_written += len(rows)
             written.append(path)
@@ -182,14 +180,17 @@ class ArchiveWriter:
         for key in [k for k in self._buffers if k[0] == kind and k[1] == partition]:
             rows = self._buffers.pop(key)
             self.buffered_records -= len(rows)
-            self.buffered_bytes -= sum(
-                len(r["value"]) + len(r["key"] or b"") + ROW_OVERHEAD_BYTES for r in rows
-            )
+            self.buffered_bytes -= sum(map(_row_bytes, rows))
         if removed:
             log.info(
                 "removed %d uncommitted archive file(s) of %s p%d", len(removed), kind, partition
             )
         return removed
+
+
+def _row_bytes(row: dict[str, Any]) -> int:
+    """Estimated memory of one buffered row."""
+    return len(row["value"]) + len(row["key"] or b"") + ROW_OVERHEAD_BYTES
 
 
 def _fsync_dir(path: Path) -> None:
