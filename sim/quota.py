@@ -108,11 +108,11 @@ class ReactiveQuota:
         return moves
 
 
-Forecast = Callable[["Simulator", VC, float], tuple[float, float]]
+Forecast = Callable[["Simulator", float], dict[str, tuple[float, float]]]
 
 
 class PlannerQuota:
-    """Planner-driven quotas from a forecast function ``(sim, vc, now) -> (p50, p90)``."""
+    """Planner-driven quotas from a forecast function ``(sim, now) -> {vc: (p50, p90)}``."""
 
     def __init__(self, name: str, forecast: Forecast, planner: Planner) -> None:
         self.name = name
@@ -123,8 +123,9 @@ class PlannerQuota:
     def step(self, sim: Simulator, now: float) -> Moves:
         g = sim.s.node_gpus
         tenants = []
+        forecasts = self.forecast(sim, now)
         for vc in sim.vcs.values():
-            p50, p90 = self.forecast(sim, vc, now)
+            p50, p90 = forecasts[vc.name]
             tenants.append(
                 TenantState(
                     vc.name,
@@ -177,16 +178,15 @@ def window_of(sim: Simulator, vc: VC, now: float) -> TenantWindow:
 def learned_forecast(model: Any, horizons: tuple[float, ...]) -> Forecast:
     """Feed the model this tick's window of each VC, then forecast: the largest p50 and p90
     over ``horizons`` (the quota must cover demand until the next plan and at the horizon)."""
-    seen: dict[float, bool] = {}
 
-    def forecast(sim: Simulator, vc: VC, now: float) -> tuple[float, float]:
-        if now not in seen:  # learn every VC's window once per tick, before any forecast
-            seen.clear()
-            seen[now] = True
-            for other in sim.vcs.values():
-                model.learn_one(window_of(sim, other, now))
-        out = model.forecast(vc.name, list(horizons))
-        return max(v[0] for v in out.values()), max(v[1] for v in out.values())
+    def forecast(sim: Simulator, now: float) -> dict[str, tuple[float, float]]:
+        for vc in sim.vcs.values():
+            model.learn_one(window_of(sim, vc, now))
+        result = {}
+        for name in sim.vcs:
+            out = model.forecast(name, list(horizons)).values()
+            result[name] = (max(v[0] for v in out), max(v[1] for v in out))
+        return result
 
     return forecast
 
@@ -202,7 +202,10 @@ class OracleDemand:
             self._future.setdefault(j.tenant, []).append(j)
         self._next: dict[str, int] = dict.fromkeys(self._future, 0)
 
-    def __call__(self, sim: Simulator, vc: VC, now: float) -> tuple[float, float]:
+    def __call__(self, sim: Simulator, now: float) -> dict[str, tuple[float, float]]:
+        return {vc.name: (p, p) for vc in sim.vcs.values() for p in [self._peak(vc, now)]}
+
+    def _peak(self, vc: VC, now: float) -> float:
         fut = self._future.get(vc.name, [])
         i = self._next.get(vc.name, 0)
         while i < len(fut) and fut[i].submit_s <= now:
@@ -218,4 +221,4 @@ class OracleDemand:
             arrived = sum(a.gpus for a in fut[i : k + 1] if a.submit_s + a.duration_s > tau)
             peak = max(peak, float(vc.pending_gpus + still + arrived))
             k += 1
-        return peak, peak
+        return peak
