@@ -124,8 +124,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=1, help="parallel processes (1)")
     p.add_argument(
         "--chart",
-        type=Path,
-        default=Path("dprobe-simulate.png"),
+        default="dprobe-simulate.png",
         metavar="PNG",
         help="bar chart path (default dprobe-simulate.png; '' for none)",
     )
@@ -208,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         if r.unfinished:
             say(f"warning: {r.policy}/{r.mode}: {r.unfinished} jobs never finished")
-    if str(args.chart):
+    if args.chart:
         say(f"chart: {chart(results, args.chart, title=f'Queueing delay ({source})')}")
     if args.json:
         json.dump(rows(results), sys.stdout)

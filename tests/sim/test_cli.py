@@ -113,3 +113,31 @@ def test_predictive_beats_static_on_a_slice_of_philly(trace_dir: Path) -> None:
     for p in ("fifo", "las"):
         assert by[(p, "predictive")].avg_queue_s < by[(p, "static")].avg_queue_s
         assert by[(p, "predictive")].unfinished == 0
+
+
+def test_an_empty_chart_path_writes_no_chart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = _trace(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    before = set(tmp_path.iterdir())
+    assert (
+        main(
+            [
+                "simulate",
+                "--jobs",
+                str(jobs),
+                "--vcs",
+                str(tmp_path / "vcs.csv"),
+                "--modes",
+                "static",
+                "--policies",
+                "fifo",
+                "--chart",
+                "",
+            ]
+        )
+        == 0
+    )
+    assert set(tmp_path.iterdir()) == before
+    assert "| fifo | static |" in capsys.readouterr().out
