@@ -1,15 +1,107 @@
-"""Not available in this version yet."""
+"""Everything on one machine, on an accelerated clock, finishing by itself.
+
+Starts the local Kafka broker when none answers at the bootstrap address (and stops it
+at the end unless --keep-broker), creates fresh topics for this run, runs a stream
+worker and synthetic collectors for several tenants on several hosts, prints scaling
+events as they happen and serves the worker's /metrics. After --duration seconds of
+telemetry (a day's rhythm in minutes: demand moves from tenant to tenant) it prints a
+summary (windows, forecasts, events, consumer lag, forecast error) and writes a PNG of
+demand vs forecast vs quota per tenant. The whole run takes --duration plus the worker's
+start-up (about half a minute). Ctrl-C stops everything.
+
+Exit 0 after the summary; 1 when a part failed (the worker's last log lines are printed);
+130 on Ctrl-C.
+
+Examples:
+    dprobe demo
+    dprobe demo --duration 60 --tenants 3 --hosts 6 --out /tmp/demo
+    dprobe --bootstrap 127.0.0.1:19092 demo --keep-broker
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from dprobe.commands._common import not_built
+from dprobe.demo.plan import DEFAULT_DURATION_S, DEFAULT_SPEED
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--duration",
+        type=float,
+        metavar="S",
+        default=DEFAULT_DURATION_S,
+        help=f"wall seconds of telemetry (default {DEFAULT_DURATION_S:g})",
+    )
+    p.add_argument("--tenants", type=int, metavar="N", default=4, help="tenants (default 4)")
+    p.add_argument("--hosts", type=int, metavar="N", default=4, help="GPU hosts, 8 GPUs each (4)")
+    p.add_argument(
+        "--speed",
+        type=float,
+        metavar="X",
+        default=DEFAULT_SPEED,
+        help=f"event time runs X times faster than the wall clock (default {DEFAULT_SPEED:g})",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        default="dprobe-demo",
+        help="folder of the chart (demo.png) and the worker's log (default ./dprobe-demo)",
+    )
+    p.add_argument(
+        "--keep-broker",
+        action="store_true",
+        help="leave a broker the demo started running, with this run's topics",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    return not_built("demo")
+    import asyncio
+    import logging
+    import os
+    import sys
+    from pathlib import Path
+
+    from dprobe.commands._common import settings
+    from dprobe.config import BrokerSettings, KafkaSettings
+    from dprobe.demo.plan import DemoPlan
+    from dprobe.demo.processes import ensure_broker
+    from dprobe.demo.report import report
+    from dprobe.demo.run import Demo
+
+    def say(line: str) -> None:
+        print(f"dprobe demo: {line}", file=sys.stderr, flush=True)
+
+    plan = DemoPlan(
+        duration_s=args.duration,
+        tenants=args.tenants,
+        hosts=args.hosts,
+        speed=args.speed,
+    )
+    kafka = settings(KafkaSettings, args)
+    if args.log_level == "INFO":  # the demo's own lines say what happens; keep libraries quiet
+        for name in ("aiokafka", "dprobe.collectors", "dprobe.sinks"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+    broker = ensure_broker(kafka.bootstrap, settings(BrokerSettings, args))
+    if broker is not None:
+        say(f"no broker answered at {kafka.bootstrap}: started the local one")
+    out_dir = Path(args.out)
+    demo = Demo(
+        plan,
+        kafka,
+        out_dir=out_dir,
+        config_file=getattr(args, "config", None) or os.environ.get("DPROBE_CONFIG"),
+        keep_topics=args.keep_broker,
+        say=say,
+    )
+    try:
+        outcome = asyncio.run(demo.run())
+        return report(outcome, plan, out_dir, say=say)
+    finally:
+        if broker is not None and not args.keep_broker:
+            say("stopping the broker it started (--keep-broker leaves it running)")
+            broker.stop()
+        elif broker is not None:
+            say(f"broker left running at {broker.bootstrap}; this run's topics start with "
+                f"{plan.topic_prefix} (DPROBE_KAFKA_TOPIC_PREFIX={plan.topic_prefix} "
+                f"dprobe events --from-beginning)")  # fmt: skip

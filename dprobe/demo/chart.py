@@ -1,0 +1,120 @@
+"""The demo's PNG: demand vs forecast vs quota, one panel per tenant, on event time.
+
+:func:`chart_series` assembles plain series from a :class:`Recording` (tested without
+matplotlib); :func:`render` draws them. The forecast is drawn at the time it is *for*
+(made at window end ``T`` for horizon ``h`` -> plotted at ``T + h``), with its p50 line
+and a p50-p90 band, so it can be read against the demand it predicted.
+
+Example:
+    >>> rec = Recording(demand={"vc-a": {600.0: 4.0, 1200.0: 6.0}},
+    ...                 forecasts={"vc-a": {600.0: {600.0: (5.0, 7.0)}}},
+    ...                 quotas={"vc-a": {600.0: 8.0}})
+    >>> [s.forecast for s in chart_series(rec, 600.0)]
+    [[(1200.0, 5.0, 7.0)]]
+    >>> render(chart_series(rec, 600.0), Path("demo.png"), horizon_s=600.0)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dprobe.demo.record import Recording
+from dprobe.demo.summary import duration_label
+
+
+@dataclass(frozen=True)
+class TenantSeries:
+    """What one panel shows, sorted by time (epoch seconds)."""
+
+    tenant: str
+    demand: list[tuple[float, float]]  # (window end, GPUs)
+    forecast: list[tuple[float, float, float]]  # (target time, p50, p90)
+    quota: list[tuple[float, float]]  # (time set, GPUs)
+    events: list[tuple[float, float]]  # (window end, target quota) of scaling events
+
+
+def chart_horizon(rec: Recording) -> float | None:
+    """The horizon to draw: the shortest one with forecasts (most of them can be checked)."""
+    horizons = sorted({h for by_h in rec.forecasts.values() for h, made in by_h.items() if made})
+    return horizons[0] if horizons else None
+
+
+def chart_series(rec: Recording, horizon_s: float | None) -> list[TenantSeries]:
+    """One :class:`TenantSeries` per tenant, tenants sorted by name."""
+    out = []
+    for tenant in rec.tenants:
+        made = rec.forecasts.get(tenant, {}).get(horizon_s, {}) if horizon_s else {}
+        events = sorted(
+            (float(ev.window_end or ev.ts), float(ev.target_quota_gpus))
+            for ev in rec.events
+            if ev.tenant == tenant
+        )
+        out.append(
+            TenantSeries(
+                tenant=tenant,
+                demand=sorted(rec.demand.get(tenant, {}).items()),
+                forecast=sorted(
+                    (at + (horizon_s or 0.0), p50, p90) for at, (p50, p90) in made.items()
+                ),
+                quota=sorted(rec.quotas.get(tenant, {}).items()),
+                events=events,
+            )
+        )
+    return out
+
+
+def render(series: list[TenantSeries], path: Path, *, horizon_s: float | None,
+           title: str = "dprobe demo") -> Path:  # fmt: skip
+    """Draw ``series`` into the PNG ``path`` (folders created); returns ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from datetime import UTC, datetime
+
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    def when(ts: float) -> datetime:
+        return datetime.fromtimestamp(ts, UTC)
+
+    panels = max(1, len(series))
+    fig, axes = plt.subplots(panels, 1, figsize=(11, 2.4 * panels + 0.8), sharex=True,
+                             squeeze=False)  # fmt: skip
+    label = f"forecast {duration_label(horizon_s)} ahead" if horizon_s else "forecast"
+    for ax, s in zip(axes[:, 0], series, strict=False):
+        if s.demand:
+            ax.step([when(t) for t, _ in s.demand], [v for _, v in s.demand], where="post",
+                    color="black", lw=1.4, label="demand (running + pending GPUs)")  # fmt: skip
+        if s.forecast:
+            xs = [when(t) for t, _, _ in s.forecast]
+            ax.plot(xs, [p50 for _, p50, _ in s.forecast], color="tab:blue", lw=1.2,
+                    label=f"{label}: p50")  # fmt: skip
+            ax.fill_between(xs, [p50 for _, p50, _ in s.forecast],
+                            [p90 for _, _, p90 in s.forecast], color="tab:blue", alpha=0.2,
+                            lw=0, label="p50-p90")  # fmt: skip
+        if s.quota:
+            ax.step([when(t) for t, _ in s.quota], [v for _, v in s.quota], where="post",
+                    color="tab:orange", lw=1.6, label="quota")  # fmt: skip
+        if s.events:
+            ax.scatter([when(t) for t, _ in s.events], [v for _, v in s.events], marker="o",
+                       s=18, color="tab:red", zorder=3, label="scaling event")  # fmt: skip
+        ax.set_ylabel(f"{s.tenant}\nGPUs")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    handles, labels = [], []
+    for ax in axes[:, 0]:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    if handles:
+        fig.legend(handles, labels, loc="upper right", ncol=min(5, len(handles)), fontsize=8)
+    axes[-1, 0].xaxis.set_major_formatter(mdates.DateFormatter("%a %H:%M", tz=UTC))
+    axes[-1, 0].set_xlabel("event time (UTC)")
+    fig.suptitle(title, x=0.01, ha="left", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

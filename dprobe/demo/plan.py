@@ -1,0 +1,103 @@
+"""Settings of one demo run and what derives from them (topic prefix, app id, clock start).
+
+Every run gets a fresh topic prefix and app id, so a rerun never reads an older run's data.
+Event time runs ``speed`` times faster than the wall clock and starts at 06:00 UTC of a
+recent weekday, so a default run covers the morning peak of one tenant, the afternoon
+peak of the next and the evening peak of the third: demand visibly moves between tenants.
+
+Example:
+    >>> p = DemoPlan(duration_s=90, speed=720, window_s=600)
+    >>> p.event_span_s / 3600, p.windows_per_tenant
+    (18.0, 108)
+    >>> p.grace_s  # three wall seconds of lateness, in event time
+    2160.0
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from dprobe.errors import UsageError
+
+DEFAULT_DURATION_S = 90.0
+DEFAULT_SPEED = 720.0  # one wall second = 12 minutes: 90 s cover 18 hours
+DEFAULT_WINDOW_S = 600.0  # 10-minute windows in event time
+DEFAULT_INTERVAL_S = 60.0  # one snapshot per host per event-time minute
+GRACE_WALL_S = 3.0  # lateness allowed across hosts, in wall seconds
+MEAN_JOB_S = 5400.0  # shorter jobs than the backend's default, so demand follows the rhythm
+START_HOUR_UTC = 6
+
+
+def _run_tag() -> str:
+    return datetime.now(UTC).strftime("%Y%m%d%H%M%S") + "-" + secrets.token_hex(3)
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    """What one ``dprobe demo`` run does; validated on construction (``UsageError``)."""
+
+    duration_s: float = DEFAULT_DURATION_S
+    tenants: int = 4
+    hosts: int = 4
+    gpus_per_host: int = 8
+    speed: float = DEFAULT_SPEED
+    window_s: float = DEFAULT_WINDOW_S
+    interval_s: float = DEFAULT_INTERVAL_S
+    tag: str = field(default_factory=_run_tag)
+
+    def __post_init__(self) -> None:
+        if not self.duration_s > 0:
+            raise UsageError("--duration must be > 0")
+        if not 1 <= self.tenants <= 26:
+            raise UsageError("--tenants must be between 1 and 26")
+        if not 1 <= self.hosts <= 64:
+            raise UsageError("--hosts must be between 1 and 64")
+        if not self.speed >= 1:
+            raise UsageError("--speed must be >= 1")
+        if self.window_s / self.speed < 0.05:
+            raise UsageError(
+                f"--speed {self.speed:g} closes a {self.window_s:g} s window every "
+                f"{1000 * self.window_s / self.speed:.0f} ms of wall time: too fast"
+            )
+
+    @property
+    def topic_prefix(self) -> str:
+        """Per-run topic prefix: ``dprobe.demo-<tag>.`` (so ``...samples``, ``...features``)."""
+        return f"dprobe.demo-{self.tag}."
+
+    @property
+    def app_id(self) -> str:
+        """Per-run worker app id (its consumer group)."""
+        return f"dprobe-demo-{self.tag}"
+
+    @property
+    def grace_s(self) -> float:
+        """Window lateness in event time: ``GRACE_WALL_S`` wall seconds."""
+        return GRACE_WALL_S * self.speed
+
+    @property
+    def event_span_s(self) -> float:
+        """Event time the collectors cover."""
+        return self.duration_s * self.speed
+
+    @property
+    def windows_per_tenant(self) -> int:
+        return int(self.event_span_s // self.window_s)
+
+
+def clock_start(now: datetime) -> float:
+    """Epoch seconds of 06:00 UTC on the latest Monday-Thursday at least a day before ``now``.
+
+    The synthetic workload is quieter at weekends; starting on Monday to Thursday keeps a
+    run of up to a day on working days.
+
+    >>> datetime.fromtimestamp(clock_start(datetime(2026, 11, 30, 9, tzinfo=UTC)), UTC)
+    datetime.datetime(2026, 11, 26, 6, 0, tzinfo=datetime.timezone.utc)
+    """
+    day = (now.astimezone(UTC) - timedelta(days=1)).date()
+    while day.weekday() > 3:
+        day -= timedelta(days=1)
+    start = datetime(day.year, day.month, day.day, START_HOUR_UTC, tzinfo=UTC)
+    return start.timestamp()

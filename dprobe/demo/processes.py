@@ -1,0 +1,128 @@
+"""The processes a demo runs beside itself: the local broker (when none answers) and a worker.
+
+Example:
+    >>> parse_bootstrap("127.0.0.1:9092,other:9092")
+    ('127.0.0.1', 9092)
+    >>> is_local("localhost"), is_local("kafka-1")
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections import deque
+from dataclasses import replace
+from pathlib import Path
+
+from dprobe.broker import LocalBroker
+from dprobe.config import BrokerSettings
+from dprobe.errors import DprobeError, UsageError
+
+WORKER_METRICS_PORT = 9402
+
+
+def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
+    """Host and port of the first bootstrap server."""
+    first = bootstrap.split(",", maxsplit=1)[0].strip()
+    host, sep, port = first.rpartition(":")
+    if not sep or not port.isdigit():
+        raise UsageError(f"bootstrap {bootstrap!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def is_local(host: str) -> bool:
+    return host in {"127.0.0.1", "localhost", "::1"}
+
+
+def answers(host: str, port: int, timeout_s: float = 2.0) -> bool:
+    """True when something accepts TCP connections at ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def ensure_broker(bootstrap: str, settings: BrokerSettings) -> LocalBroker | None:
+    """Start the local broker on the bootstrap port when nothing answers there.
+
+    Returns the broker when this call started it (the caller stops it), else ``None``.
+    A bootstrap on another machine that does not answer is an error: the demo starts
+    brokers on this machine only.
+    """
+    host, port = parse_bootstrap(bootstrap)
+    if answers(host, port):
+        return None
+    if not is_local(host):
+        raise DprobeError(f"no Kafka broker answers at {bootstrap}")
+    broker = LocalBroker(replace(settings, port=port))
+    broker.start()
+    return broker
+
+
+def free_port(preferred: int) -> int:
+    """``preferred`` when it can be bound on 127.0.0.1, else any free port."""
+    for candidate in (preferred, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise DprobeError("no free TCP port on 127.0.0.1")
+
+
+class WorkerProcess:
+    """A ``dprobe worker`` subprocess with its output in ``log``.
+
+    Lifecycle: ``start()``; ``alive`` while it runs; ``stop()`` sends SIGTERM and, after
+    ``timeout_s``, SIGKILL (idempotent). ``tail()`` gives the last lines of its log.
+    """
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.cmd = [sys.executable, "-m", "dprobe.cli", *args]
+        self.env = {**os.environ, **env}
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                self.cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            with self.log.open("r", encoding="utf-8", errors="replace") as f:
+                return "".join(deque(f, maxlen=lines)).rstrip()
+        except OSError as exc:
+            return f"(no log: {exc})"

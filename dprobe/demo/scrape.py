@@ -1,0 +1,51 @@
+"""Read the worker's ``/metrics``: forecasts, quotas and consumer lag.
+
+Example:
+    >>> text = '''dprobe_tenant_forecast_gpus{tenant="vc-a",horizon="3600",quantile="0.5"} 4.0
+    ... dprobe_tenant_forecast_gpus{tenant="vc-a",horizon="3600",quantile="0.9"} 6.5
+    ... dprobe_tenant_quota_gpus{tenant="vc-a"} 8.0
+    ... kafka_consumergroup_lag_sum{consumergroup="g",topic="dprobe.samples"} 12.0
+    ... '''
+    >>> s = parse_metrics(text)
+    >>> s.forecasts, s.quotas, s.lag_sum
+    ({('vc-a', 3600.0): (4.0, 6.5)}, {'vc-a': 8.0}, 12.0)
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from dprobe.demo.record import Scrape
+
+
+def parse_metrics(text: str) -> Scrape:
+    """The demo's values from a Prometheus text exposition (other series are ignored)."""
+    p50: dict[tuple[str, float], float] = {}
+    p90: dict[tuple[str, float], float] = {}
+    quotas: dict[str, float] = {}
+    lag: float | None = None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name == "dprobe_tenant_forecast_gpus":
+                key = (labels["tenant"], float(labels["horizon"]))
+                target = p50 if labels.get("quantile") == "0.5" else p90
+                target[key] = float(sample.value)
+            elif sample.name == "dprobe_tenant_quota_gpus":
+                quotas[labels["tenant"]] = float(sample.value)
+            elif sample.name == "kafka_consumergroup_lag_sum":
+                lag = (lag or 0.0) + float(sample.value)
+    forecasts = {k: (v, p90.get(k, v)) for k, v in p50.items()}
+    return Scrape(forecasts=forecasts, quotas=quotas, lag_sum=lag)
+
+
+def fetch(url: str, timeout_s: float = 2.0) -> str | None:
+    """The body of ``url``, or ``None`` when nothing answers there (yet)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return str(resp.read().decode("utf-8"))
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return None

@@ -1,0 +1,166 @@
+"""The closing summary of a demo run: counts, consumer lag and forecast error.
+
+Forecast error pairs each forecast made at a window end ``T`` for horizon ``h`` with the
+demand of the window that ends at ``T + h``, and compares it with the last-value
+baseline (the demand at ``T``), as ``dprobe evaluate`` does: a ratio below 1 means the
+model beat "tomorrow looks like today".
+
+Example:
+    >>> rec = Recording(demand={"vc-a": {600.0: 4.0, 1200.0: 6.0, 1800.0: 5.0}},
+    ...                 forecasts={"vc-a": {600.0: {600.0: (5.5, 7.0), 1200.0: (5.0, 6.0)}}})
+    >>> errors = forecast_errors(rec)
+    >>> errors[0].horizon_s, errors[0].pairs, errors[0].mae, errors[0].last_value_mae
+    (600.0, 2, 0.25, 1.5)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from dprobe.demo.record import Recording
+
+
+@dataclass(frozen=True)
+class HorizonError:
+    """Forecast error at one horizon over every scored (tenant, window) pair."""
+
+    horizon_s: float
+    pairs: int
+    mae: float  # mean |p50 - actual| in GPUs
+    last_value_mae: float  # mean |demand at T - actual|
+    p90_coverage: float  # share of actuals at or below p90
+
+    @property
+    def ratio(self) -> float:
+        """MAE relative to last value (< 1: better than the baseline; NaN without one)."""
+        return self.mae / self.last_value_mae if self.last_value_mae > 0 else math.nan
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The figures of one run."""
+
+    tenants: int
+    windows: int
+    first_end: float | None
+    last_end: float | None
+    forecasts: int
+    horizons: tuple[float, ...]
+    events: int
+    scale_up: int
+    scale_down: int
+    plans: int
+    duplicates: int
+    lost_snapshots: int
+    snapshots: int
+    lag_peak: float | None
+    lag_last: float | None
+    errors: tuple[HorizonError, ...]
+
+
+def forecast_errors(rec: Recording) -> list[HorizonError]:
+    """Scored forecasts per horizon, shortest horizon first (horizons with no pair left out)."""
+    acc: dict[float, list[tuple[float, float, float, float]]] = {}
+    for tenant, by_horizon in rec.forecasts.items():
+        demand = rec.demand.get(tenant, {})
+        for horizon, made in by_horizon.items():
+            for at, (p50, p90) in made.items():
+                actual = demand.get(at + horizon)
+                now = demand.get(at)
+                if actual is None or now is None:
+                    continue
+                acc.setdefault(horizon, []).append((p50, p90, actual, now))
+    out = []
+    for horizon in sorted(acc):
+        rows = acc[horizon]
+        n = len(rows)
+        out.append(
+            HorizonError(
+                horizon_s=horizon,
+                pairs=n,
+                mae=sum(abs(p50 - a) for p50, _, a, _ in rows) / n,
+                last_value_mae=sum(abs(now - a) for _, _, a, now in rows) / n,
+                p90_coverage=sum(a <= p90 + 1e-9 for _, p90, a, _ in rows) / n,
+            )
+        )
+    return out
+
+
+def summarize(rec: Recording, *, snapshots: int = 0) -> Summary:
+    """The :class:`Summary` of a recording (``snapshots``: what the collectors took)."""
+    ends = [end for by_end in rec.demand.values() for end in by_end]
+    horizons = sorted({h for by_h in rec.forecasts.values() for h in by_h})
+    lags = [v for _, v in rec.lag]
+    return Summary(
+        tenants=len(rec.demand),
+        windows=rec.windows,
+        first_end=min(ends) if ends else None,
+        last_end=max(ends) if ends else None,
+        forecasts=sum(len(made) for by_h in rec.forecasts.values() for made in by_h.values()),
+        horizons=tuple(horizons),
+        events=len(rec.events),
+        scale_up=rec.actions.get("scale_up", 0),
+        scale_down=rec.actions.get("scale_down", 0),
+        plans=len(rec.plans),
+        duplicates=rec.duplicates,
+        lost_snapshots=rec.lost_snapshots,
+        snapshots=snapshots,
+        lag_peak=max(lags) if lags else None,
+        lag_last=lags[-1] if lags else None,
+        errors=tuple(forecast_errors(rec)),
+    )
+
+
+def duration_label(seconds: float) -> str:
+    """``600 -> '10m'``, ``3600 -> '1h'``, ``90 -> '90s'``.
+
+    >>> duration_label(600), duration_label(21600), duration_label(45)
+    ('10m', '6h', '45s')
+    """
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g}h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g}m"
+    return f"{seconds:g}s"
+
+
+def _when(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def format_summary(s: Summary) -> list[str]:
+    """Readable lines, one figure each; every line starts with ``summary:``."""
+    lines = []
+    span = ""
+    if s.first_end is not None and s.last_end is not None:
+        hours = (s.last_end - s.first_end) / 3600
+        span = f" ending {_when(s.first_end)} .. {_when(s.last_end)} UTC ({hours:.1f} h)"
+    lines.append(
+        f"windows: {s.windows} TenantWindows from {s.tenants} tenants{span}; "
+        f"{s.snapshots} snapshots sent, {s.lost_snapshots} lost"
+    )
+    if s.horizons:
+        horizons = ", ".join(duration_label(h) for h in s.horizons)
+        lines.append(f"forecasts: {s.forecasts} recorded (horizons {horizons})")
+    else:
+        lines.append("forecasts: 0 recorded (the worker published none)")
+    lines.append(
+        f"scaling events: {s.events} ({s.scale_up} scale_up, {s.scale_down} scale_down) "
+        f"in {s.plans} plans; {s.duplicates} duplicates dropped"
+    )
+    if s.lag_peak is None or s.lag_last is None:
+        lines.append("consumer lag: not measured")
+    else:
+        lines.append(f"consumer lag: peak {s.lag_peak:.0f} records, {s.lag_last:.0f} at the end")
+    if not s.errors:
+        lines.append("forecast error: no forecast could be scored yet")
+    for e in s.errors:
+        ratio = "" if math.isnan(e.ratio) else f" = {e.ratio:.2f} x"
+        lines.append(
+            f"forecast error {duration_label(e.horizon_s)}: MAE {e.mae:.2f} GPUs over "
+            f"{e.pairs} forecasts vs last value {e.last_value_mae:.2f}{ratio}; "
+            f"p90 covers {100 * e.p90_coverage:.0f} %"
+        )
+    return [f"summary: {line}" for line in lines]
