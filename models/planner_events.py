@@ -19,7 +19,6 @@ import hashlib
 from datetime import UTC, datetime
 
 from dprobe.models.planner import Plan
-
 from dprobe.schema import Forecast, ModelInfo, ScalingEvent
 
 

@@ -132,7 +132,7 @@ class Simulator:
                 if kind == FINISH and job is not None and job.version == version:
                     self._finish(job)
                 elif kind == DEMOTE and job is not None and job.version == version:
-                    self._progress(job)
+                    self.progress(job)
                     job.queue = 1
                     self._dirty.add(self.vcs[job.tenant])
                 elif kind == TICK:
@@ -159,7 +159,8 @@ class Simulator:
         vc.pending_gpus += job.gpus
         self._dirty.add(vc)
 
-    def _progress(self, job: SimJob) -> None:
+    def progress(self, job: SimJob) -> None:
+        """Account ``job``'s work and attained service up to now."""
         dt = self.now - job.last_s
         if dt > 0:
             job.remaining_s = max(0.0, job.remaining_s - dt * job.speed)
@@ -190,7 +191,7 @@ class Simulator:
             self._push(self.now + after, DEMOTE, job, job.version)
 
     def _stop(self, job: SimJob, vc: VC) -> None:
-        self._progress(job)
+        self.progress(job)
         if self.sharing is not None:
             self.sharing.on_stop(self, job)
         vc.release(job, job.placement)

@@ -16,11 +16,12 @@ import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
+from tqdm import tqdm
+
 from dprobe.sim.run import CellResult, run_cell
 from dprobe.sim.settings import SimSettings
 from dprobe.sim.sharing import Sharing
 from dprobe.traces.jobs_csv import JobRecord
-from tqdm import tqdm
 
 # slow cells (learned forecasters) first, so parallel workers finish together
 _COST = {"predictive": 0, "oracle": 1, "reactive": 2, "static": 3}

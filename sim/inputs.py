@@ -21,9 +21,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from dprobe.traces.jobs_csv import JobRecord, read_vc_nodes, vc_key
-
 from dprobe.errors import UsageError
+from dprobe.traces.jobs_csv import JobRecord, read_vc_nodes, vc_key
 
 
 def vc_nodes_from_file(records: Sequence[JobRecord], path: str | Path) -> dict[str, int]:

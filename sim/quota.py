@@ -28,9 +28,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from dprobe.models.planner import PlanInput, Planner, TenantState
-from dprobe.sim.cluster import VC, Node
-
 from dprobe.schema import LevelCounts, TenantWindow
+from dprobe.sim.cluster import VC, Node
 
 if TYPE_CHECKING:
     from dprobe.sim.engine import Simulator

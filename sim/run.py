@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+
 from dprobe.models.planner import Planner
 from dprobe.sim.engine import QuotaMode, Simulator, StaticQuota
 from dprobe.sim.forecasters import make_forecaster

@@ -81,7 +81,7 @@ class Sharing:
             if not node.solo:
                 continue
             host = node.solo.pop(0)
-            sim._progress(host)
+            sim.progress(host)
             host.speed, job.speed = (
                 self.speed(host.model, job.model),
                 self.speed(job.model, host.model),
@@ -101,7 +101,7 @@ class Sharing:
                 node.solo.remove(job)
             return
         assert node is not None
-        sim._progress(partner)
+        sim.progress(partner)
         job.shared_with = partner.shared_with = None
         job.speed = partner.speed = 1.0
         if job.placement[0][1] == 1:  # the leaving job held the GPU: hand it over

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import IO
 
 import numpy as np
-from dprobe.traces.jobs_csv import JobRecord
 
 from dprobe.errors import UsageError
+from dprobe.traces.jobs_csv import JobRecord
 
 
 @dataclass(frozen=True)

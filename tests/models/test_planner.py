@@ -8,10 +8,11 @@ import math
 from dataclasses import replace
 
 import pytest
-from dprobe.models.planner import Plan, PlanInput, Planner, PlannerSettings, TenantState
-from dprobe.models.planner_damping import DampingSettings
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from dprobe.models.planner import Plan, PlanInput, Planner, PlannerSettings, TenantState
+from dprobe.models.planner_damping import DampingSettings
 
 NODE = 8
 

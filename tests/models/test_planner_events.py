@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dprobe.models.planner import Plan, PlanInput, Planner, TenantState
 from dprobe.models.planner_events import scaling_events
-
 from dprobe.schema import decode_scaling_event, encode
 
 

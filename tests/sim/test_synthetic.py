@@ -7,9 +7,9 @@ import gzip
 from pathlib import Path
 
 import pytest
-from dprobe.sim.synthetic import SyntheticSettings, generate
 
 from dprobe.errors import UsageError
+from dprobe.sim.synthetic import SyntheticSettings, generate
 
 HEAD = (
     "time,running_gpu_num,pending_gpu_num,total_gpu_num,running_gpu_num_noless_8,"

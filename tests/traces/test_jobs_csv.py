@@ -6,9 +6,9 @@ import io
 from pathlib import Path
 
 import pytest
-from dprobe.traces.jobs_csv import iter_jobs, read_jobs, read_vc_nodes, vc_key
 
 from dprobe.errors import UsageError
+from dprobe.traces.jobs_csv import iter_jobs, read_jobs, read_vc_nodes, vc_key
 
 HEADER = "job_id,user,num_gpu,submit_time,duration,model_name,extra\n"
 
