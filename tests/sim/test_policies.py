@@ -115,3 +115,15 @@ def test_large_jobs_take_whole_nodes_and_small_ones_best_fit() -> None:
         assert slot is not None
         assert [(n.idx, g) for n, g in slot] == want
         vc.allocate(job, slot)
+
+
+def test_srtf_clears_whole_nodes_for_a_multi_node_job() -> None:
+    # Two nodes. j0(0, 8, 100) fills node 0; j1(0, 4, 100) and j2(0, 4, 100) share node 1.
+    # j3(10, 16, 20) needs both nodes whole and has less left (20 < 90): all three stop at
+    # 10, j3 runs 10-30, then j0, j1, j2 resume with 90 left each: 30-120. Waits 20 each.
+    jobs = _jobs(
+        [(0.0, 8, 100.0, ""), (0.0, 4, 100.0, ""), (0.0, 4, 100.0, ""), (10.0, 16, 20.0, "")]
+    )
+    sim = Simulator(jobs, {"a": 2}, make_policy("srtf")).run()
+    assert _schedule(jobs) == [(0, 120, 20), (0, 120, 20), (0, 120, 20), (10, 30, 0)]
+    assert sim.preemptions == 3
