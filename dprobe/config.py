@@ -206,6 +206,15 @@ class WorkerSettings:
     partitions: int = 4
     replication_factor: int = 1
     commit_interval_s: float = 1.0
+    producer_linger_ms: float = 5.0
+    producer_buffer_messages: int = 10_000
+    model: str = "mmoe"
+    seed: int = 0
+    capacity_gpus: int = 64
+    node_gpus: int = 8
+    guaranteed_gpus: int = 0
+    plan_horizon_s: float = 3600.0
+    lag_interval_s: float = 5.0
     data_dir: Path = field(default_factory=lambda: _cache_dir("worker"))
     metrics_addr: str = "127.0.0.1"
     metrics_port: int = 9402

@@ -16,16 +16,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import faust
+
+from dprobe import schema
+from dprobe.config import KafkaSettings, WorkerSettings
+from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
+from dprobe.models.planner import PlannerSettings
 from dprobe.models.window_agg import WindowSettings
+from dprobe.sim.forecasters import make_forecaster
 from dprobe.streams.ingest import Ingest
+from dprobe.streams.planning import Planning
 from dprobe.streams.stats import WorkerStats
 from dprobe.streams.topics import TopicNames
 from dprobe.streams.windows import Windows
-
-from dprobe.config import KafkaSettings, WorkerSettings
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +75,15 @@ def window_settings(s: WorkerSettings) -> WindowSettings:
     return WindowSettings(window_s=s.window_s, grace_s=s.grace_s, source_idle_s=s.source_idle_s)
 
 
+def plan_settings(s: WorkerSettings) -> PlanLoopSettings:
+    return PlanLoopSettings(
+        capacity_gpus=s.capacity_gpus,
+        horizon_s=s.plan_horizon_s,
+        guaranteed_gpus=s.guaranteed_gpus,
+        planner=PlannerSettings(node_gpus=s.node_gpus),
+    )
+
+
 def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> WorkerApp:
     """Create the faust app with its topics, tables and agents.
 
@@ -88,6 +103,8 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         processing_guarantee="at_least_once",
         producer_acks=-1,
         producer_compression_type="lz4",
+        producer_linger=s.producer_linger_ms / 1000.0,
+        producer_max_batch_size=1 << 20,
         consumer_auto_offset_reset="earliest",
         web_enabled=False,
         datadir=str(s.data_dir),
@@ -96,6 +113,9 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         key_serializer="raw",
         value_serializer="raw",
     )
+    # faust's producer buffer holds 100 pending sends by default and throttles the agents in
+    # 0.1 s sleeps once it is full; a changelog-heavy pipeline needs a deeper buffer.
+    app.producer.buffer.max_messages = s.producer_buffer_messages
     stats = WorkerStats()
     cfg = window_settings(s)
     n_samples = samples_partitions or s.partitions
@@ -121,8 +141,25 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         max_message_bytes=s.max_message_bytes,
         update_partitions=s.partitions,
     )
+    planning_topic = raw_topic(names.planning, partitions=1, internal=True)
+    scaling_events = raw_topic(names.scaling_events)
+
+    async def forward(window: schema.TenantWindow) -> None:
+        await planning_topic.send(key=b"plan", value=schema.encode(window))
+
     windows = Windows(
-        table=window_table, features_topic=features, window=cfg, stats=stats, sources=n_samples
+        table=window_table,
+        features_topic=features,
+        window=cfg,
+        stats=stats,
+        sources=n_samples,
+        on_window=forward,
+    )
+    planning = Planning(
+        loop=PlanLoop(make_forecaster(s.model, seed=s.seed), plan_settings(s)),
+        events_topic=scaling_events,
+        stats=stats,
+        checkpoint=Path(s.data_dir) / "plan-loop.ckpt",
     )
 
     async def guarded(handler: Any, event: Any) -> None:
@@ -150,6 +187,11 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
     async def windows_agent(stream: Any) -> None:
         async for event in stream.events():
             await guarded(lambda e: windows.on_update(e.value, e.message.partition), event)
+
+    @app.agent(planning_topic, name="planning")
+    async def planning_agent(stream: Any) -> None:
+        async for event in stream.events():
+            await guarded(lambda e: planning.on_window(e.value), event)
 
     @app.timer(interval=max(1.0, s.source_idle_s / 4))
     async def idle_sources() -> None:

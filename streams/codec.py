@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from dprobe.models.window_agg import Partial
 
+from dprobe.models.window_agg import Partial
 from dprobe.schema import JobEvent
 
 _enc = msgspec.json.Encoder()

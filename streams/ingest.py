@@ -8,7 +8,7 @@ that topic carries one message per (snapshot, tenant) instead of one per process
 
 Job events of ``dprobe.jobs`` are validated the same way and forwarded by tenant.
 
-Every quarter window of event time, each samples partition's progress (its newest
+Every half second (or quarter window) of event time, each samples partition's progress (its newest
 snapshot time) is broadcast to every partition of the updates topic: the window stage
 closes a window only when every samples partition has passed it (see ``windows.py``).
 
@@ -23,12 +23,11 @@ import logging
 import time
 from typing import Any
 
+from dprobe import schema
 from dprobe.models import seq_tracker
 from dprobe.models.window_agg import WindowSettings, split_snapshot
 from dprobe.streams import codec
 from dprobe.streams.stats import WorkerStats
-
-from dprobe import schema
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +55,7 @@ class Ingest:
         self.max_bytes = max_message_bytes
         self.reset_after_s = reset_after_s
         self.update_partitions = update_partitions
-        self.wm_step_s = window.window_s / 4
+        self.wm_step_s = min(window.window_s / 4, 0.5)
         self._source_ts: dict[int, float] = {}
         self._announced: dict[int, int] = {}
         self._forwarded_at: dict[int, float] = {}
@@ -105,7 +104,8 @@ class Ingest:
         """Tell every window partition how far this samples partition has been forwarded.
 
         Sent after the partials (same producer, so they arrive first) each time the
-        partition's newest event time crosses a step of a quarter window.
+        partition's newest event time crosses a step of half a second (a quarter window
+        when windows are shorter than 2 s).
         """
         self._forwarded_at[source] = time.monotonic()
         newest = max(self._source_ts.get(source, 0.0), ts)

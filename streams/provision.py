@@ -15,10 +15,10 @@ import logging
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
-from dprobe.streams.topics import TopicNames
 
 from dprobe.config import WorkerSettings
 from dprobe.errors import DprobeError
+from dprobe.streams.topics import TopicNames
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +46,13 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
         # The internal updates topic is created here too: a consumer group that starts
         # before its topic exists is never assigned its partitions.
         missing = [t for t in (*names.external(), names.updates) if t not in existing]
-        if missing:
-            log.info("creating topics %s with %d partitions", missing, s.partitions)
+        new = [NewTopic(t, s.partitions, s.replication_factor) for t in missing]
+        if names.planning not in existing:
+            new.append(NewTopic(names.planning, 1, s.replication_factor))
+        if new:
+            log.info("creating topics %s", [t.name for t in new])
             with contextlib.suppress(TopicAlreadyExistsError):  # another worker won the race
-                await admin.create_topics(
-                    [NewTopic(t, s.partitions, s.replication_factor) for t in missing]
-                )
+                await admin.create_topics(new)
         described = await admin.describe_topics(list(names.external()))
         return {d["topic"]: len(d["partitions"]) for d in described}
     finally:

@@ -22,6 +22,7 @@ class TopicNames:
     scaling_events: str
     deadletter: str
     updates: str  # internal: per-tenant partials and job updates, keyed by tenant
+    planning: str  # internal, one partition: every TenantWindow, for the single planner
 
     @classmethod
     def from_settings(cls, s: WorkerSettings) -> TopicNames:
@@ -33,6 +34,7 @@ class TopicNames:
             scaling_events=k.topic("scaling-events"),
             deadletter=k.topic("deadletter"),
             updates=f"{s.app_id}-tenant-updates",
+            planning=f"{s.app_id}-planning",
         )
 
     def external(self) -> tuple[str, ...]:

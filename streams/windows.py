@@ -34,12 +34,11 @@ import logging
 import time
 from typing import Any
 
+from dprobe import schema
 from dprobe.models import job_book
 from dprobe.models.window_agg import Partial, WindowSettings, add, initial, result
 from dprobe.streams import codec
 from dprobe.streams.stats import WorkerStats
-
-from dprobe import schema
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +145,13 @@ class Windows:
                     )
                     if pending or running:
                         tenants.add(t)
-            for tenant in sorted(tenants):
-                await self._emit(tenant, start)
+            sent = [await self._emit(tenant, start) for tenant in sorted(tenants)]
+            for fut, window in sent:  # delivered before the state that made them goes away
+                await fut
+                self.stats.windows_emitted += 1
+                self.stats.observe_delay(time.time() - window.window_end)
+                if self.on_window is not None:
+                    await self.on_window(window)
             ps["closed_end"] = max(ps["closed_end"], start + w)
             for t in list(ps["open"]):
                 ps["open"][t] = [s for s in ps["open"][t] if s != start]
@@ -159,14 +163,11 @@ class Windows:
                 if key in self.table:
                     del self.table[key]
 
-    async def _emit(self, tenant: str, start: float) -> None:
+    async def _emit(self, tenant: str, start: float) -> tuple[Any, schema.TenantWindow]:
+        """Send one closed window; returns (delivery future, window)."""
         state = codec.loads(self.table.get(_wkey(tenant, start))) or initial(tenant, start)
         book = codec.loads(self.table.get(_jkey(tenant))) or job_book.initial()
         pending, running = job_book.totals(book)
         window = result(state, self.cfg, pending_gpus=pending, scheduled_running_gpus=running)
         fut = await self.features.send(key=tenant.encode(), value=schema.encode(window))
-        await fut
-        self.stats.windows_emitted += 1
-        self.stats.observe_delay(time.time() - window.window_end)
-        if self.on_window is not None:
-            await self.on_window(window)
+        return fut, window

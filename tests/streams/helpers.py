@@ -257,9 +257,18 @@ def worker_process(
     grace_s: float = 2.0,
     log: Path | None = None,
     partitions: int = 4,
+    env: dict[str, str] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A real ``dprobe worker`` subprocess; stopped with SIGTERM (SIGKILL after 30 s)."""
-    env = {**os.environ, "DPROBE_KAFKA_TOPIC_PREFIX": prefix}
+    """A real ``dprobe worker`` subprocess; stopped with SIGTERM (SIGKILL after 30 s).
+
+    Its /metrics listens on an ephemeral port unless ``env`` sets DPROBE_WORKER_METRICS_PORT.
+    """
+    env = {
+        **os.environ,
+        "DPROBE_KAFKA_TOPIC_PREFIX": prefix,
+        "DPROBE_WORKER_METRICS_PORT": "0",
+        **(env or {}),
+    }
     cmd = [
         sys.executable,
         "-m",

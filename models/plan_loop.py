@@ -1,0 +1,266 @@
+"""The forecast-and-plan loop: closed TenantWindows in, ScalingEvents out (no Kafka here).
+
+Each closed window is learned by the forecaster (once: a window at or before what a
+tenant has already learned is a replayed duplicate and is skipped). Planning instants
+are window ends: when the first window ending ``plan_delay_windows`` windows after an end
+arrives, that end is planned, with the windows learned so far (window partitions close
+an end at about the same time, so one window of slack lets every tenant's window of that
+end arrive first; a straggler is still learned). A plan asks the
+forecaster for (p50, p90) at ``horizon_s`` for every tenant seen in the last
+``tenant_ttl_windows`` windows and hands them to the :class:`~dprobe.models.planner.Planner`.
+
+Quotas: the loop assumes its moves are applied (the scheduler consumes the events). At the
+first plan, ``capacity_gpus`` is split in whole nodes evenly between the tenants seen
+(assumption; set ``initial_quotas`` to start from the cluster's real quotas); a tenant
+that appears later starts at 0 and borrows idle nodes.
+
+Same inputs in the same order and the same starting state give the same plans and the
+same ``event_id``s, so a worker that restarts from its last checkpoint and replays the
+windows since then re-emits identical events, which consumers drop.
+
+Example:
+    >>> from dprobe.models.forecast.baselines import LastValue
+    >>> from dprobe.schema import LevelCounts, TenantWindow
+    >>> loop = PlanLoop(LastValue(), PlanLoopSettings(capacity_gpus=32, horizon_s=600))
+    >>> def w(t, end, run):
+    ...     return TenantWindow(tenant=t, window_start=end - 60, window_end=end, hosts=1,
+    ...         gpus_busy=run, instances=run, util_sum=0, level_counts=LevelCounts(),
+    ...         effective_demand_gpus=run, pending_gpus=0, running_gpus=run)
+    >>> loop.on_window(w("a", 60, 30.0)) + loop.on_window(w("b", 60, 1.0))
+    []
+    >>> loop.on_window(w("a", 120, 30.0)) + loop.on_window(w("b", 120, 1.0))
+    []
+    >>> [(e.tenant, e.action, e.delta_gpus) for e in loop.on_window(w("a", 180, 30.0))]
+    [('a', 'scale_up', 8.0), ('b', 'scale_down', -8.0)]
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dprobe.models.forecast.base import Forecaster
+from dprobe.models.forecast.target import demand_of
+from dprobe.models.planner import PlanInput, Planner, PlannerSettings, TenantState
+from dprobe.models.planner_events import scaling_events
+from dprobe.schema import ScalingEvent, TenantWindow
+
+
+@dataclass(frozen=True)
+class PlanLoopSettings:
+    """Cluster and planning settings of the loop (all assumptions where the paper is silent)."""
+
+    capacity_gpus: int = 64
+    horizon_s: float = 3600.0
+    guaranteed_gpus: int = 0
+    initial_quotas: Mapping[str, int] = field(default_factory=dict)
+    tenant_ttl_windows: int = 5
+    plan_delay_windows: int = 1
+    planner: PlannerSettings = field(default_factory=PlannerSettings)
+
+
+@dataclass
+class TenantSnapshot:
+    """What the loop knows of one tenant, for dashboards."""
+
+    demand_gpus: float
+    effective_demand_gpus: float
+    level_counts: dict[str, int]
+    window_end: float
+    forecast: dict[float, tuple[float, float]]
+    quota_gpus: float | None
+    abs_error: dict[float, float]
+
+
+class PlanLoop:
+    """Forecaster + planner driven by closed windows; see the module doc."""
+
+    def __init__(self, forecaster: Forecaster, settings: PlanLoopSettings | None = None) -> None:
+        self.forecaster = forecaster
+        self.settings = settings or PlanLoopSettings()
+        self.planner = Planner(self.settings.planner)
+        self._learned: dict[str, float] = {}
+        self._last: dict[str, TenantWindow] = {}
+        self._ends: set[float] = set()
+        self._planned_upto = -math.inf
+        self._quotas: dict[str, int] = dict(self.settings.initial_quotas)
+        self._forecasts: dict[str, dict[float, tuple[float, float]]] = {}
+        self._outstanding: dict[
+            tuple[str, float], tuple[float, float]
+        ] = {}  # (t, target) -> h, p50
+        self._errors: dict[str, dict[float, float]] = {}
+
+    # -- the loop ---------------------------------------------------------------------
+    def on_window(self, window: TenantWindow) -> list[ScalingEvent]:
+        """Learn one closed window; return the events of every plan it completes."""
+        end = window.window_end
+        if end <= self._learned.get(window.tenant, -math.inf):
+            return []
+        events: list[ScalingEvent] = []
+        length = window.window_end - window.window_start
+        ready = end - self.settings.plan_delay_windows * length - 1e-6
+        for planned in sorted(e for e in self._ends if self._planned_upto < e < ready):
+            events += self._plan(planned)
+            self._planned_upto = planned
+        self._ends = {e for e in self._ends if e > self._planned_upto}
+        if end > self._planned_upto:
+            self._ends.add(end)
+        self._score(window)
+        self.forecaster.learn_one(window)
+        self._learned[window.tenant] = end
+        self._last[window.tenant] = window
+        return events
+
+    def _active(self, at: float) -> list[str]:
+        ttl = self.settings.tenant_ttl_windows
+        out = []
+        for t, w in self._last.items():
+            length = max(w.window_end - w.window_start, 1e-9)
+            if at - w.window_end < ttl * length:
+                out.append(t)
+        return sorted(out)
+
+    def _plan(self, at: float) -> list[ScalingEvent]:
+        s = self.settings
+        node = s.planner.node_gpus
+        tenants = self._active(at)
+        if not tenants:
+            return []
+        if not self._quotas:
+            self._quotas = _even_split(tenants, s.capacity_gpus, node)
+        states = []
+        h = s.horizon_s
+        for t in tenants:
+            p50, p90 = self.forecaster.forecast(t, [h])[h]
+            self._forecasts[t] = {h: (p50, p90)}
+            self._outstanding[(t, at + h)] = (h, p50)
+            w = self._last[t]
+            quota = self._quotas.setdefault(t, 0)
+            busy = _ceil(w.running_gpus, node)
+            states.append(
+                TenantState(
+                    tenant=t,
+                    quota_gpus=quota,
+                    guaranteed_gpus=min(s.guaranteed_gpus, quota),
+                    idle_gpus=max(0, quota - busy),
+                    p50=max(0.0, p50),
+                    p90=max(0.0, p90, p50),
+                    horizon_s=h,
+                    need_gpus=float(_ceil(demand_of(w), node)),
+                )
+            )
+        capacity = max(s.capacity_gpus, sum(st.quota_gpus for st in states))
+        plan = self.planner.plan(PlanInput(ts=at, capacity_gpus=capacity, tenants=tuple(states)))
+        self._quotas.update(plan.targets())
+        name = getattr(self.forecaster, "name", type(self.forecaster).__name__)
+        version = getattr(self.forecaster, "version", "0")
+        return scaling_events(plan, model_name=name, model_version=version, window_end=at)
+
+    def _score(self, window: TenantWindow) -> None:
+        """Realised error of forecasts whose target time this window reaches."""
+        due = [k for k in self._outstanding if k[0] == window.tenant and k[1] <= window.window_end]
+        for key in due:
+            h, p50 = self._outstanding.pop(key)
+            self._errors.setdefault(window.tenant, {})[h] = abs(p50 - demand_of(window))
+
+    # -- views and state --------------------------------------------------------------
+    @property
+    def planned_upto(self) -> float:
+        """End of the last window end planned (``-inf`` before the first plan)."""
+        return self._planned_upto
+
+    def quotas(self) -> dict[str, int]:
+        return dict(self._quotas)
+
+    def tenants(self) -> dict[str, TenantSnapshot]:
+        """Per tenant seen recently: last window, forecasts, quota, realised error."""
+        at = max((w.window_end for w in self._last.values()), default=0.0)
+        out = {}
+        for t in self._active(at):
+            w = self._last[t]
+            out[t] = TenantSnapshot(
+                demand_gpus=demand_of(w),
+                effective_demand_gpus=w.effective_demand_gpus,
+                level_counts={k: getattr(w.level_counts, k) for k in ("L1", "L2", "L3", "EX")},
+                window_end=w.window_end,
+                forecast=dict(self._forecasts.get(t, {})),
+                quota_gpus=float(self._quotas[t]) if t in self._quotas else None,
+                abs_error=dict(self._errors.get(t, {})),
+            )
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        from dprobe.schema import to_builtins
+
+        return {
+            "forecaster": self.forecaster.state_dict(),
+            "planner": self.planner.state_dict(),
+            "learned": dict(self._learned),
+            "last": {t: to_builtins(w) for t, w in self._last.items()},
+            "ends": sorted(self._ends),
+            "planned_upto": self._planned_upto,
+            "quotas": dict(self._quotas),
+            "forecasts": {
+                t: {h: list(v) for h, v in f.items()} for t, f in self._forecasts.items()
+            },
+            "outstanding": [[t, at, h, p] for (t, at), (h, p) in self._outstanding.items()],
+            "errors": {t: dict(e) for t, e in self._errors.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        import msgspec
+
+        self.forecaster.load_state_dict(state["forecaster"])
+        self.planner.load_state_dict(state["planner"])
+        self._learned = dict(state["learned"])
+        self._last = {t: msgspec.convert(w, TenantWindow) for t, w in state["last"].items()}
+        self._ends = set(state["ends"])
+        self._planned_upto = state["planned_upto"]
+        self._quotas = dict(state["quotas"])
+        self._forecasts = {
+            t: {float(h): (v[0], v[1]) for h, v in f.items()} for t, f in state["forecasts"].items()
+        }
+        self._outstanding = {(t, at): (h, p) for t, at, h, p in state["outstanding"]}
+        self._errors = {
+            t: {float(h): e for h, e in es.items()} for t, es in state["errors"].items()
+        }
+
+    def save(self, path: Path) -> None:
+        """Checkpoint to ``path`` atomically (temp file, fsync, rename)."""
+        import os
+
+        import torch
+
+        buf = io.BytesIO()
+        torch.save(self.state_dict(), buf)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("wb") as f:
+            f.write(buf.getvalue())
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+
+    def load(self, path: Path) -> bool:
+        """Warm-start from a checkpoint written by :meth:`save`; False when there is none."""
+        import torch
+
+        if not path.exists():
+            return False
+        state = torch.load(io.BytesIO(path.read_bytes()), weights_only=False)
+        self.load_state_dict(state)
+        return True
+
+
+def _ceil(gpus: float, node: int) -> int:
+    return math.ceil(max(gpus, 0.0) / node - 1e-9) * node
+
+
+def _even_split(tenants: list[str], capacity: int, node: int) -> dict[str, int]:
+    nodes = capacity // node
+    base, extra = divmod(nodes, len(tenants))
+    return {t: (base + (1 if i < extra else 0)) * node for i, t in enumerate(tenants)}

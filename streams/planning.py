@@ -1,0 +1,68 @@
+"""Forecast-and-plan stage: closed TenantWindows -> forecaster + planner -> ScalingEvents.
+
+The window stage forwards every TenantWindow it emits to the single-partition internal
+topic ``<app_id>-planning``, so exactly one worker of the group plans for all tenants.
+For each window this stage runs :class:`~dprobe.models.plan_loop.PlanLoop`, produces the
+events of any plan it completes to ``dprobe.scaling-events`` (key = tenant) and awaits
+their delivery before the record is acknowledged (so before its offset is committed);
+then, after each plan, it checkpoints the loop (forecaster, planner history, quotas) to
+``<data_dir>/plan-loop.ckpt``, so a restarted worker resumes warm and re-emits identical
+events (same ``event_id``) for anything it replays.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from dprobe import schema
+from dprobe.models.plan_loop import PlanLoop
+from dprobe.streams.stats import TenantView, WorkerStats
+
+log = logging.getLogger(__name__)
+
+
+class Planning:
+    """The per-record logic of the planning agent; faust objects are injected."""
+
+    def __init__(
+        self, *, loop: PlanLoop, events_topic: Any, stats: WorkerStats, checkpoint: Path
+    ) -> None:
+        self.loop = loop
+        self.events = events_topic
+        self.stats = stats
+        self.checkpoint = checkpoint
+        if loop.load(checkpoint):
+            log.info("forecaster and planner resumed from %s", checkpoint)
+        self._refresh_views()
+
+    async def on_window(self, raw: bytes) -> None:
+        window = schema.decode_window(raw)
+        before = self.loop.planned_upto
+        events = self.loop.on_window(window)
+        futures = [
+            await self.events.send(key=ev.tenant.encode(), value=schema.encode(ev)) for ev in events
+        ]
+        for fut, ev in zip(futures, events, strict=True):
+            await fut
+            self.stats.scaling_events[ev.action] += 1
+        if self.loop.planned_upto != before:
+            self.loop.save(self.checkpoint)
+        self._refresh_views()
+
+    def _refresh_views(self) -> None:
+        """Mirror the loop's per-tenant view into the stats the exporter reads."""
+        views = self.loop.tenants()
+        self.stats.tenants = {
+            t: TenantView(
+                demand_gpus=v.demand_gpus,
+                effective_demand_gpus=v.effective_demand_gpus,
+                level_counts=v.level_counts,
+                window_end=v.window_end,
+                forecast=v.forecast,
+                quota_gpus=v.quota_gpus,
+                abs_error=v.abs_error,
+            )
+            for t, v in views.items()
+        }
