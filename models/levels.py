@@ -69,9 +69,7 @@ def classify(
     attribute); an instance using more than ``ex_min_mem_frac`` of its GPU's memory is
     also counted exclusive, since nothing else fits beside it (assumption).
     """
-    if exclusive or (
-        mem_total_bytes > 0 and mem_used_bytes >= s.ex_min_mem_frac * mem_total_bytes
-    ):
+    if exclusive or (mem_total_bytes > 0 and mem_used_bytes >= s.ex_min_mem_frac * mem_total_bytes):
         return "EX"
     if gpu_util > s.l3_min_util_pct and sm_util > s.l3_min_sm_util_pct:
         return "L3"

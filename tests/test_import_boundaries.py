@@ -8,8 +8,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FORBIDDEN = ("aiokafka", "faust", "kafka", "mode", "dprobe.streams", "dprobe.collectors",
-             "dprobe.sinks", "prometheus_client")
+FORBIDDEN = (
+    "aiokafka",
+    "faust",
+    "kafka",
+    "mode",
+    "dprobe.streams",
+    "dprobe.collectors",
+    "dprobe.sinks",
+    "prometheus_client",
+)
 
 
 def _imports(path: Path) -> list[str]:
