@@ -18,8 +18,7 @@ $(STAMP): pyproject.toml requirements.lock scripts/install-system-deps.sh
 install: $(STAMP)
 
 demo: install
-	$(BIN)/dprobe broker start
-	$(BIN)/dprobe broker status
+	$(BIN)/dprobe demo
 
 test: install
 	$(BIN)/python -m pytest

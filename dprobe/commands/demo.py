@@ -14,7 +14,7 @@ Exit 0 after the summary; 1 when a part failed (the worker's last log lines are 
 
 Examples:
     dprobe demo
-    dprobe demo --duration 60 --tenants 3 --hosts 6 --out /tmp/demo
+    dprobe demo --duration 60 --tenants 3 --hosts 12 --out /tmp/demo
     dprobe --bootstrap 127.0.0.1:19092 demo --keep-broker
 """
 
@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"wall seconds of telemetry (default {DEFAULT_DURATION_S:g})",
     )
     p.add_argument("--tenants", type=int, metavar="N", default=4, help="tenants (default 4)")
-    p.add_argument("--hosts", type=int, metavar="N", default=4, help="GPU hosts, 8 GPUs each (4)")
+    p.add_argument("--hosts", type=int, metavar="N", default=8, help="GPU hosts, 4 GPUs each (8)")
     p.add_argument(
         "--speed",
         type=float,
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     )
     kafka = settings(KafkaSettings, args)
     if args.log_level == "INFO":  # the demo's own lines say what happens; keep libraries quiet
-        for name in ("aiokafka", "dprobe.collectors", "dprobe.sinks"):
+        for name in ("aiokafka", "dprobe.collectors", "dprobe.sinks", "dprobe.streams"):
             logging.getLogger(name).setLevel(logging.WARNING)
     broker = ensure_broker(kafka.bootstrap, settings(BrokerSettings, args))
     if broker is not None:
@@ -96,12 +96,15 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         outcome = asyncio.run(demo.run())
-        return report(outcome, plan, out_dir, say=say)
+        code = report(outcome, plan, out_dir, say=say)
+        if args.keep_broker:
+            say(f"this run's topics are kept: DPROBE_KAFKA_TOPIC_PREFIX={plan.topic_prefix} "
+                f"dprobe events --from-beginning")  # fmt: skip
+        return code
     finally:
         if broker is not None and not args.keep_broker:
-            say("stopping the broker it started (--keep-broker leaves it running)")
+            say("stopping the broker the demo started (--keep-broker leaves it running)")
             broker.stop()
         elif broker is not None:
-            say(f"broker left running at {broker.bootstrap}; this run's topics start with "
-                f"{plan.topic_prefix} (DPROBE_KAFKA_TOPIC_PREFIX={plan.topic_prefix} "
-                f"dprobe events --from-beginning)")  # fmt: skip
+            say(f"the broker the demo started keeps running at {broker.bootstrap} "
+                f"(dprobe broker stop stops it)")  # fmt: skip

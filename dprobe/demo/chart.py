@@ -3,14 +3,16 @@
 :func:`chart_series` assembles plain series from a :class:`Recording` (tested without
 matplotlib); :func:`render` draws them. The forecast is drawn at the time it is *for*
 (made at window end ``T`` for horizon ``h`` -> plotted at ``T + h``), with its p50 line
-and a p50-p90 band, so it can be read against the demand it predicted.
+and a p50-p90 band, so it can be read against the demand it predicted. The quota is a
+step line from the scaling events (each says the quota before and after it); a tenant no
+event moved keeps the quota the worker reports.
 
 Example:
     >>> rec = Recording(demand={"vc-a": {600.0: 4.0, 1200.0: 6.0}},
     ...                 forecasts={"vc-a": {600.0: {600.0: (5.0, 7.0)}}},
-    ...                 quotas={"vc-a": {600.0: 8.0}})
-    >>> [s.forecast for s in chart_series(rec, 600.0)]
-    [[(1200.0, 5.0, 7.0)]]
+    ...                 scraped_quota={"vc-a": 8.0})
+    >>> [(s.forecast, s.quota) for s in chart_series(rec, 600.0)]
+    [([(1200.0, 5.0, 7.0)], [(600.0, 8.0), (1200.0, 8.0)])]
     >>> render(chart_series(rec, 600.0), Path("demo.png"), horizon_s=600.0)  # doctest: +SKIP
 """
 
@@ -40,6 +42,27 @@ def chart_horizon(rec: Recording) -> float | None:
     return horizons[0] if horizons else None
 
 
+def quota_steps(rec: Recording, tenant: str) -> list[tuple[float, float]]:
+    """The tenant's quota over time: ``(time, GPUs)`` steps over its windows' span."""
+    ends = sorted(rec.demand.get(tenant, {}))
+    moves = sorted(
+        (float(ev.window_end or ev.ts), float(ev.current_quota_gpus), float(ev.target_quota_gpus))
+        for ev in rec.events
+        if ev.tenant == tenant
+    )
+    if moves:
+        first = min(ends[0], moves[0][0]) if ends else moves[0][0]
+        steps = [(first, moves[0][1])] + [(t, target) for t, _, target in moves]
+    elif tenant in rec.scraped_quota and ends:
+        steps = [(ends[0], rec.scraped_quota[tenant])]
+    else:
+        return []
+    last = ends[-1] if ends else steps[-1][0]
+    if last > steps[-1][0]:
+        steps.append((last, steps[-1][1]))
+    return steps
+
+
 def chart_series(rec: Recording, horizon_s: float | None) -> list[TenantSeries]:
     """One :class:`TenantSeries` per tenant, tenants sorted by name."""
     out = []
@@ -57,7 +80,7 @@ def chart_series(rec: Recording, horizon_s: float | None) -> list[TenantSeries]:
                 forecast=sorted(
                     (at + (horizon_s or 0.0), p50, p90) for at, (p50, p90) in made.items()
                 ),
-                quota=sorted(rec.quotas.get(tenant, {}).items()),
+                quota=quota_steps(rec, tenant),
                 events=events,
             )
         )

@@ -24,7 +24,7 @@ from dprobe.errors import UsageError
 DEFAULT_DURATION_S = 90.0
 DEFAULT_SPEED = 720.0  # one wall second = 12 minutes: 90 s cover 18 hours
 DEFAULT_WINDOW_S = 600.0  # 10-minute windows in event time
-DEFAULT_INTERVAL_S = 60.0  # one snapshot per host per event-time minute
+DEFAULT_INTERVAL_S = 120.0  # one snapshot per host every two event-time minutes
 GRACE_WALL_S = 3.0  # lateness allowed across hosts, in wall seconds
 MEAN_JOB_S = 5400.0  # shorter jobs than the backend's default, so demand follows the rhythm
 START_HOUR_UTC = 6
@@ -40,8 +40,8 @@ class DemoPlan:
 
     duration_s: float = DEFAULT_DURATION_S
     tenants: int = 4
-    hosts: int = 4
-    gpus_per_host: int = 8
+    hosts: int = 8
+    gpus_per_host: int = 4  # the planner moves quota in whole hosts: 4-GPU steps
     speed: float = DEFAULT_SPEED
     window_s: float = DEFAULT_WINDOW_S
     interval_s: float = DEFAULT_INTERVAL_S

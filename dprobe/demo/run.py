@@ -119,6 +119,9 @@ class Demo:
             "DPROBE_WORKER_METRICS_ADDR": "127.0.0.1",
             "DPROBE_WORKER_METRICS_PORT": str(self.metrics_port),
             "DPROBE_WORKER_SOURCE_IDLE_S": f"{SOURCE_IDLE_S:g}",
+            # the planner shares out the demo's GPUs, moved in whole hosts
+            "DPROBE_WORKER_CAPACITY_GPUS": str(self.plan.hosts * self.plan.gpus_per_host),
+            "DPROBE_WORKER_NODE_GPUS": str(self.plan.gpus_per_host),
         }
         return WorkerProcess(args, env, self.out_dir / "worker.log")
 
@@ -148,15 +151,16 @@ class Demo:
                     f"worker started (pid {worker.proc.pid if worker.proc else '?'}, log "
                     f"{worker.log}); /metrics at {self.metrics_url}"
                 )
-                reader = asyncio.create_task(self._read(names), name="dprobe-demo-reader")
                 lag = ConsumerLag(
                     self.kafka,
                     self.plan.app_id,
-                    [names.samples, names.jobs, names.features],
+                    [names.samples, names.jobs],  # the worker group's inputs
                     interval_s=1.0,
                 )
                 await lag.start()
                 await self._wait_ready(worker)
+                # read from the beginning, so starting once the topics have settled loses nothing
+                reader = asyncio.create_task(self._read(names), name="dprobe-demo-reader")
                 if not self.interrupted:
                     collectors = await self._start_collectors(Path(tmp))
                     await self._watch(worker, lag, reader, self.plan.duration_s)
@@ -289,7 +293,7 @@ class Demo:
         if not self.metrics_seen:
             self.metrics_seen = True
             self.say(f"worker /metrics answering at {self.metrics_url}")
-        self.rec.add_scrape(scrape, wall=time.time())
+        self.rec.add_scrape(scrape)
 
     def _record_lag(self, lag: Any) -> float | None:
         if lag.updated_at is None:
@@ -325,18 +329,20 @@ class Demo:
         )
 
     async def _drain(self, worker: WorkerProcess, lag: Any, reader: asyncio.Task[None]) -> None:
-        """After the collectors stopped: wait until the worker read everything."""
-        from aiokafka.errors import KafkaError
-
-        t0 = time.monotonic()
-        while not self.interrupted and time.monotonic() - t0 < DRAIN_TIMEOUT_S:
+        """After the collectors stopped: wait until the worker has read everything."""
+        t0 = time.time()
+        current = None
+        while not self.interrupted and time.time() - t0 < DRAIN_TIMEOUT_S:
             self._check_worker(worker)
-            with contextlib.suppress(KafkaError, OSError):
-                await lag.refresh()
-            current = self._record_lag(lag)
-            if current == 0:
-                break
-            await self._pause(0.5)
+            if lag.updated_at is not None and lag.updated_at > t0:
+                current = self._record_lag(lag)
+                if current == 0:
+                    break
+            await self._pause(0.25)
+        if current == 0:
+            self.say(f"the worker caught up {time.time() - t0:.1f} s after the collectors stopped")
+        else:
+            self.say(f"the worker still lagged after {DRAIN_TIMEOUT_S:.0f} s; stopping it")
         await self._pause(1.5)  # the last windows and events on their way to the reader
         await self._scrape()
 

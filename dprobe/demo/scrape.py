@@ -1,14 +1,17 @@
-"""Read the worker's ``/metrics``: forecasts, quotas and consumer lag.
+"""Read the worker's ``/metrics``: the latest forecasts and quotas, and late partials.
+
+(Consumer lag is measured by the demo itself, every second, with the same
+:class:`~dprobe.sinks.consumer_lag.ConsumerLag` the worker exports every few seconds.)
 
 Example:
     >>> text = '''dprobe_tenant_forecast_gpus{tenant="vc-a",horizon="3600",quantile="0.5"} 4.0
     ... dprobe_tenant_forecast_gpus{tenant="vc-a",horizon="3600",quantile="0.9"} 6.5
     ... dprobe_tenant_quota_gpus{tenant="vc-a"} 8.0
-    ... kafka_consumergroup_lag_sum{consumergroup="g",topic="dprobe.samples"} 12.0
+    ... dprobe_late_partials_total 3.0
     ... '''
     >>> s = parse_metrics(text)
-    >>> s.forecasts, s.quotas, s.lag_sum
-    ({('vc-a', 3600.0): (4.0, 6.5)}, {'vc-a': 8.0}, 12.0)
+    >>> s.forecasts, s.quotas, s.late_partials
+    ({('vc-a', 3600.0): (4.0, 6.5)}, {'vc-a': 8.0}, 3)
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ def parse_metrics(text: str) -> Scrape:
     p50: dict[tuple[str, float], float] = {}
     p90: dict[tuple[str, float], float] = {}
     quotas: dict[str, float] = {}
-    lag: float | None = None
+    late: int | None = None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             labels = sample.labels
@@ -36,10 +39,10 @@ def parse_metrics(text: str) -> Scrape:
                 target[key] = float(sample.value)
             elif sample.name == "dprobe_tenant_quota_gpus":
                 quotas[labels["tenant"]] = float(sample.value)
-            elif sample.name == "kafka_consumergroup_lag_sum":
-                lag = (lag or 0.0) + float(sample.value)
+            elif sample.name == "dprobe_late_partials_total":
+                late = int(sample.value)
     forecasts = {k: (v, p90.get(k, v)) for k, v in p50.items()}
-    return Scrape(forecasts=forecasts, quotas=quotas, lag_sum=lag)
+    return Scrape(forecasts=forecasts, quotas=quotas, late_partials=late)
 
 
 def fetch(url: str, timeout_s: float = 2.0) -> str | None:

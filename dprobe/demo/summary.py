@@ -54,6 +54,7 @@ class Summary:
     plans: int
     duplicates: int
     lost_snapshots: int
+    late_partials: int | None
     snapshots: int
     lag_peak: float | None
     lag_last: float | None
@@ -106,6 +107,7 @@ def summarize(rec: Recording, *, snapshots: int = 0) -> Summary:
         plans=len(rec.plans),
         duplicates=rec.duplicates,
         lost_snapshots=rec.lost_snapshots,
+        late_partials=rec.late_partials,
         snapshots=snapshots,
         lag_peak=max(lags) if lags else None,
         lag_last=lags[-1] if lags else None,
@@ -137,9 +139,10 @@ def format_summary(s: Summary) -> list[str]:
     if s.first_end is not None and s.last_end is not None:
         hours = (s.last_end - s.first_end) / 3600
         span = f" ending {_when(s.first_end)} .. {_when(s.last_end)} UTC ({hours:.1f} h)"
+    late = "" if s.late_partials is None else f", {s.late_partials} late partials dropped"
     lines.append(
         f"windows: {s.windows} TenantWindows from {s.tenants} tenants{span}; "
-        f"{s.snapshots} snapshots sent, {s.lost_snapshots} lost"
+        f"{s.snapshots} snapshots sent, {s.lost_snapshots} lost{late}"
     )
     if s.horizons:
         horizons = ", ".join(duration_label(h) for h in s.horizons)

@@ -1,0 +1,68 @@
+"""The demo's chart: series assembly (pure) and the PNG itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from dprobe.demo.chart import chart_horizon, chart_series, render
+from dprobe.demo.record import Recording
+
+
+def recording() -> Recording:
+    rec = Recording()
+    for tenant in ("vc-b", "vc-a"):
+        for k in range(1, 7):
+            rec.add_window(
+                SimpleNamespace(
+                    tenant=tenant,
+                    window_end=600.0 * k,
+                    running_gpus=float(k),
+                    pending_gpus=0.0,
+                    quota_gpus=None,
+                    lost_snapshots=0,
+                )
+            )
+    rec.forecasts["vc-a"] = {
+        3600.0: {600.0: (2.0, 3.0)},
+        600.0: {1200.0: (2.5, 3.5), 600.0: (1.5, 2.0)},
+    }
+    rec.scraped_quota.update({"vc-a": 8.0, "vc-b": 4.0})
+    rec.events.append(SimpleNamespace(tenant="vc-a", window_end=1200.0, ts=1205.0,
+                                      current_quota_gpus=4.0, target_quota_gpus=8.0))  # fmt: skip
+    return rec
+
+
+def test_shortest_horizon_is_drawn() -> None:
+    assert chart_horizon(recording()) == 600.0
+    assert chart_horizon(Recording()) is None
+
+
+def test_series_per_tenant_sorted_with_forecasts_at_their_target_time() -> None:
+    a, b = chart_series(recording(), 600.0)
+    assert (a.tenant, b.tenant) == ("vc-a", "vc-b")
+    assert a.demand[:2] == [(600.0, 1.0), (1200.0, 2.0)]
+    assert a.forecast == [(1200.0, 1.5, 2.0), (1800.0, 2.5, 3.5)]
+    # quota from the event (before and after it), held to the last window
+    assert a.quota == [(600.0, 4.0), (1200.0, 8.0), (3600.0, 8.0)]
+    assert a.events == [(1200.0, 8.0)]
+    # no event: the quota the worker reports, over the tenant's windows
+    assert b.quota == [(600.0, 4.0), (3600.0, 4.0)]
+    assert b.forecast == [] and b.events == []
+
+
+def test_no_quota_known_draws_none() -> None:
+    rec = recording()
+    rec.scraped_quota.clear()
+    assert chart_series(rec, 600.0)[1].quota == []
+
+
+def test_render_writes_a_png(tmp_path: Path) -> None:
+    rec = recording()
+    path = render(chart_series(rec, 600.0), tmp_path / "sub" / "demo.png", horizon_s=600.0)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_render_without_any_data_still_writes_a_png(tmp_path: Path) -> None:
+    path = render([], tmp_path / "empty.png", horizon_s=None)
+    assert path.read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,122 @@
+"""The demo's summary: forecast error pairing, counts, the printed lines."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from dprobe.demo.record import Recording, Scrape
+from dprobe.demo.summary import HorizonError, forecast_errors, format_summary, summarize
+from dprobe.schema import Forecast, ModelInfo, ScalingEvent
+
+
+def window(tenant: str, end: float, running: float, pending: float = 0.0) -> SimpleNamespace:
+    return SimpleNamespace(
+        tenant=tenant,
+        window_start=end - 600.0,
+        window_end=end,
+        running_gpus=running,
+        pending_gpus=pending,
+        quota_gpus=None,
+        lost_snapshots=0,
+    )
+
+
+def event(tenant: str, end: float, target: float, eid: str, plan: str = "p1") -> ScalingEvent:
+    return ScalingEvent(
+        event_id=eid,
+        plan_id=plan,
+        ts=end + 5.0,
+        time="",
+        tenant=tenant,
+        action="scale_up" if target > 8 else "scale_down",
+        current_quota_gpus=8.0,
+        target_quota_gpus=target,
+        delta_gpus=target - 8.0,
+        forecast=Forecast(horizon_s=600.0, p50=target - 1, p90=target),
+        reason="forecast_above_quota",
+        message="",
+        model=ModelInfo(name="mmoe", version="1"),
+        window_end=end,
+    )
+
+
+def test_forecast_error_pairs_forecast_at_t_with_demand_at_t_plus_h() -> None:
+    rec = Recording()
+    for end, gpus in ((600.0, 4.0), (1200.0, 6.0), (1800.0, 8.0)):
+        rec.add_window(window("vc-a", end, gpus))
+    rec.forecasts["vc-a"] = {600.0: {600.0: (5.0, 7.0), 1200.0: (9.0, 9.5), 1800.0: (1.0, 2.0)}}
+    (err,) = forecast_errors(rec)
+    # 600 -> actual 6 (|5-6| = 1, last value |4-6| = 2), 1200 -> actual 8 (1, 2); 1800 unscored
+    assert err == HorizonError(
+        horizon_s=600.0, pairs=2, mae=1.0, last_value_mae=2.0, p90_coverage=1.0
+    )
+    assert err.ratio == 0.5
+
+
+def test_demand_is_running_plus_pending() -> None:
+    rec = Recording()
+    rec.add_window(window("vc-a", 600.0, 3.0, pending=2.0))
+    assert rec.demand == {"vc-a": {600.0: 5.0}}
+
+
+def test_no_baseline_error_gives_nan_ratio() -> None:
+    assert math.isnan(HorizonError(600.0, 1, 0.5, 0.0, 1.0).ratio)
+
+
+def test_events_are_deduplicated_and_counted() -> None:
+    rec = Recording()
+    rec.add_window(window("vc-a", 600.0, 4.0))
+    assert rec.add_event(event("vc-a", 600.0, 16.0, "e1"))
+    assert not rec.add_event(event("vc-a", 600.0, 16.0, "e1"))
+    assert rec.add_event(event("vc-b", 600.0, 0.0, "e2"))
+    s = summarize(rec, snapshots=12)
+    assert (s.events, s.scale_up, s.scale_down, s.plans, s.duplicates) == (2, 1, 1, 1, 1)
+    assert rec.forecasts["vc-a"][600.0] == {600.0: (15.0, 16.0)}
+
+
+def test_scrapes_are_filed_under_the_newest_window_of_the_tenant() -> None:
+    rec = Recording()
+    rec.add_scrape(Scrape(forecasts={("vc-a", 3600.0): (1.0, 2.0)}))  # no window yet: dropped
+    rec.add_window(window("vc-a", 600.0, 4.0))
+    rec.add_window(window("vc-a", 1200.0, 4.0))
+    rec.add_scrape(Scrape(forecasts={("vc-a", 3600.0): (5.0, 6.0)}, quotas={"vc-a": 8.0}))
+    assert rec.forecasts == {"vc-a": {3600.0: {1200.0: (5.0, 6.0)}}}
+    assert rec.scraped_quota == {"vc-a": 8.0}
+
+
+def test_summary_lines() -> None:
+    rec = Recording()
+    for end, gpus in ((600.0, 4.0), (1200.0, 6.0)):
+        rec.add_window(window("vc-a", end, gpus))
+    rec.forecasts["vc-a"] = {600.0: {600.0: (5.0, 7.0)}}
+    rec.add_lag(1.0, 40.0)
+    rec.add_lag(2.0, 0.0)
+    lines = format_summary(summarize(rec, snapshots=30))
+    assert all(line.startswith("summary: ") for line in lines)
+    text = "\n".join(lines)
+    assert "windows: 2 TenantWindows from 1 tenants" in text
+    assert "30 snapshots sent, 0 lost" in text
+    assert "forecasts: 1 recorded (horizons 10m)" in text
+    assert "scaling events: 0 (0 scale_up, 0 scale_down) in 0 plans" in text
+    assert "consumer lag: peak 40 records, 0 at the end" in text
+    assert "forecast error 10m: MAE 1.00 GPUs over 1 forecasts vs last value 2.00 = 0.50 x" in text
+
+
+def test_empty_run_says_so() -> None:
+    text = "\n".join(format_summary(summarize(Recording())))
+    assert "windows: 0 TenantWindows" in text
+    assert "forecasts: 0 recorded" in text
+    assert "scaling events: 0 " in text
+    assert "consumer lag: not measured" in text
+    assert "forecast error: no forecast could be scored yet" in text
+
+
+@pytest.mark.parametrize(("horizon", "label"), [(600.0, "10m"), (3600.0, "1h"), (45.0, "45s")])
+def test_horizon_labels(horizon: float, label: str) -> None:
+    rec = Recording()
+    rec.add_window(window("vc-a", 600.0, 1.0))
+    rec.forecasts["vc-a"] = {horizon: {600.0: (1.0, 1.0)}}
+    assert f"(horizons {label})" in "\n".join(format_summary(summarize(rec)))
