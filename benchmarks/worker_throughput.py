@@ -38,10 +38,10 @@ from aiokafka.structs import TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dprobe import schema  # noqa: E402
-from dprobe.broker import LocalBroker  # noqa: E402
-from dprobe.config import BrokerSettings  # noqa: E402
-from tests.streams.helpers import worker_process  # noqa: E402
+from dprobe import schema
+from dprobe.broker import LocalBroker
+from dprobe.config import BrokerSettings
+from tests.streams.helpers import worker_process
 
 GB = 1_000_000_000
 TENANTS = [f"vc-{i}" for i in range(8)]
@@ -53,22 +53,44 @@ def snapshot(rng: random.Random, host: str, seq: int, ts: float) -> schema.HostS
     procs = []
     for i in range(8):
         uuid_ = f"GPU-{host}-{i}"
-        gpus.append(schema.Gpu(uuid=uuid_, index=i, util=rng.uniform(0, 100), mem_util=50.0,
-                               mem_used=40 * GB, mem_total=80 * GB, power_w=350.0))
+        gpus.append(
+            schema.Gpu(
+                uuid=uuid_,
+                index=i,
+                util=rng.uniform(0, 100),
+                mem_util=50.0,
+                mem_used=40 * GB,
+                mem_total=80 * GB,
+                power_w=350.0,
+            )
+        )
         for j in range(8):
-            procs.append(schema.Proc(pid=1000 + 8 * i + j, gpu=uuid_, tenant=rng.choice(TENANTS),
-                                     job=f"job-{i}", sm_util=rng.uniform(0, 100),
-                                     mem_util=rng.uniform(0, 100), mem_used=4 * GB))
-    return schema.HostSnapshot(host=host, ts=ts, interval_s=1.0, seq=seq, gpus=tuple(gpus),
-                               procs=tuple(procs))
+            procs.append(
+                schema.Proc(
+                    pid=1000 + 8 * i + j,
+                    gpu=uuid_,
+                    tenant=rng.choice(TENANTS),
+                    job=f"job-{i}",
+                    sm_util=rng.uniform(0, 100),
+                    mem_util=rng.uniform(0, 100),
+                    mem_used=4 * GB,
+                )
+            )
+    return schema.HostSnapshot(
+        host=host, ts=ts, interval_s=1.0, seq=seq, gpus=tuple(gpus), procs=tuple(procs)
+    )
 
 
 async def create_topics(bootstrap: str, prefix: str) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(f"{prefix}{t}", PARTITIONS, 1) for t in
-                                   ("samples", "jobs", "features", "deadletter", "scaling-events")])
+        await admin.create_topics(
+            [
+                NewTopic(f"{prefix}{t}", PARTITIONS, 1)
+                for t in ("samples", "jobs", "features", "deadletter", "scaling-events")
+            ]
+        )
     finally:
         await admin.close()
 
@@ -76,11 +98,21 @@ async def create_topics(bootstrap: str, prefix: str) -> None:
 async def produce_backlog(bootstrap: str, topic: str, n: int, hosts: int) -> None:
     rng = random.Random(1)
     t0 = time.time() - n / hosts - 3600
-    values = [(f"h{k % hosts}", schema.encode(snapshot(rng, f"h{k % hosts}", k // hosts,
-                                                        t0 + k // hosts))) for k in range(n)]
+    values = [
+        (
+            f"h{k % hosts}",
+            schema.encode(snapshot(rng, f"h{k % hosts}", k // hosts, t0 + k // hosts)),
+        )
+        for k in range(n)
+    ]
     # A tail of live-looking snapshots so every window of the backlog closes.
-    prod = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, acks="all",
-                            max_batch_size=1 << 20, compression_type="lz4")
+    prod = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        linger_ms=20,
+        acks="all",
+        max_batch_size=1 << 20,
+        compression_type="lz4",
+    )
     async with prod:
         for host, value in values:
             await prod.send(topic, key=host.encode(), value=value)
@@ -95,9 +127,8 @@ async def committed(admin: AIOKafkaAdminClient, group: str, topic: str) -> int:
     return sum(m.offset for tp, m in offsets.items() if tp.topic == topic and m.offset > 0)
 
 
-async def end_total(consumer: AIOKafkaConsumer, topic: str) -> int:
-    parts = consumer.partitions_for_topic(topic) or set()
-    ends = await consumer.end_offsets([TopicPartition(topic, p) for p in parts])
+async def end_total(consumer: AIOKafkaConsumer, topic: str, partitions: int) -> int:
+    ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
     return sum(ends.values())
 
 
@@ -114,9 +145,16 @@ async def throughput_run(bootstrap: str, n: int, hosts: int, tmp: Path) -> tuple
     await admin.start()
     await probe.start()
     try:
-        with worker_process(bootstrap, prefix=prefix, app_id=app_id, data_dir=tmp / app_id,
-                            window_s=60.0, grace_s=10.0, partitions=PARTITIONS,
-                            log=tmp / f"{app_id}.log") as proc:
+        with worker_process(
+            bootstrap,
+            prefix=prefix,
+            app_id=app_id,
+            data_dir=tmp / app_id,
+            window_s=60.0,
+            grace_s=10.0,
+            partitions=PARTITIONS,
+            log=tmp / f"{app_id}.log",
+        ) as proc:
             first_t = first_c = None
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
@@ -127,8 +165,7 @@ async def throughput_run(bootstrap: str, n: int, hosts: int, tmp: Path) -> tuple
                 if first_t is None and c > 0:
                     first_t, first_c = time.monotonic(), c
                 if c >= n:
-                    await probe.topics()
-                    ends = await end_total(probe, updates)
+                    ends = await end_total(probe, updates, PARTITIONS)
                     if await committed(admin, app_id, updates) >= ends > 0:
                         break
             else:
@@ -144,8 +181,14 @@ async def throughput_run(bootstrap: str, n: int, hosts: int, tmp: Path) -> tuple
 
 async def bare_consume_rate(bootstrap: str, topic: str, n: int) -> float:
     """Ceiling: a bare aiokafka consumer that reads and decodes the same snapshots."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False, group_id=None, max_partition_fetch_bytes=8 << 20)
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        group_id=None,
+        max_partition_fetch_bytes=8 << 20,
+    )
     dec = msgspec.json.Decoder(schema.HostSnapshot)
     got = samples = 0
     async with consumer:
@@ -168,13 +211,24 @@ async def latency_run(bootstrap: str, hosts: int, seconds: float, tmp: Path) -> 
     await create_topics(bootstrap, prefix)
     rng = random.Random(2)
     delays: list[float] = []
-    with worker_process(bootstrap, prefix=prefix, app_id=app_id, data_dir=tmp / app_id,
-                        window_s=window_s, grace_s=grace_s, partitions=PARTITIONS,
-                        log=tmp / f"{app_id}.log"):
+    with worker_process(
+        bootstrap,
+        prefix=prefix,
+        app_id=app_id,
+        data_dir=tmp / app_id,
+        window_s=window_s,
+        grace_s=grace_s,
+        partitions=PARTITIONS,
+        log=tmp / f"{app_id}.log",
+    ):
         await asyncio.sleep(12)  # the worker joins its group
         prod = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
-        cons = AIOKafkaConsumer(f"{prefix}features", bootstrap_servers=bootstrap,
-                                auto_offset_reset="earliest", group_id=None)
+        cons = AIOKafkaConsumer(
+            f"{prefix}features",
+            bootstrap_servers=bootstrap,
+            auto_offset_reset="earliest",
+            group_id=None,
+        )
         async with prod, cons:
             start = time.time()
             seq = 0
@@ -200,7 +254,9 @@ def free_port() -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--snapshots", type=int, default=8000)
     ap.add_argument("--hosts", type=int, default=40)
     ap.add_argument("--runs", type=int, default=3)
@@ -210,8 +266,14 @@ def main() -> None:
         tmp = Path(tmpdir)
         bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
         if not bootstrap:
-            broker = LocalBroker(BrokerSettings(port=free_port(), controller_port=free_port(),
-                                                state_dir=tmp / "broker", heap="1g"))
+            broker = LocalBroker(
+                BrokerSettings(
+                    port=free_port(),
+                    controller_port=free_port(),
+                    state_dir=tmp / "broker",
+                    heap="1g",
+                )
+            )
             broker.start()
             stack.callback(broker.stop)
             bootstrap = broker.bootstrap
@@ -220,18 +282,25 @@ def main() -> None:
             rate, ceiling = asyncio.run(throughput_run(bootstrap, args.snapshots, args.hosts, tmp))
             rates.append(rate)
             ceilings.append(ceiling)
-            print(f"run {i + 1}: worker {rate:,.0f} samples/s, bare consume+decode "
-                  f"{ceiling:,.0f} samples/s, ratio {rate / ceiling:.2f}", flush=True)
-        print(f"throughput (median of {args.runs}): worker {statistics.median(rates):,.0f} "
-              f"process samples/s; ceiling {statistics.median(ceilings):,.0f}; ratio "
-              f"{statistics.median(r / c for r, c in zip(rates, ceilings, strict=True)):.2f}")
+            print(
+                f"run {i + 1}: worker {rate:,.0f} samples/s, bare consume+decode "
+                f"{ceiling:,.0f} samples/s, ratio {rate / ceiling:.2f}",
+                flush=True,
+            )
+        print(
+            f"throughput (median of {args.runs}): worker {statistics.median(rates):,.0f} "
+            f"process samples/s; ceiling {statistics.median(ceilings):,.0f}; ratio "
+            f"{statistics.median(r / c for r, c in zip(rates, ceilings, strict=True)):.2f}"
+        )
         delays = asyncio.run(latency_run(bootstrap, 20, args.latency_s, tmp))
         delays.sort()
         if delays:
             p50 = delays[len(delays) // 2]
             p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))]
-            print(f"window-close delay over {len(delays)} windows (grace 2 s): "
-                  f"p50 {p50:.2f} s, p99 {p99:.2f} s, max {delays[-1]:.2f} s")
+            print(
+                f"window-close delay over {len(delays)} windows (grace 2 s): "
+                f"p50 {p50:.2f} s, p99 {p99:.2f} s, max {delays[-1]:.2f} s"
+            )
         else:
             print("no window closed during the latency run")
 

@@ -8,7 +8,9 @@ Two steps, so a stream worker can pre-aggregate before repartitioning by tenant:
    window state (a plain, JSON-serialisable dict) and turn it into a TenantWindow.
 
 ``add`` is idempotent per ``(host, seq)``: a partial whose snapshot was already applied
-to the window is ignored, so at-least-once delivery never double-counts.
+to the window is ignored, so at-least-once delivery never double-counts. Sums are kept
+in integer micro-units, so the result does not depend on the order in which partials of
+different hosts arrive: the same window always has exactly the same content.
 
 Window semantics (what each TenantWindow field means):
 
@@ -50,11 +52,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from dprobe.models.levels import LEVELS, LevelSettings, classify
 
+from dprobe.models.levels import LEVELS, LevelSettings, classify
 from dprobe.schema import HostSnapshot, LevelCounts, TenantWindow
 
 _LEVEL_INDEX = {lvl: i for i, lvl in enumerate(LEVELS)}
+_SUMS = ("instance_s", "gpu_s", "util_sum", "weighted_s")
+MICRO = 1_000_000  # sums are integers in millionths: exact and order-independent
 
 
 @dataclass(frozen=True)
@@ -144,11 +148,11 @@ def initial(tenant: str, start: float) -> dict[str, Any]:
         "ws": start,
         "applied": {},
         "samples": 0,
-        "instance_s": 0.0,
-        "gpu_s": 0.0,
-        "util_sum": 0.0,
+        "instance_s": 0,
+        "gpu_s": 0,
+        "util_sum": 0,
         "levels": [0, 0, 0, 0],
-        "weighted_s": 0.0,
+        "weighted_s": 0,
         "lost": 0,
     }
 
@@ -161,11 +165,9 @@ def add(state: dict[str, Any], part: Partial) -> dict[str, Any]:
     new = dict(state)
     new["applied"] = {**state["applied"], part.host: part.seq}
     new["samples"] = state["samples"] + part.samples
-    new["instance_s"] = state["instance_s"] + part.instance_s
-    new["gpu_s"] = state["gpu_s"] + part.gpu_s
-    new["util_sum"] = state["util_sum"] + part.util_sum
+    for k in _SUMS:
+        new[k] = state[k] + round(getattr(part, k) * MICRO)
     new["levels"] = [a + b for a, b in zip(state["levels"], part.levels, strict=True)]
-    new["weighted_s"] = state["weighted_s"] + part.weighted_s
     new["lost"] = state["lost"] + part.lost
     return new
 
@@ -195,7 +197,7 @@ def result(
 ) -> TenantWindow:
     """The TenantWindow of a closed window. Same state and inputs, same window."""
     w = cfg.window_s
-    gpus_busy = state["gpu_s"] / w
+    gpus_busy = state["gpu_s"] / MICRO / w
     running = max(gpus_busy, scheduled_running_gpus)
     lv = state["levels"]
     return TenantWindow(
@@ -204,10 +206,10 @@ def result(
         window_end=state["ws"] + w,
         hosts=len(state["applied"]),
         gpus_busy=gpus_busy,
-        instances=state["instance_s"] / w,
-        util_sum=state["util_sum"],
+        instances=state["instance_s"] / MICRO / w,
+        util_sum=state["util_sum"] / MICRO,
         level_counts=LevelCounts(L1=lv[0], L2=lv[1], L3=lv[2], EX=lv[3]),
-        effective_demand_gpus=state["weighted_s"] / w + cfg.pending_weight * pending_gpus,
+        effective_demand_gpus=state["weighted_s"] / MICRO / w + cfg.pending_weight * pending_gpus,
         pending_gpus=float(pending_gpus),
         running_gpus=float(running),
         quota_gpus=quota_gpus,

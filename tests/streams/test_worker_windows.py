@@ -220,3 +220,29 @@ async def test_garbage_goes_to_deadletter_and_valid_traffic_is_still_counted(
     originals = {raw for _, raw in records}
     assert all(base64.b64decode(dl.raw) in originals for dl in letters[:500])
     _check(_by_key(raws), ref)
+
+
+async def test_two_workers_in_one_group_produce_the_same_windows_as_one(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    prefix, app_id = _setup(kafka_bootstrap)
+    await _topics(kafka_bootstrap, prefix)
+    snaps = make_snapshots(hosts=6, ticks=50, t0=T0, seed=21)
+    ref = _expected(snaps)
+    await produce(
+        kafka_bootstrap, f"{prefix}samples", snapshot_records(snaps + closing_snapshots(snaps))
+    )
+    common = {"prefix": prefix, "app_id": app_id, "window_s": WINDOW_S}
+    with (
+        worker_process(
+            kafka_bootstrap, data_dir=tmp_path / "w1", log=tmp_path / "w1.log", **common
+        ) as one,
+        worker_process(
+            kafka_bootstrap, data_dir=tmp_path / "w2", log=tmp_path / "w2.log", **common
+        ) as two,
+    ):
+        await consume(kafka_bootstrap, f"{prefix}features", until=len(ref), timeout_s=150)
+        await asyncio.sleep(3)
+        raws = await consume(kafka_bootstrap, f"{prefix}features", until=10**9, timeout_s=3)
+        assert one.poll() is None and two.poll() is None
+    _check(_by_key(raws), ref)
