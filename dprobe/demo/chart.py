@@ -45,10 +45,17 @@ def chart_horizon(rec: Recording) -> float | None:
 def quota_steps(rec: Recording, tenant: str) -> list[tuple[float, float]]:
     """The tenant's quota over time: ``(time, GPUs)`` steps over its windows' span."""
     ends = sorted(rec.demand.get(tenant, {}))
-    moves = sorted(
-        (float(ev.window_end or ev.ts), float(ev.current_quota_gpus), float(ev.target_quota_gpus))
-        for ev in rec.events
-        if ev.tenant == tenant
+    moves = sorted(  # by time; events of one time keep their order of arrival
+        (
+            (
+                float(ev.window_end or ev.ts),
+                float(ev.current_quota_gpus),
+                float(ev.target_quota_gpus),
+            )
+            for ev in rec.events
+            if ev.tenant == tenant
+        ),
+        key=lambda move: move[0],
     )
     if moves:
         first = min(ends[0], moves[0][0]) if ends else moves[0][0]
