@@ -93,7 +93,9 @@ def test_job_book_pending_and_running() -> None:
         )
         if kind in ("finish", "cancel"):
             expect[job] = ("done", 0)
-        elif expect.get(job, ("", 0))[0] == "done" or (kind == "submit" and expect.get(job, ("", 0))[0] == "running"):
+        elif (status := expect.get(job, ("", 0))[0]) == "done" or (
+            kind == "submit" and status == "running"
+        ):
             pass
         else:
             expect[job] = ("pending" if kind == "submit" else "running", gpus)
