@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
-from collections import deque
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from dprobe.config import BrokerSettings
 from dprobe.errors import DprobeError, UsageError
 
 WORKER_METRICS_PORT = 9402
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # terminal control sequences (spinners)
 
 
 def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
@@ -53,14 +54,22 @@ def ensure_broker(bootstrap: str, settings: BrokerSettings) -> LocalBroker | Non
 
     Returns the broker when this call started it (the caller stops it), else ``None``.
     A bootstrap on another machine that does not answer is an error: the demo starts
-    brokers on this machine only.
+    brokers on this machine only. A port other than the configured broker's gets a broker
+    of its own (state in ``<state_dir>-<port>``).
     """
     host, port = parse_bootstrap(bootstrap)
     if answers(host, port):
         return None
     if not is_local(host):
         raise DprobeError(f"no Kafka broker answers at {bootstrap}")
-    broker = LocalBroker(replace(settings, port=port))
+    if port != settings.port:  # not the configured broker: its own ports and state
+        settings = replace(
+            settings,
+            port=port,
+            controller_port=free_port(settings.controller_port),
+            state_dir=Path(f"{settings.state_dir}-{port}"),
+        )
+    broker = LocalBroker(settings)
     broker.start()
     return broker
 
@@ -120,9 +129,20 @@ class WorkerProcess:
                 self.proc.wait()
         return self.proc.returncode
 
+    def describe_exit(self) -> str:
+        """``"code 1"`` or ``"signal SIGKILL"`` (a negative return code)."""
+        code = self.returncode
+        if code is not None and code < 0:
+            with contextlib.suppress(ValueError):
+                return f"signal {signal.Signals(-code).name}"
+        return f"code {code}"
+
     def tail(self, lines: int = 20) -> str:
+        """The last ``lines`` non-blank lines of the log, without terminal escapes."""
         try:
             with self.log.open("r", encoding="utf-8", errors="replace") as f:
-                return "".join(deque(f, maxlen=lines)).rstrip()
+                text = [_ESCAPES.sub("", line).rstrip() for line in f]
         except OSError as exc:
             return f"(no log: {exc})"
+        kept = [line for line in text if line.strip()][-lines:]
+        return "\n".join(kept) if kept else "(the log is empty)"

@@ -203,7 +203,7 @@ class Demo:
     def _check_worker(self, worker: WorkerProcess) -> None:
         if not worker.alive and not self.interrupted:
             raise DemoFailed(
-                f"the worker exited with code {worker.returncode}; last lines of "
+                f"the worker exited ({worker.describe_exit()}); last lines of "
                 f"{worker.log}:\n{worker.tail()}"
             )
 

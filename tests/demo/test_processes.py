@@ -1,0 +1,47 @@
+"""The demo's worker handle: exit description and a readable log tail."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from dprobe.demo.processes import WorkerProcess, free_port
+
+
+def test_a_failed_worker_is_described_with_its_log_tail(tmp_path: Path) -> None:
+    w = WorkerProcess([], {}, tmp_path / "logs" / "worker.log")
+    script = "print('\\x1b[?25hstarting'); print(); print('boom: no broker'); raise SystemExit(3)"
+    w.cmd = [sys.executable, "-c", script]
+    w.start()
+    assert w.proc is not None
+    w.proc.wait(timeout=30)
+    assert w.stop() == 3  # already ended: nothing to signal
+    assert not w.alive
+    assert w.describe_exit() == "code 3"
+    assert w.tail() == "starting\nboom: no broker"
+    assert w.tail(lines=1) == "boom: no broker"
+
+
+def test_a_killed_worker_names_the_signal(tmp_path: Path) -> None:
+    w = WorkerProcess([], {}, tmp_path / "worker.log")
+    w.cmd = [sys.executable, "-c", "import time; time.sleep(60)"]
+    w.start()
+    assert w.alive
+    assert w.proc is not None
+    w.proc.kill()
+    w.proc.wait()
+    assert w.describe_exit() == "signal SIGKILL"
+    assert w.tail() == "(the log is empty)"
+
+
+def test_stop_sends_sigterm_first(tmp_path: Path) -> None:
+    w = WorkerProcess([], {}, tmp_path / "worker.log")
+    w.cmd = [sys.executable, "-c", "import time; time.sleep(60)"]
+    w.start()
+    assert w.stop(timeout_s=10) == -15
+    assert w.stop() == -15  # idempotent
+
+
+def test_free_port_prefers_the_given_one() -> None:
+    port = free_port(0)
+    assert free_port(port) == port
