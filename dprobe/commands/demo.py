@@ -6,8 +6,9 @@ worker and synthetic collectors for several tenants on several hosts, prints sca
 events as they happen and serves the worker's /metrics. After --duration seconds of
 telemetry (a day's rhythm in minutes: demand moves from tenant to tenant) it prints a
 summary (windows, forecasts, events, consumer lag, forecast error) and writes a PNG of
-demand vs forecast vs quota per tenant. The whole run takes --duration plus the worker's
-start-up (about half a minute). Ctrl-C stops everything.
+demand vs forecast vs quota per tenant. The whole run takes --duration plus about 15
+seconds (the worker's start-up, the end; more when the broker has to start). The run's
+topics are deleted at the end unless --keep-broker. Ctrl-C stops everything.
 
 Exit 0 after the summary; 1 when a part failed (the worker's last log lines are printed);
 130 on Ctrl-C.
@@ -51,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--keep-broker",
         action="store_true",
-        help="leave a broker the demo started running, with this run's topics",
+        help="keep this run's topics, and leave a broker the demo started running",
     )
 
 

@@ -138,12 +138,16 @@ def render(series: list[TenantSeries], path: Path, *, horizon_s: float | None,
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    if handles:
-        fig.legend(handles, labels, loc="upper right", ncol=min(5, len(handles)), fontsize=8)
     axes[-1, 0].xaxis.set_major_formatter(mdates.DateFormatter("%a %H:%M", tz=UTC))
     axes[-1, 0].set_xlabel("event time (UTC)")
-    fig.suptitle(title, x=0.01, ha="left", fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    # title on the first line, legend on the second, panels below both
+    top = 1.0 - 0.6 / fig.get_figheight()
+    fig.suptitle(title, x=0.01, y=0.995, ha="left", va="top", fontsize=11)
+    if handles:
+        anchor = (0.01, 1.0 - 0.3 / fig.get_figheight())
+        fig.legend(handles, labels, loc="upper left", bbox_to_anchor=anchor,
+                   ncol=min(5, len(handles)), fontsize=8, frameon=False)  # fmt: skip
+    fig.tight_layout(rect=(0, 0, 1, top))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
