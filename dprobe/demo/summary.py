@@ -150,7 +150,7 @@ def format_summary(s: Summary) -> list[str]:
     else:
         lines.append("forecasts: 0 recorded (the worker published none)")
     lines.append(
-        f"scaling events: {s.events} ({s.scale_up} scale_up, {s.scale_down} scale_down) "
+        f"events: {s.events} scaling events ({s.scale_up} scale_up, {s.scale_down} scale_down) "
         f"in {s.plans} plans; {s.duplicates} duplicates dropped"
     )
     if s.lag_peak is None or s.lag_last is None:

@@ -41,7 +41,7 @@ def test_demo_runs_to_its_summary_and_writes_a_chart(kafka_bootstrap: str, tmp_p
     for start in (
         "summary: windows: ",
         "summary: forecasts: ",
-        "summary: scaling events: ",
+        "summary: events: ",
         "summary: consumer lag: ",
         "summary: forecast error",
         "summary: chart ",

@@ -100,7 +100,7 @@ def test_summary_lines() -> None:
     assert "windows: 2 TenantWindows from 1 tenants" in text
     assert "30 snapshots sent, 0 lost" in text
     assert "forecasts: 1 recorded (horizons 10m)" in text
-    assert "scaling events: 0 (0 scale_up, 0 scale_down) in 0 plans" in text
+    assert "events: 0 scaling events (0 scale_up, 0 scale_down) in 0 plans" in text
     assert "consumer lag: peak 40 records, 0 at the end" in text
     assert "forecast error 10m: MAE 1.00 GPUs over 1 forecasts vs last value 2.00 = 0.50 x" in text
 
@@ -109,7 +109,7 @@ def test_empty_run_says_so() -> None:
     text = "\n".join(format_summary(summarize(Recording())))
     assert "windows: 0 TenantWindows" in text
     assert "forecasts: 0 recorded" in text
-    assert "scaling events: 0 " in text
+    assert "summary: events: 0 scaling events " in text
     assert "consumer lag: not measured" in text
     assert "forecast error: no forecast could be scored yet" in text
 
