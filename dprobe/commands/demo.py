@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from dprobe.commands._common import settings
     from dprobe.config import BrokerSettings, KafkaSettings
     from dprobe.demo.plan import DemoPlan
-    from dprobe.demo.processes import ensure_broker
+    from dprobe.demo.processes import broker_to_start
     from dprobe.demo.report import report
     from dprobe.demo.run import Demo
 
@@ -83,9 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if args.log_level == "INFO":  # the demo's own lines say what happens; keep libraries quiet
         for name in ("aiokafka", "dprobe.collectors", "dprobe.sinks", "dprobe.streams"):
             logging.getLogger(name).setLevel(logging.WARNING)
-    broker = ensure_broker(kafka.bootstrap, settings(BrokerSettings, args))
-    if broker is not None:
-        say(f"no broker answered at {kafka.bootstrap}: started the local one")
+    broker = broker_to_start(kafka.bootstrap, settings(BrokerSettings, args))
     out_dir = Path(args.out)
     demo = Demo(
         plan,
@@ -96,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
         say=say,
     )
     try:
+        if broker is not None:
+            say(f"no broker answered at {kafka.bootstrap}: starting the local one")
+            broker.start()
         outcome = asyncio.run(demo.run())
         code = report(outcome, plan, out_dir, say=say)
         if args.keep_broker:

@@ -49,10 +49,9 @@ def answers(host: str, port: int, timeout_s: float = 2.0) -> bool:
         return False
 
 
-def ensure_broker(bootstrap: str, settings: BrokerSettings) -> LocalBroker | None:
-    """Start the local broker on the bootstrap port when nothing answers there.
+def broker_to_start(bootstrap: str, settings: BrokerSettings) -> LocalBroker | None:
+    """The local broker to start when nothing answers at ``bootstrap``, else ``None``.
 
-    Returns the broker when this call started it (the caller stops it), else ``None``.
     A bootstrap on another machine that does not answer is an error: the demo starts
     brokers on this machine only. A port other than the configured broker's gets a broker
     of its own (state in ``<state_dir>-<port>``).
@@ -69,9 +68,7 @@ def ensure_broker(bootstrap: str, settings: BrokerSettings) -> LocalBroker | Non
             controller_port=free_port(settings.controller_port),
             state_dir=Path(f"{settings.state_dir}-{port}"),
         )
-    broker = LocalBroker(settings)
-    broker.start()
-    return broker
+    return LocalBroker(settings)
 
 
 def free_port(preferred: int) -> int:
