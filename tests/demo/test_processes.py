@@ -45,3 +45,28 @@ def test_stop_sends_sigterm_first(tmp_path: Path) -> None:
 def test_free_port_prefers_the_given_one() -> None:
     port = free_port(0)
     assert free_port(port) == port
+
+
+def test_a_broker_is_started_only_when_nothing_answers_on_this_machine(tmp_path: Path) -> None:
+    import socket
+
+    import pytest
+
+    from dprobe.config import BrokerSettings
+    from dprobe.demo.processes import broker_to_start
+    from dprobe.errors import DprobeError
+
+    settings = BrokerSettings(port=9092, state_dir=tmp_path / "broker")
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        assert broker_to_start(f"127.0.0.1:{port}", settings) is None
+    silent = free_port(0)
+    broker = broker_to_start(f"127.0.0.1:{silent}", settings)
+    assert broker is not None
+    assert broker.bootstrap == f"127.0.0.1:{silent}"
+    assert broker.settings.state_dir == tmp_path / f"broker-{silent}"
+    assert broker.settings.controller_port != silent
+    with pytest.raises(DprobeError, match="no Kafka broker answers"):
+        broker_to_start("kafka.invalid:9092", settings)
