@@ -164,8 +164,8 @@ class Demo:
                 if not self.interrupted:
                     collectors = await self._start_collectors(Path(tmp))
                     await self._watch(worker, lag, reader, self.plan.duration_s)
-                snapshots = sum(c.ticks for c in collectors)
                 await self._stop_collectors(collectors)
+                snapshots = sum(c.ticks for c in collectors)
                 if not self.interrupted:
                     await self._drain(worker, lag, reader)
                 return Outcome(
@@ -180,9 +180,8 @@ class Demo:
                 if worker is not None:
                     await asyncio.to_thread(worker.stop)
                 if reader is not None:
-                    reader.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await reader
+                    reader.cancel()  # a reader that failed already raised in _watch
+                    await asyncio.wait([reader])
                 if lag is not None:
                     await lag.stop()
                 if not self.keep_topics:

@@ -142,7 +142,7 @@ def format_summary(s: Summary) -> list[str]:
     late = "" if s.late_partials is None else f", {s.late_partials} late partials dropped"
     lines.append(
         f"windows: {s.windows} TenantWindows from {s.tenants} tenants{span}; "
-        f"{s.snapshots} snapshots sent, {s.lost_snapshots} lost{late}"
+        f"{s.snapshots} snapshots taken, {s.lost_snapshots} lost{late}"
     )
     if s.horizons:
         horizons = ", ".join(duration_label(h) for h in s.horizons)

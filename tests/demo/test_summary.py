@@ -98,7 +98,7 @@ def test_summary_lines() -> None:
     assert all(line.startswith("summary: ") for line in lines)
     text = "\n".join(lines)
     assert "windows: 2 TenantWindows from 1 tenants" in text
-    assert "30 snapshots sent, 0 lost" in text
+    assert "30 snapshots taken, 0 lost" in text
     assert "forecasts: 1 recorded (horizons 10m)" in text
     assert "events: 0 scaling events (0 scale_up, 0 scale_down) in 0 plans" in text
     assert "consumer lag: peak 40 records, 0 at the end" in text
