@@ -195,7 +195,11 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
 
     @app.timer(interval=max(1.0, s.source_idle_s / 4))
     async def idle_sources() -> None:
-        assigned = [tp.partition for tp in app.consumer.assignment() if tp.topic == names.samples]
-        await ingest.report_idle_sources(sorted(assigned))
+        assigned = {
+            tp.partition: app.consumer.highwater(tp)
+            for tp in app.consumer.assignment()
+            if tp.topic == names.samples
+        }
+        await ingest.report_idle_sources(assigned, windows.newest_source_ts)
 
     return WorkerApp(app=app, topics=names, stats=stats, settings=s)

@@ -59,7 +59,8 @@ class Ingest:
         self._source_ts: dict[int, float] = {}
         self._announced: dict[int, int] = {}
         self._forwarded_at: dict[int, float] = {}
-        self._started = time.monotonic()
+        self._assigned_at: dict[int, float] = {}
+        self._seen_offset: dict[int, int] = {}
 
     async def dead_letter(self, raw: bytes | None, error: Exception, message: Any) -> None:
         """Send the invalid record to the dead-letter topic (the stream keeps going)."""
@@ -76,6 +77,7 @@ class Ingest:
         await self.deadletter.send(key=key, value=schema.encode(dl))
 
     async def on_snapshot(self, raw: bytes | None, message: Any) -> None:
+        self._seen_offset[message.partition] = message.offset
         try:
             snap = schema.decode_snapshot(raw, max_bytes=self.max_bytes)
         except schema.SchemaError as exc:
@@ -121,16 +123,38 @@ class Ingest:
         for k in range(self.update_partitions):
             await self.updates.send(key=b"", value=value, partition=k)
 
-    async def report_idle_sources(self, assigned: list[int]) -> None:
-        """Report assigned samples partitions that forwarded nothing for ``source_idle_s``
-        of wall time at the newest progress this worker knows, so they hold no window."""
+    async def report_idle_sources(
+        self, assigned: dict[int, int | None], newest_elsewhere: float = 0.0
+    ) -> None:
+        """Report idle samples partitions at the newest progress this worker knows, so
+        they hold no window.
+
+        ``assigned`` maps each samples partition this worker owns to its high watermark
+        (``None`` when not known yet). A partition is idle when it forwarded nothing for
+        ``source_idle_s`` of wall time since it was assigned or last forwarded, and it is
+        read to its end (a partition with a backlog is slow, not idle; one this worker
+        has not read a record of since it was assigned counts by time alone).
+        ``newest_elsewhere`` is the newest progress other workers' partitions reported (seen
+        by this worker's window stage), so a worker whose own partitions are all empty
+        still releases them.
+        """
         now = time.monotonic()
-        newest = max(self._source_ts.values(), default=0.0)
-        if newest <= 0.0:
-            return
-        for source in assigned:
-            idle_for = now - self._forwarded_at.get(source, self._started)
-            if idle_for >= self.window.source_idle_s and self._source_ts.get(source, 0.0) < newest:
+        for source in list(self._assigned_at):
+            if source not in assigned:
+                del self._assigned_at[source]
+        newest = max(max(self._source_ts.values(), default=0.0), newest_elsewhere)
+        for source, highwater in sorted(assigned.items()):
+            since = max(
+                self._assigned_at.setdefault(source, now), self._forwarded_at.get(source, 0.0)
+            )
+            seen = self._seen_offset.get(source)
+            caught_up = seen is None or (highwater is not None and seen + 1 >= highwater)
+            if (
+                newest > 0.0
+                and caught_up
+                and now - since >= self.window.source_idle_s
+                and self._source_ts.get(source, 0.0) < newest
+            ):
                 self._source_ts[source] = newest
                 await self._broadcast(source, newest)
 

@@ -54,6 +54,23 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
             with contextlib.suppress(TopicAlreadyExistsError):  # another worker won the race
                 await admin.create_topics(new)
         described = await admin.describe_topics(list(names.external()))
-        return {d["topic"]: len(d["partitions"]) for d in described}
+        partitions = {d["topic"]: len(d["partitions"]) for d in described}
+        # The tables' changelogs too: faust refuses a table write while it does not yet
+        # see its changelog's partitions, which happens on a first start right after it
+        # creates them itself.
+        changelogs = {
+            f"{s.app_id}-hosts-changelog": partitions[names.samples],
+            f"{s.app_id}-windows-changelog": s.partitions,
+        }
+        compact = {"cleanup.policy": "compact"}
+        todo = [
+            NewTopic(t, n, s.replication_factor, topic_configs=compact)
+            for t, n in changelogs.items()
+            if t not in existing
+        ]
+        if todo:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await admin.create_topics(todo)
+        return partitions
     finally:
         await admin.close()

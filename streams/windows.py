@@ -74,6 +74,7 @@ class Windows:
         self.stats = stats
         self.sources = sources
         self.on_window = on_window
+        self.newest_source_ts = 0.0  # highest progress any samples partition reported here
 
     def _pstate(self, partition: int) -> dict[str, Any]:
         return codec.loads(self.table.get(_pkey(partition))) or {
@@ -113,6 +114,7 @@ class Windows:
     def _on_source(self, wm: codec.SourceWatermark, ps: dict[str, Any]) -> None:
         key = str(wm.source)
         ps["sources"][key] = max(ps["sources"].get(key, 0.0), wm.ts)
+        self.newest_source_ts = max(self.newest_source_ts, wm.ts)
         ps["max_ts"] = max(ps["max_ts"], wm.ts)
 
     def watermark(self, ps: dict[str, Any]) -> float:
