@@ -24,12 +24,12 @@ import uuid
 from pathlib import Path
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from dprobe.collectors.assemble import build_collector
-from dprobe.collectors.clock import AcceleratedClock, ManualClock
-from dprobe.collectors.synthetic import SyntheticBackend
 from prometheus_client import CollectorRegistry
 
 from dprobe.broker import LocalBroker
+from dprobe.collectors.assemble import build_collector
+from dprobe.collectors.clock import AcceleratedClock, ManualClock
+from dprobe.collectors.synthetic import SyntheticBackend
 from dprobe.config import BrokerSettings, CollectorSettings, KafkaSettings
 
 

@@ -24,9 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
+
 from dprobe.models.forecast.baselines import HoltWinters, LastValue, MovingAverage, SeasonalNaive
 from dprobe.models.forecast.multitask import MultiTaskForecaster
-
 from dprobe.schema import LevelCounts, TenantWindow
 
 STEP = 600.0

@@ -26,16 +26,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dprobe import schema
+from dprobe.broker import LocalBroker
 from dprobe.collectors.snapshot import SnapshotBuilder
 from dprobe.collectors.synthetic import SyntheticBackend
+from dprobe.config import BrokerSettings, KafkaSettings, ReplaySettings
 from dprobe.sinks.archive_schema import row_of
 from dprobe.sinks.parquet_archive import ArchiveWriter
 from dprobe.traces.archive_reader import archive_files, count_records, read_archive
 from dprobe.traces.replay_kafka import ensure_topics, replay_to_kafka
-
-from dprobe import schema
-from dprobe.broker import LocalBroker
-from dprobe.config import BrokerSettings, KafkaSettings, ReplaySettings
 
 T0 = 1_780_000_000.0
 

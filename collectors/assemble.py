@@ -17,6 +17,8 @@ import socket
 import string
 from collections.abc import Callable
 
+from prometheus_client import CollectorRegistry
+
 from dprobe.collectors.backend import GpuBackend
 from dprobe.collectors.clock import AcceleratedClock, Clock, SystemClock
 from dprobe.collectors.metrics import CollectorMetrics
@@ -26,8 +28,6 @@ from dprobe.collectors.service import Collector
 from dprobe.collectors.spool import Spool
 from dprobe.collectors.tenant_map import load_tenant_map
 from dprobe.collectors.tenants import TenantResolver
-from prometheus_client import CollectorRegistry
-
 from dprobe.config import CollectorSettings
 from dprobe.schema import HostSnapshot
 

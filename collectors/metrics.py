@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dprobe.sinks.metrics_server import MetricsServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from dprobe.sinks.metrics_server import MetricsServer
 
 __all__ = ["CollectorMetrics", "MetricsServer"]
 

@@ -27,9 +27,9 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.codec import has_gzip, has_lz4, has_snappy, has_zstd
 from aiokafka.errors import KafkaError
+
 from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.spool import Spool
-
 from dprobe.config import KafkaSettings
 from dprobe.errors import UsageError
 

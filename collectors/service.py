@@ -34,7 +34,6 @@ from dprobe.collectors.seq import SeqCounter
 from dprobe.collectors.snapshot import SnapshotBuilder
 from dprobe.collectors.spool import Spool
 from dprobe.collectors.tenants import TenantResolver
-
 from dprobe.schema import HostSnapshot, encode
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,6 @@ from collections.abc import Callable
 from dprobe.collectors.backend import Reading
 from dprobe.collectors.errors import ProcessGone
 from dprobe.collectors.tenants import TenantResolver
-
 from dprobe.schema import UNASSIGNED, Gpu, HostSnapshot, Proc
 
 _MAX_BYTES = float(2**53)

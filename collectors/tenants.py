@@ -45,7 +45,6 @@ from pathlib import Path
 from dprobe.collectors.cgroup import CgroupIdentity, parse_cgroup
 from dprobe.collectors.errors import ProcessGone
 from dprobe.collectors.tenant_map import TenantMap
-
 from dprobe.schema import UNASSIGNED
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$")

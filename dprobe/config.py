@@ -225,7 +225,6 @@ class WorkerSettings:
             raise ConfigError("worker.window_s must be > 0 and worker.grace_s >= 0")
 
 
-
 @dataclass(frozen=True)
 class ArchiveSettings:
     """``dprobe archive``: hourly Parquet files of the raw topics (samples, jobs)."""

@@ -37,9 +37,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dprobe.sinks.seen_ids import SeenIds
-
 from dprobe.schema import ScalingEvent, SchemaError, decode_scaling_event
+from dprobe.sinks.seen_ids import SeenIds
 
 log = logging.getLogger("kueue_quota_consumer")
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+
 from dprobe.models.levels import Level, LevelSettings, classify
 from dprobe.models.profiles import Profile
 

@@ -38,11 +38,11 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError
-from dprobe.sinks.archive_schema import KINDS, row_of
-from dprobe.sinks.parquet_archive import ArchiveWriter
 
 from dprobe.config import ArchiveSettings
 from dprobe.schema import HostSnapshot, JobEvent, SchemaError, decode
+from dprobe.sinks.archive_schema import KINDS, row_of
+from dprobe.sinks.parquet_archive import ArchiveWriter
 
 log = logging.getLogger(__name__)
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pyarrow.parquet as pq
+
 from dprobe.sinks.archive_schema import DICTIONARY_COLUMNS, KINDS, table_of
 
 log = logging.getLogger(__name__)

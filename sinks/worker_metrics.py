@@ -40,7 +40,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Protocol
 
-from dprobe.streams.stats import Histogram, TenantView, WorkerStats
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -51,6 +50,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from dprobe.schema import LEVELS
+from dprobe.streams.stats import Histogram, TenantView, WorkerStats
 
 ACTIONS = ("scale_up", "scale_down")
 # dead-letter reasons known in advance (schema.SchemaError reasons and the worker's own),

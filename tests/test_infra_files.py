@@ -176,12 +176,13 @@ class _Lag:
 
 def _exposed_names() -> set[str]:
     """Sample names of a real scrape of the worker's and the collector's exporters."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.parser import text_string_to_metric_families
+
     from dprobe.collectors.metrics import CollectorMetrics
     from dprobe.sinks.metrics_server import MetricsServer
     from dprobe.sinks.worker_metrics import WorkerCollector
     from dprobe.streams.stats import TenantView, WorkerStats
-    from prometheus_client import CollectorRegistry
-    from prometheus_client.parser import text_string_to_metric_families
 
     stats = WorkerStats()
     stats.lost_snapshots["gpu-1"] += 1

@@ -27,11 +27,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
+
+from dprobe.errors import UsageError
 from dprobe.sinks.archive_schema import KINDS
 from dprobe.sinks.parquet_archive import NAME_RE, ArchiveFile, list_files
 from dprobe.traces.replay_record import ReplayRecord
-
-from dprobe.errors import UsageError
 
 _COLUMNS = ["ts", "partition", "offset", "key", "value"]
 

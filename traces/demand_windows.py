@@ -24,9 +24,8 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from dprobe.traces.demand_series import DemandPoint
-
 from dprobe.schema import LevelCounts, TenantWindow
+from dprobe.traces.demand_series import DemandPoint
 
 
 @dataclass(slots=True)

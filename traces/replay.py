@@ -28,9 +28,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from dprobe.traces.replay_record import ReplayRecord, shifted
-
 from dprobe.errors import DprobeError
+from dprobe.traces.replay_record import ReplayRecord, shifted
 
 
 class ReplayError(DprobeError):

@@ -34,10 +34,9 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from dprobe.schema import Gpu, HostSnapshot, JobEvent, Proc
 from dprobe.traces.demand_series import DemandPoint
 from dprobe.traces.replay_record import ReplayRecord
-
-from dprobe.schema import Gpu, HostSnapshot, JobEvent, Proc
 
 GB = 1_000_000_000
 

@@ -25,12 +25,11 @@ import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
+from dprobe.schema import JobEvent
 from dprobe.traces.demand_series import DemandPoint
 from dprobe.traces.jobs_csv import JobRecord
 from dprobe.traces.replay_demand import DemandLayout, demand_records
 from dprobe.traces.replay_record import ReplayRecord
-
-from dprobe.schema import JobEvent
 
 _RANK = {"finish": 0, "submit": 1, "start": 2}
 

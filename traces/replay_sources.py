@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
+from dprobe.errors import UsageError
 from dprobe.traces.archive_reader import archive_files, count_records, read_archive
 from dprobe.traces.demand_series import DemandPoint, TraceFormatError, read_file, trace_files
 from dprobe.traces.jobs_csv import DEFAULT_TIME_UNIT_S, iter_jobs
@@ -38,8 +39,6 @@ from dprobe.traces.replay_demand import DemandLayout, demand_records
 from dprobe.traces.replay_jobs import jobs_records
 from dprobe.traces.replay_lenient import skip_bad_rows
 from dprobe.traces.replay_record import ReplayRecord
-
-from dprobe.errors import UsageError
 
 FORMATS: Final = ("dprobe-parquet", "demand-csv", "helios-vc", "jobs-csv")
 

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from dprobe.models.forecast.features import TenantHistory, n_features, origin_features
 from dprobe.models.forecast.mmoe_net import N_TREND_CLASSES, MMoENet, pinball
 from dprobe.models.forecast.replay import ReplayBuffer

@@ -11,6 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
+
+from dprobe.cli import main
 from dprobe.collectors.clock import ManualClock
 from dprobe.collectors.fake_nvml import FakeGpu, FakeNvml
 from dprobe.collectors.metrics import CollectorMetrics
@@ -19,9 +22,6 @@ from dprobe.collectors.seq import SeqCounter
 from dprobe.collectors.service import Collector
 from dprobe.collectors.spool import Spool
 from dprobe.collectors.tenants import TenantResolver
-from prometheus_client import CollectorRegistry
-
-from dprobe.cli import main
 from dprobe.schema import decode_snapshot
 
 

@@ -6,6 +6,8 @@ import asyncio
 import math
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from dprobe.collectors.backend import GpuReading, ProcReading, Reading
 from dprobe.collectors.clock import ManualClock, SystemClock
 from dprobe.collectors.errors import BackendError
@@ -21,8 +23,6 @@ from dprobe.collectors.seq import SeqCounter
 from dprobe.collectors.service import Collector
 from dprobe.collectors.spool import Spool
 from dprobe.collectors.tenants import TenantResolver
-from prometheus_client import CollectorRegistry
-
 from dprobe.schema import decode_snapshot
 
 GIB = 1 << 30

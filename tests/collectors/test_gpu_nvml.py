@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+
 from dprobe.collectors.errors import BackendError
 from dprobe.collectors.nvml import NvmlBackend
 from dprobe.collectors.snapshot import SnapshotBuilder
-
 from dprobe.schema import decode_snapshot, encode
 
 pytestmark = pytest.mark.gpu

@@ -7,8 +7,9 @@ import importlib
 import urllib.request
 
 import pytest
-from dprobe.collectors.metrics import CollectorMetrics, MetricsServer
 from prometheus_client import CollectorRegistry
+
+from dprobe.collectors.metrics import CollectorMetrics, MetricsServer
 
 MODULES = [
     "",  # the package itself

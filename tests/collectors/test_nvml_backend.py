@@ -6,6 +6,7 @@ import asyncio
 import threading
 
 import pytest
+
 from dprobe.collectors.errors import BackendError
 from dprobe.collectors.fake_nvml import (
     NVML_ERROR_GPU_IS_LOST,

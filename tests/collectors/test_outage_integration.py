@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from dprobe.collectors.assemble import build_collector
 from prometheus_client import CollectorRegistry
 
 from dprobe.broker import LocalBroker
+from dprobe.collectors.assemble import build_collector
 from dprobe.config import BrokerSettings, CollectorSettings, KafkaSettings
 from dprobe.schema import decode_snapshot
 

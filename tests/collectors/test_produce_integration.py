@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from dprobe.collectors.assemble import build_collector
 from prometheus_client import CollectorRegistry
 
+from dprobe.collectors.assemble import build_collector
 from dprobe.config import CollectorSettings, KafkaSettings
 from dprobe.schema import decode_snapshot
 

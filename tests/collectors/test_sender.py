@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
+from prometheus_client import CollectorRegistry
+
 from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.sender import KafkaSender
 from dprobe.collectors.spool import Spool
-from prometheus_client import CollectorRegistry
-
 from dprobe.config import KafkaSettings, Secret
 
 
@@ -176,7 +176,6 @@ async def test_producer_is_idempotent_acks_all_compressed_and_keeps_security_set
 
 async def test_a_missing_codec_library_is_a_usage_error_at_start(tmp_path, monkeypatch) -> None:
     import dprobe.collectors.sender as sender_module
-
     from dprobe.errors import UsageError
 
     monkeypatch.setitem(sender_module._CODECS, "zstd", lambda: False)

@@ -6,13 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
+
 from dprobe.collectors.assemble import build_collector
 from dprobe.collectors.clock import ManualClock
 from dprobe.collectors.seq import SeqCounter
 from dprobe.collectors.spool import Spool
 from dprobe.collectors.synthetic import SyntheticBackend
-from prometheus_client import CollectorRegistry
-
 from dprobe.config import CollectorSettings
 from dprobe.errors import UsageError
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
+
 from dprobe.collectors.clock import ManualClock
 from dprobe.collectors.profiles import GIB, load_profiles
 from dprobe.collectors.synthetic import SyntheticBackend

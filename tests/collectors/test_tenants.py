@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from dprobe.collectors.cgroup import parse_cgroup
 from dprobe.collectors.errors import ProcessGone
 from dprobe.collectors.tenant_map import TenantMap, load_tenant_map
 from dprobe.collectors.tenants import TenantResolver
-
 from dprobe.errors import UsageError
 
 UID = "6f1c2a4e-1b2c-4d5e-8f90-a1b2c3d4e5f6"

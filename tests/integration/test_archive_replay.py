@@ -14,10 +14,10 @@ from pathlib import Path
 import msgspec
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from dprobe.sinks.parquet_archive import list_files
-from dprobe.traces.archive_reader import count_records
 
 from dprobe import schema
+from dprobe.sinks.parquet_archive import list_files
+from dprobe.traces.archive_reader import count_records
 from tests.streams.helpers import (
     assert_window_matches,
     closing_snapshots,

@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+
 from dprobe.models.forecast.baselines import HoltWinters, LastValue, MovingAverage, SeasonalNaive
 
 from .forecast_cases import STEP, win

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from dprobe.models.demand import PendingJob, RunningInstance, estimate_demand, pending_level
 from dprobe.models.levels import LevelSettings
 from dprobe.models.profiler import JobProfiler

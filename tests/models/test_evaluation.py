@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from dprobe.models.forecast.baselines import LastValue, MovingAverage, SeasonalNaive
 from dprobe.models.forecast.evaluation import rolling_origin
 

@@ -10,9 +10,9 @@ import random
 
 import pytest
 import torch
+
 from dprobe.models.forecast.base import Forecaster
 from dprobe.models.forecast.multitask import MultiTaskForecaster
-
 from dprobe.schema import LevelCounts, TenantWindow
 
 from .forecast_cases import FACTORIES, STEP, wave, win

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from dprobe.models.forecast.baselines import LastValue
 from dprobe.models.forecast.evaluation import rolling_origin
 from dprobe.models.forecast.mmoe_net import MMoENet, pinball

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
+
 from dprobe.models.levels import LevelSettings
 from dprobe.models.profiler import JobProfiler
 from dprobe.models.profiler_eval import leave_one_family_out, leave_one_row_out

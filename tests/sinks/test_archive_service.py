@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from dprobe.sinks.archive_service import Archiver
-from dprobe.sinks.parquet_archive import list_files
-from dprobe.traces.archive_reader import read_archive
 
 from dprobe import schema
 from dprobe.config import ArchiveSettings, KafkaSettings
+from dprobe.sinks.archive_service import Archiver
+from dprobe.sinks.parquet_archive import list_files
+from dprobe.traces.archive_reader import read_archive
 from tests.streams.helpers import make_snapshots, produce, snapshot_records
 
 pytestmark = [pytest.mark.integration]

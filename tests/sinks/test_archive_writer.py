@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
+from dprobe import schema
 from dprobe.sinks import parquet_archive
 from dprobe.sinks.archive_schema import row_of
 from dprobe.sinks.parquet_archive import ArchiveWriter, list_files
 from dprobe.traces.archive_reader import read_archive
-
-from dprobe import schema
 from tests.streams.helpers import make_snapshots
 
 T0 = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC

@@ -7,10 +7,11 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
+from prometheus_client import CollectorRegistry
+
 from dprobe.sinks.consumer_lag import ConsumerLag
 from dprobe.sinks.worker_metrics import WorkerCollector
 from dprobe.streams.stats import WorkerStats
-from prometheus_client import CollectorRegistry
 
 pytestmark = pytest.mark.integration
 

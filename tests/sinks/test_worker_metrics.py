@@ -8,11 +8,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
 from dprobe.sinks.metrics_server import MetricsServer
 from dprobe.sinks.worker_metrics import WorkerCollector, horizon_label
 from dprobe.streams.stats import TenantView, WorkerStats
-from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 
 
 @dataclass

@@ -6,6 +6,8 @@ import gzip
 from pathlib import Path
 
 import pytest
+
+from dprobe.errors import UsageError
 from dprobe.traces.demand_series import (
     DemandPoint,
     TraceFormatError,
@@ -16,8 +18,6 @@ from dprobe.traces.demand_series import (
     trace_files,
 )
 from dprobe.traces.demand_windows import to_windows
-
-from dprobe.errors import UsageError
 
 HELIOS_HEADER = (
     "Time,total_job_num,running_job_num,pending_job_num,total_gpu_num,running_gpu_num,"

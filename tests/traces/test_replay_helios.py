@@ -10,12 +10,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from dprobe.traces.demand_series import parse_ts
-from dprobe.traces.replay_kafka import replay_to_kafka
-from dprobe.traces.replay_sources import open_source
 
 from dprobe import schema
 from dprobe.config import KafkaSettings, ReplaySettings
+from dprobe.traces.demand_series import parse_ts
+from dprobe.traces.replay_kafka import replay_to_kafka
+from dprobe.traces.replay_sources import open_source
 from tests.streams.helpers import consume
 
 pytestmark = [pytest.mark.integration]

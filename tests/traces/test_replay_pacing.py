@@ -7,10 +7,10 @@ from collections.abc import Awaitable
 from typing import Any
 
 import pytest
-from dprobe.traces.replay import FakeClock, MemorySink, ReplayError, replay
-from dprobe.traces.replay_record import ReplayRecord
 
 from dprobe import schema
+from dprobe.traces.replay import FakeClock, MemorySink, ReplayError, replay
+from dprobe.traces.replay_record import ReplayRecord
 
 TOPICS = {"samples": "s", "jobs": "j"}
 

@@ -8,12 +8,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from dprobe.traces.replay_demand import DemandLayout
-from dprobe.traces.replay_record import ReplayRecord
-from dprobe.traces.replay_sources import first_hours, open_source
 
 from dprobe import schema
 from dprobe.errors import UsageError
+from dprobe.traces.replay_demand import DemandLayout
+from dprobe.traces.replay_record import ReplayRecord
+from dprobe.traces.replay_sources import first_hours, open_source
 from tests.streams.helpers import reference_windows
 
 HEAD = "Time,running_gpu_num,pending_gpu_num,total_gpu_num\n"
