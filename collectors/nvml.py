@@ -28,12 +28,13 @@ import asyncio
 import concurrent.futures
 import logging
 from dataclasses import dataclass
-from types import ModuleType, TracebackType
+from types import ModuleType
 from typing import Any
 
 from dprobe.collectors.backend import GpuReading, ProcReading, Reading
 from dprobe.collectors.errors import BackendError
 from dprobe.collectors.nvml_errors import NOT_FOUND, UNSUPPORTED, to_backend_error
+from dprobe.lifecycle import AsyncResource
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class NvmlBackend:
+class NvmlBackend(AsyncResource):
     """Reads NVML on a dedicated thread. ``nvml`` injects a module (tests use a fake)."""
 
     name = "nvml"
@@ -68,18 +69,6 @@ class NvmlBackend:
         self._inflight: asyncio.Future[Reading] | None = None
         self._errors: tuple[type[BaseException], ...] = ()
         self._initialised = False
-
-    async def __aenter__(self) -> NvmlBackend:
-        await self.open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def _call(self, fn: Any, *args: Any) -> Any:
         if self._executor is None:

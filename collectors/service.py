@@ -23,7 +23,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from types import TracebackType
 
 from dprobe.collectors.backend import GpuBackend, Reading
 from dprobe.collectors.clock import Clock
@@ -34,12 +33,13 @@ from dprobe.collectors.seq import SeqCounter
 from dprobe.collectors.snapshot import SnapshotBuilder
 from dprobe.collectors.spool import Spool
 from dprobe.collectors.tenants import TenantResolver
+from dprobe.lifecycle import AsyncService
 from dprobe.schema import HostSnapshot, encode
 
 log = logging.getLogger(__name__)
 
 
-class Collector:
+class Collector(AsyncService):
     """Ticks ``backend`` every ``interval_s`` (clock seconds) into ``spool`` and ``sender``.
 
     ``sender`` may be None (nothing is sent; the spool keeps everything), and
@@ -132,18 +132,6 @@ class Collector:
         finally:
             self.spool.close()
             await self.backend.close()
-
-    async def __aenter__(self) -> Collector:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     # ticking
     async def _loop(self) -> None:

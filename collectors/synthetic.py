@@ -32,11 +32,11 @@ import random
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 
 from dprobe.collectors.backend import GpuReading, ProcReading, Reading
 from dprobe.collectors.clock import Clock, SystemClock
 from dprobe.collectors.profiles import GIB, JobShape, Profile, load_profiles
+from dprobe.lifecycle import AsyncResource
 
 _DAY_S = 86_400.0
 _WIDTHS = (1, 2, 4, 8)
@@ -82,7 +82,7 @@ class _Job:
     procs: list[_Proc] = field(default_factory=list)
 
 
-class SyntheticBackend:
+class SyntheticBackend(AsyncResource):
     """Synthetic readings of one host with ``gpus`` GPUs shared by ``tenants``.
 
     Args:
@@ -157,18 +157,6 @@ class SyntheticBackend:
 
     async def close(self) -> None:
         return None
-
-    async def __aenter__(self) -> SyntheticBackend:
-        await self.open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def read(self) -> Reading:
         """Advance the workload to ``clock.now()`` and read every GPU and process."""

@@ -40,6 +40,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError
 
 from dprobe.config import ArchiveSettings
+from dprobe.lifecycle import AsyncService
 from dprobe.schema import HostSnapshot, JobEvent, SchemaError, decode
 from dprobe.sinks.archive_schema import KINDS, row_of
 from dprobe.sinks.parquet_archive import ArchiveWriter
@@ -47,7 +48,7 @@ from dprobe.sinks.parquet_archive import ArchiveWriter
 log = logging.getLogger(__name__)
 
 
-class Archiver:
+class Archiver(AsyncService):
     """Consumes the raw topics and archives them, following the commit order above."""
 
     def __init__(
@@ -86,13 +87,6 @@ class Archiver:
         )
         await self.consumer.start()
         self.consumer.subscribe(list(self.kinds), listener=_Rebalance(self))
-
-    async def __aenter__(self) -> Archiver:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     async def poll(self, timeout_ms: int = 500) -> int:
         """Read one batch, buffer it, flush+commit when a threshold is met; records read."""

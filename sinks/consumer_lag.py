@@ -23,20 +23,20 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from types import TracebackType
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from dprobe.config import KafkaSettings
+from dprobe.lifecycle import AsyncService
 
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 5.0
 
 
-class ConsumerLag:
+class ConsumerLag(AsyncService):
     """Polls the lag of ``group`` on ``topics`` every ``interval_s`` seconds.
 
     Lifecycle: ``await start()`` starts the background task, which connects and measures
@@ -82,18 +82,6 @@ class ConsumerLag:
                     await task  # re-raises what ended the task unexpectedly
         finally:
             await self._close_clients()
-
-    async def __aenter__(self) -> ConsumerLag:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     async def refresh(self) -> Mapping[tuple[str, int], int]:
         """Measure now and replace :attr:`lags` (connecting first if needed).

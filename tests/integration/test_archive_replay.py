@@ -13,7 +13,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from dprobe import schema
 from dprobe.sinks.parquet_archive import list_files
@@ -22,6 +21,7 @@ from tests.streams.helpers import (
     assert_window_matches,
     closing_snapshots,
     consume,
+    create_worker_topics,
     make_snapshots,
     produce,
     reference_windows,
@@ -32,16 +32,6 @@ from tests.streams.helpers import (
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 WINDOW_S = 10.0
 T0 = 1_700_000_000.0
-
-
-async def _topics(bootstrap: str, prefix: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        names = ("samples", "jobs", "features", "deadletter", "scaling-events")
-        await admin.create_topics([NewTopic(f"{prefix}{t}", 4, 1) for t in names])
-    finally:
-        await admin.close()
 
 
 def _cli(bootstrap: str, *args: str) -> list[str]:
@@ -81,8 +71,8 @@ async def test_replayed_archive_yields_the_same_windows(
 ) -> None:
     tag = uuid.uuid4().hex[:8]
     live, again = f"live{tag}.", f"again{tag}."
-    await _topics(kafka_bootstrap, live)
-    await _topics(kafka_bootstrap, again)
+    await create_worker_topics(kafka_bootstrap, live)
+    await create_worker_topics(kafka_bootstrap, again)
     snaps = make_snapshots(hosts=3, ticks=40, t0=T0, seed=11)
     # Job events before the first snapshot: pending/running GPUs from the scheduler.
     jobs = [

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from dprobe import schema
 
@@ -211,6 +212,17 @@ def assert_window_matches(
         assert getattr(got, f) == pytest.approx(ref[f], rel=1e-9, abs=1e-9), f
     if check_lost:
         assert got.lost_snapshots == 0
+
+
+async def create_worker_topics(bootstrap: str, prefix: str, partitions: int = 4) -> None:
+    """The worker's external topics under ``prefix``, as a deployment would create them."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        names = ("samples", "jobs", "features", "deadletter", "scaling-events")
+        await admin.create_topics([NewTopic(f"{prefix}{t}", partitions, 1) for t in names])
+    finally:
+        await admin.close()
 
 
 async def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:

@@ -13,8 +13,14 @@ import pytest
 
 from dprobe import schema
 from tests.conftest import _free_port
-from tests.streams.helpers import GB, consume, produce, snapshot_records, worker_process
-from tests.streams.test_worker_windows import _topics
+from tests.streams.helpers import (
+    GB,
+    consume,
+    create_worker_topics,
+    produce,
+    snapshot_records,
+    worker_process,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -85,7 +91,7 @@ async def test_demand_shift_becomes_zero_sum_scaling_events(
 ) -> None:
     tag = uuid.uuid4().hex[:8]
     prefix, app_id = f"e{tag}.", f"e2e-{tag}"
-    await _topics(kafka_bootstrap, prefix)
+    await create_worker_topics(kafka_bootstrap, prefix)
     ticks = 6 * 40  # 40 windows of 60 s
     snaps = _shifting_snapshots(ticks)
     half = len(snaps) // 2

@@ -12,13 +12,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from dprobe import schema
 from tests.streams.helpers import (
     assert_window_matches,
     closing_snapshots,
     consume,
+    create_worker_topics,
     make_snapshots,
     produce,
     reference_windows,
@@ -29,20 +29,6 @@ from tests.streams.helpers import (
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 WINDOW_S = 10.0
 T0 = 1_700_000_000.0
-
-
-async def _topics(bootstrap: str, prefix: str, partitions: int = 4) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics(
-            [
-                NewTopic(f"{prefix}{t}", partitions, 1)
-                for t in ("samples", "jobs", "features", "deadletter", "scaling-events")
-            ]
-        )
-    finally:
-        await admin.close()
 
 
 def _setup(kafka_bootstrap: str) -> tuple[str, str]:
@@ -79,7 +65,7 @@ def _check(
 
 async def test_windows_equal_plain_python_reference(kafka_bootstrap: str, tmp_path: Path) -> None:
     prefix, app_id = _setup(kafka_bootstrap)
-    await _topics(kafka_bootstrap, prefix)
+    await create_worker_topics(kafka_bootstrap, prefix)
     snaps = make_snapshots(hosts=3, ticks=60, t0=T0)
     # Duplicates (a collector resending after an outage) must not be counted twice.
     dupes = random.Random(3).sample(snaps, 20)
@@ -109,7 +95,7 @@ async def test_sigkill_mid_window_then_restart_loses_and_double_counts_nothing(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     prefix, app_id = _setup(kafka_bootstrap)
-    await _topics(kafka_bootstrap, prefix)
+    await create_worker_topics(kafka_bootstrap, prefix)
     snaps = make_snapshots(hosts=3, ticks=80, t0=T0, seed=5)
     ref = _expected(snaps)
     half = len(snaps) // 2
@@ -181,7 +167,7 @@ async def test_garbage_goes_to_deadletter_and_valid_traffic_is_still_counted(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     prefix, app_id = _setup(kafka_bootstrap)
-    await _topics(kafka_bootstrap, prefix)
+    await create_worker_topics(kafka_bootstrap, prefix)
     snaps = make_snapshots(hosts=3, ticks=40, t0=T0, seed=9)
     ref = _expected(snaps)
     rng = random.Random(11)
@@ -233,7 +219,7 @@ async def test_two_workers_in_one_group_produce_the_same_windows_as_one(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     prefix, app_id = _setup(kafka_bootstrap)
-    await _topics(kafka_bootstrap, prefix)
+    await create_worker_topics(kafka_bootstrap, prefix)
     snaps = make_snapshots(hosts=6, ticks=50, t0=T0, seed=21)
     ref = _expected(snaps)
     await produce(
