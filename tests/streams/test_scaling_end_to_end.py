@@ -127,11 +127,19 @@ async def test_demand_shift_becomes_zero_sum_scaling_events(
         assert 'dprobe_tenant_forecast_gpus{horizon="600"' in text
         await asyncio.sleep(2)
         assert proc.poll() is None
-    before = len(await consume(kafka_bootstrap, events_topic, until=10**9, timeout_s=3))
 
     await produce(kafka_bootstrap, f"{prefix}samples", snapshot_records(snaps[half:]))
     with worker_process(kafka_bootstrap, **common) as proc:
-        await consume(kafka_bootstrap, events_topic, until=before + 2, timeout_s=120)
+        # Wait until the last closable window is out, then for the plans it completes.
+        last_end = T0 + ticks * TICK_S - 2 * WINDOW_S
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 240
+        while loop.time() < deadline:
+            feats = await consume(kafka_bootstrap, f"{prefix}features", until=10**9, timeout_s=2)
+            if any(schema.decode_window(r).window_end >= last_end for r in feats):
+                break
+        else:
+            pytest.fail("the restarted worker did not reach the end of the data")
         await asyncio.sleep(5)
         raws = await consume(kafka_bootstrap, events_topic, until=10**9, timeout_s=3)
         assert proc.poll() is None
