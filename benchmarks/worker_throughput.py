@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import os
 import random
-import socket
 import statistics
 import sys
 import tempfile
@@ -30,7 +29,6 @@ import uuid
 from contextlib import ExitStack
 from pathlib import Path
 
-import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import GroupCoordinatorNotAvailableError
@@ -41,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dprobe import schema
 from dprobe.broker import LocalBroker
 from dprobe.config import BrokerSettings
+from tests.conftest import _free_port
 from tests.streams.helpers import worker_process
 
 GB = 1_000_000_000
@@ -189,7 +188,6 @@ async def bare_consume_rate(bootstrap: str, topic: str, n: int) -> float:
         group_id=None,
         max_partition_fetch_bytes=8 << 20,
     )
-    dec = msgspec.json.Decoder(schema.HostSnapshot)
     got = samples = 0
     async with consumer:
         t0 = time.monotonic()
@@ -200,7 +198,6 @@ async def bare_consume_rate(bootstrap: str, topic: str, n: int) -> float:
                     samples += len(schema.decode(r.value, schema.HostSnapshot).procs)
                     got += 1
         elapsed = time.monotonic() - t0
-    del dec
     return samples / elapsed
 
 
@@ -247,12 +244,6 @@ async def latency_run(bootstrap: str, hosts: int, seconds: float, tmp: Path) -> 
     return delays
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -268,8 +259,8 @@ def main() -> None:
         if not bootstrap:
             broker = LocalBroker(
                 BrokerSettings(
-                    port=free_port(),
-                    controller_port=free_port(),
+                    port=_free_port(),
+                    controller_port=_free_port(),
                     state_dir=tmp / "broker",
                     heap="1g",
                 )

@@ -45,7 +45,7 @@ from typing import Any
 
 from dprobe.models.forecast.base import Forecaster
 from dprobe.models.forecast.target import demand_of
-from dprobe.models.planner import PlanInput, Planner, PlannerSettings, TenantState
+from dprobe.models.planner import PlanInput, Planner, PlannerSettings, TenantState, _ceil_node
 from dprobe.models.planner_events import scaling_events
 from dprobe.schema import ScalingEvent, TenantWindow
 
@@ -140,7 +140,7 @@ class PlanLoop:
             self._outstanding[(t, at + h)] = (h, p50)
             w = self._last[t]
             quota = self._quotas.setdefault(t, 0)
-            busy = _ceil(w.running_gpus, node)
+            busy = _ceil_node(max(w.running_gpus, 0.0), node)
             states.append(
                 TenantState(
                     tenant=t,
@@ -150,7 +150,7 @@ class PlanLoop:
                     p50=max(0.0, p50),
                     p90=max(0.0, p90, p50),
                     horizon_s=h,
-                    need_gpus=float(_ceil(demand_of(w), node)),
+                    need_gpus=float(_ceil_node(max(demand_of(w), 0.0), node)),
                 )
             )
         capacity = max(s.capacity_gpus, sum(st.quota_gpus for st in states))
@@ -254,10 +254,6 @@ class PlanLoop:
         state = torch.load(io.BytesIO(path.read_bytes()), weights_only=False)
         self.load_state_dict(state)
         return True
-
-
-def _ceil(gpus: float, node: int) -> int:
-    return math.ceil(max(gpus, 0.0) / node - 1e-9) * node
 
 
 def _even_split(tenants: list[str], capacity: int, node: int) -> dict[str, int]:

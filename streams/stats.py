@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 import bisect
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass, field
 
 LATENCY_BUCKETS_S: tuple[float, ...] = (
@@ -75,7 +75,6 @@ class WorkerStats:
     dead_letters: Counter[str] = field(default_factory=Counter)  # by reason
     scaling_events: Counter[str] = field(default_factory=Counter)  # by action
     delay: Histogram = field(default_factory=Histogram)  # window end -> TenantWindow produced
-    recent_delays_s: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
     tenants: dict[str, TenantView] = field(default_factory=dict)
 
     def dead_letter(self, reason: str) -> None:
@@ -84,4 +83,3 @@ class WorkerStats:
     def observe_delay(self, seconds: float) -> None:
         """Wall-clock delay from a window's end to its TenantWindow being produced."""
         self.delay.observe(seconds)
-        self.recent_delays_s.append(seconds)
