@@ -208,6 +208,8 @@ class WorkerSettings:
     commit_interval_s: float = 1.0
     producer_linger_ms: float = 5.0
     producer_buffer_messages: int = 10_000
+    batch_max: int = 500
+    batch_within_s: float = 0.1
     model: str = "mmoe"
     seed: int = 0
     capacity_gpus: int = 64
@@ -223,6 +225,8 @@ class WorkerSettings:
     def __post_init__(self) -> None:
         if self.window_s <= 0 or self.grace_s < 0:
             raise ConfigError("worker.window_s must be > 0 and worker.grace_s >= 0")
+        if self.batch_max < 1 or self.batch_within_s <= 0:
+            raise ConfigError("worker.batch_max must be >= 1 and worker.batch_within_s > 0")
 
 
 @dataclass(frozen=True)

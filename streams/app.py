@@ -27,6 +27,7 @@ from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
 from dprobe.models.planner import PlannerSettings
 from dprobe.models.window_agg import WindowSettings
 from dprobe.sim.forecasters import make_forecaster
+from dprobe.streams.deadletter import DeadLetters, ProcessingError, where
 from dprobe.streams.ingest import Ingest
 from dprobe.streams.planning import Planning
 from dprobe.streams.stats import WorkerStats
@@ -49,16 +50,6 @@ def broker_credentials(k: KafkaSettings) -> Any:
             ssl_context=ssl_ctx,
         )
     return faust.SSLCredentials(ssl_ctx)
-
-
-class _ProcessingError(Exception):
-    """An unexpected failure while processing one record (a bug, not bad input)."""
-
-    reason = "processing_error"
-
-
-def _where(message: Any) -> str:
-    return f"{message.topic}[{message.partition}]@{message.offset}"
 
 
 @dataclass
@@ -132,10 +123,11 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
     # bytes keys and values: faust then (de)serializes the changelog as raw bytes.
     hosts_table = app.Table("hosts", partitions=n_samples, key_type=bytes, value_type=bytes)
     window_table = app.Table("windows", partitions=s.partitions, key_type=bytes, value_type=bytes)
+    deadletters = DeadLetters(deadletter, stats)
     ingest = Ingest(
         hosts_table=hosts_table,
         updates_topic=updates,
-        deadletter_topic=deadletter,
+        deadletter=deadletters,
         window=cfg,
         stats=stats,
         max_message_bytes=s.max_message_bytes,
@@ -153,6 +145,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         window=cfg,
         stats=stats,
         sources=n_samples,
+        deadletter=deadletters,
         on_window=forward,
     )
     planning = Planning(
@@ -170,13 +163,13 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.exception("processing %s failed", _where(event.message))
-            await ingest.dead_letter(event.value, _ProcessingError(repr(exc)), event.message)
+            log.exception("processing %s failed", where(event.message))
+            await deadletters.send(event.value, ProcessingError(repr(exc)), event.message)
 
     @app.agent(samples, name="ingest")
     async def ingest_agent(stream: Any) -> None:
-        async for event in stream.events():
-            await guarded(lambda e: ingest.on_snapshot(e.value, e.message), event)
+        async for batch in stream.take_events(s.batch_max, within=s.batch_within_s):
+            await ingest.on_snapshots(batch)
 
     @app.agent(jobs, name="jobs")
     async def jobs_agent(stream: Any) -> None:
@@ -185,8 +178,8 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
 
     @app.agent(updates, name="windows")
     async def windows_agent(stream: Any) -> None:
-        async for event in stream.events():
-            await guarded(lambda e: windows.on_update(e.value, e.message.partition), event)
+        async for batch in stream.take_events(s.batch_max, within=s.batch_within_s):
+            await windows.on_updates(batch)
 
     @app.agent(planning_topic, name="planning")
     async def planning_agent(stream: Any) -> None:

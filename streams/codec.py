@@ -1,8 +1,9 @@
 """Bytes <-> plain state for table values and internal messages (msgspec JSON).
 
 Internal messages on the tenant-updates topic carry a one-byte kind prefix:
-``P`` a window partial (:class:`~dprobe.models.window_agg.Partial`), ``J`` a validated
-job event, ``W`` a source watermark ``[samples partition, event time]``.
+``P`` a list of window partials (:class:`~dprobe.models.window_agg.Partial`) of one
+tenant, in the order their snapshots were read; ``J`` a validated job event; ``W`` a
+source watermark ``[samples partition, event time]``.
 
 Example:
     >>> loads(dumps({"a": [1, 2]}))
@@ -20,7 +21,7 @@ from dprobe.schema import JobEvent
 
 _enc = msgspec.json.Encoder()
 _dec = msgspec.json.Decoder()
-_partial = msgspec.json.Decoder(Partial)
+_partials = msgspec.json.Decoder(list[Partial])
 _job = msgspec.json.Decoder(JobEvent)
 
 PARTIAL = b"P"
@@ -43,8 +44,8 @@ def loads(raw: bytes | None) -> Any:
     return None if raw is None else _dec.decode(raw)
 
 
-def encode_partial(p: Partial) -> bytes:
-    return PARTIAL + _enc.encode(p)
+def encode_partials(parts: list[Partial]) -> bytes:
+    return PARTIAL + _enc.encode(parts)
 
 
 def encode_job(ev: JobEvent) -> bytes:
@@ -58,12 +59,12 @@ def encode_watermark(w: SourceWatermark) -> bytes:
 _wm = msgspec.json.Decoder(SourceWatermark)
 
 
-def decode_update(raw: bytes) -> Partial | JobEvent | SourceWatermark:
+def decode_update(raw: bytes) -> list[Partial] | JobEvent | SourceWatermark:
     kind, body = raw[:1], raw[1:]
     if kind == WATERMARK:
         return _wm.decode(body)
     if kind == PARTIAL:
-        return _partial.decode(body)
+        return _partials.decode(body)
     if kind == JOB:
         return _job.decode(body)
     raise ValueError(f"unknown internal update kind {kind!r}")

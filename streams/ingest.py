@@ -1,10 +1,12 @@
 """Ingest stage (keyed by host): validate, dedupe, split per tenant, forward by tenant.
 
-For each record of ``dprobe.samples``: decode and validate the HostSnapshot (anything
-invalid goes to the dead-letter topic with reason, partition and offset, and the stream
-moves on); drop a duplicate ``(host, seq)``; count seq gaps per host; pre-aggregate the
-snapshot into one partial per tenant and send it to the tenant-keyed updates topic, so
-that topic carries one message per (snapshot, tenant) instead of one per process sample.
+Records of ``dprobe.samples`` are read in batches (up to ``batch_max`` records or
+``batch_within_s`` seconds, settings of the worker). For each record: decode and
+validate the HostSnapshot (anything invalid goes to the dead-letter topic with reason,
+partition and offset, and the stream moves on); drop a duplicate ``(host, seq)``; count
+seq gaps per host; pre-aggregate the snapshot into one partial per tenant. The partials
+of a batch go to the tenant-keyed updates topic as one message per tenant, so that topic
+carries a few messages per batch instead of one per process sample.
 
 Job events of ``dprobe.jobs`` are validated the same way and forwarded by tenant.
 
@@ -12,8 +14,9 @@ Every half second (or quarter window) of event time, each samples partition's pr
 snapshot time) is broadcast to every partition of the updates topic: the window stage
 closes a window only when every samples partition has passed it (see ``windows.py``).
 
-The per-host sequence state lives in a changelog-backed table written after the
-partials are sent; a replay after a crash re-sends identical partials, which the window
+The per-host sequence state lives in a changelog-backed table written only once the
+partials it accounts for are *delivered*, so after a crash the state never claims a
+snapshot whose partials were lost; a replay re-sends identical partials, which the window
 stage ignores (it applies each ``(host, seq)`` once).
 """
 
@@ -21,12 +24,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from dprobe import schema
 from dprobe.models import seq_tracker
-from dprobe.models.window_agg import WindowSettings, split_snapshot
-from dprobe.streams import codec
+from dprobe.models.window_agg import Partial, WindowSettings, split_snapshot
+from dprobe.streams import codec, table_io
+from dprobe.streams.deadletter import DeadLetters, ProcessingError, where
 from dprobe.streams.stats import WorkerStats
 
 log = logging.getLogger(__name__)
@@ -40,7 +45,7 @@ class Ingest:
         *,
         hosts_table: Any,
         updates_topic: Any,
-        deadletter_topic: Any,
+        deadletter: DeadLetters,
         window: WindowSettings,
         stats: WorkerStats,
         max_message_bytes: int,
@@ -49,7 +54,7 @@ class Ingest:
     ) -> None:
         self.hosts = hosts_table
         self.updates = updates_topic
-        self.deadletter = deadletter_topic
+        self.deadletter = deadletter
         self.window = window
         self.stats = stats
         self.max_bytes = max_message_bytes
@@ -62,34 +67,63 @@ class Ingest:
         self._assigned_at: dict[int, float] = {}
         self._seen_offset: dict[int, int] = {}
 
-    async def dead_letter(self, raw: bytes | None, error: Exception, message: Any) -> None:
-        """Send the invalid record to the dead-letter topic (the stream keeps going)."""
-        dl = schema.dead_letter(
-            raw if isinstance(raw, (bytes, bytearray)) else None,
-            error,
-            source_topic=message.topic,
-            partition=message.partition,
-            offset=message.offset,
-            ts=time.time(),
-        )
-        self.stats.dead_letter(dl.reason)
-        key = f"{message.topic}:{message.partition}:{message.offset}".encode()
-        await self.deadletter.send(key=key, value=schema.encode(dl))
+    async def on_snapshots(self, events: Sequence[Any]) -> None:
+        """Fold one batch of ``dprobe.samples`` records (faust events, in read order).
 
-    async def on_snapshot(self, raw: bytes | None, message: Any) -> None:
-        self._seen_offset[message.partition] = message.offset
-        try:
-            snap = schema.decode_snapshot(raw, max_bytes=self.max_bytes)
-        except schema.SchemaError as exc:
-            await self.dead_letter(raw, exc, message)
-            return
-        state = codec.loads(self.hosts.get(snap.host.encode())) or seq_tracker.initial()
+        Order of effects, so that nothing is lost or counted twice after a crash: the
+        partials of the whole batch (one message per tenant) are sent and their delivery
+        awaited; only then is the per-host sequence state written; then each source's
+        progress is announced. A crash before the state write replays the batch: the
+        window stage ignores the partials it already applied (per ``(host, seq)``).
+        """
+        by_tenant: dict[str, list[Partial]] = {}
+        hosts: dict[bytes, tuple[int, dict[str, Any]]] = {}
+        progress: dict[int, float] = {}
+        for event in events:
+            message = event.message
+            self._seen_offset[message.partition] = message.offset
+            try:
+                snap = schema.decode_snapshot(event.value, max_bytes=self.max_bytes)
+            except schema.SchemaError as exc:
+                await self.deadletter.send(event.value, exc, message)
+                continue
+            try:
+                parts = self._observe(snap, message.partition, hosts)
+            except Exception as exc:  # a bug, not bad input: never stall the partition
+                log.exception("processing %s failed", where(message))
+                await self.deadletter.send(event.value, ProcessingError(repr(exc)), message)
+                continue
+            for part in parts:
+                by_tenant.setdefault(part.tenant, []).append(part)
+            progress[message.partition] = max(progress.get(message.partition, 0.0), snap.ts)
+        sent = [
+            await self.updates.send(key=tenant.encode(), value=codec.encode_partials(parts))
+            for tenant, parts in sorted(by_tenant.items())
+        ]
+        for fut in sent:
+            await fut
+        for key, (partition, state) in hosts.items():
+            table_io.put(self.hosts, partition, key, codec.dumps(state))
+        for source, ts in sorted(progress.items()):
+            await self._advance(source, ts)
+
+    def _observe(
+        self,
+        snap: schema.HostSnapshot,
+        partition: int,
+        hosts: dict[bytes, tuple[int, dict[str, Any]]],
+    ) -> list[Partial]:
+        """Dedupe and gap-count one snapshot; its partials (none for a duplicate)."""
+        key = snap.host.encode()
+        known = hosts.get(key)
+        state = known[1] if known else codec.loads(self.hosts.get(key)) or seq_tracker.initial()
         state, verdict, lost = seq_tracker.observe(
             state, seq=snap.seq, ts=snap.ts, reset_after_s=self.reset_after_s
         )
+        hosts[key] = (partition, state)
         if verdict == "duplicate":
             self.stats.duplicates += 1
-            return
+            return []
         if verdict == "reset":
             self.stats.resets += 1
             log.warning("host %s restarted its sequence at %d", snap.host, snap.seq)
@@ -97,10 +131,7 @@ class Ingest:
             self.stats.lost_snapshots[snap.host] += lost
         self.stats.snapshots += 1
         self.stats.process_samples += len(snap.procs)
-        for part in split_snapshot(snap, self.window, lost=lost):
-            await self.updates.send(key=part.tenant.encode(), value=codec.encode_partial(part))
-        self.hosts[snap.host.encode()] = codec.dumps(state)
-        await self._advance(message.partition, snap.ts)
+        return split_snapshot(snap, self.window, lost=lost)
 
     async def _advance(self, source: int, ts: float) -> None:
         """Tell every window partition how far this samples partition has been forwarded.
@@ -162,7 +193,7 @@ class Ingest:
         try:
             ev = schema.decode_job_event(raw, max_bytes=self.max_bytes)
         except schema.SchemaError as exc:
-            await self.dead_letter(raw, exc, message)
+            await self.deadletter.send(raw, exc, message)
             return
         self.stats.job_events += 1
         await self.updates.send(key=ev.tenant.encode(), value=codec.encode_job(ev))

@@ -20,24 +20,33 @@ Table layout (one changelog-backed table, values are msgspec JSON):
 - ``p|PARTITION``: ``{"max_ts", "closed_end", "open": {tenant: [starts]}, "job_tenants",
   "sources": {samples partition: progress}}``.
 
+Updates are read in batches and applied in the order of their partition's log; the
+states a batch touches are decoded once and written back once, at the end of the batch.
+A window is closed right after the update that moves the watermark past its end, so its
+content depends only on the log, never on where a batch happens to end.
+
 Commit order (written down once, relied on for exactly-once *effects*): on close, every
 TenantWindow of that window start is produced and its delivery awaited; then the
 partition state (closed_end, open index) is written; then the window states are
 deleted. A crash before the partition state is written re-emits identical windows on
 replay (same state, same inputs); after it, replayed partials of those windows are late.
-Faust flushes the producer (changelog included) before committing source offsets.
+Window states record the last ``seq`` applied per host, so a replayed partial is never
+added twice. Faust flushes the producer (changelog included) before committing source
+offsets.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from dprobe import schema
 from dprobe.models import job_book
 from dprobe.models.window_agg import Partial, WindowSettings, add, initial, result
-from dprobe.streams import codec
+from dprobe.streams import codec, table_io
+from dprobe.streams.deadletter import DeadLetters, ProcessingError, where
 from dprobe.streams.stats import WorkerStats
 
 log = logging.getLogger(__name__)
@@ -55,6 +64,40 @@ def _pkey(partition: int) -> bytes:
     return f"p|{partition}".encode()
 
 
+class _Batch:
+    """The table values one partition's batch reads and writes, decoded once."""
+
+    def __init__(self, table: Any, partition: int) -> None:
+        self.table = table
+        self.partition = partition
+        self.values: dict[bytes, Any] = {}
+        self.dirty: set[bytes] = set()
+
+    def get(self, key: bytes) -> Any:
+        if key not in self.values:
+            self.values[key] = codec.loads(self.table.get(key))
+        return self.values[key]
+
+    def set(self, key: bytes, value: Any) -> None:
+        self.values[key] = value
+        self.dirty.add(key)
+
+    def write(self, key: bytes) -> None:
+        """Write one value now (and no more at the end of the batch)."""
+        table_io.put(self.table, self.partition, key, codec.dumps(self.values[key]))
+        self.dirty.discard(key)
+
+    def delete(self, key: bytes) -> None:
+        self.values[key] = None
+        self.dirty.discard(key)
+        table_io.delete(self.table, self.partition, key)
+
+    def flush(self) -> None:
+        for key in sorted(self.dirty):
+            table_io.put(self.table, self.partition, key, codec.dumps(self.values[key]))
+        self.dirty.clear()
+
+
 class Windows:
     """The per-record logic of the window agent; faust objects are injected."""
 
@@ -66,6 +109,7 @@ class Windows:
         window: WindowSettings,
         stats: WorkerStats,
         sources: int,
+        deadletter: DeadLetters,
         on_window: Any = None,
     ) -> None:
         self.table = table
@@ -73,68 +117,86 @@ class Windows:
         self.cfg = window
         self.stats = stats
         self.sources = sources
+        self.deadletter = deadletter
         self.on_window = on_window
         self.newest_source_ts = 0.0  # highest progress any samples partition reported here
 
-    def _pstate(self, partition: int) -> dict[str, Any]:
-        return codec.loads(self.table.get(_pkey(partition))) or {
-            "max_ts": 0.0,
-            "closed_end": 0.0,
-            "open": {},
-            "job_tenants": [],
-            "sources": {},
-        }
+    @staticmethod
+    def _initial_pstate() -> dict[str, Any]:
+        return {"max_ts": 0.0, "closed_end": 0.0, "open": {}, "job_tenants": [], "sources": {}}
 
-    async def on_update(self, raw: bytes, partition: int) -> None:
+    async def on_updates(self, events: Sequence[Any]) -> None:
+        """Apply one batch of tenant-updates records (faust events, in read order)."""
+        by_partition: dict[int, list[Any]] = {}
+        for event in events:
+            by_partition.setdefault(event.message.partition, []).append(event)
+        for partition, evs in sorted(by_partition.items()):
+            batch = _Batch(self.table, partition)
+            pkey = _pkey(partition)
+            ps = batch.get(pkey) or self._initial_pstate()
+            for event in evs:
+                try:
+                    await self._apply(event.value, ps, batch)
+                except Exception as exc:  # a bug, not bad input: never stall the partition
+                    log.exception("processing %s failed", where(event.message))
+                    await self.deadletter.send(
+                        event.value, ProcessingError(repr(exc)), event.message
+                    )
+            batch.set(pkey, ps)  # changed in place
+            batch.flush()
+
+    async def _apply(self, raw: bytes, ps: dict[str, Any], batch: _Batch) -> None:
+        before = self.watermark(ps)
         update = codec.decode_update(raw)
-        ps = self._pstate(partition)
-        if isinstance(update, Partial):
-            self._on_partial(update, ps)
+        if isinstance(update, list):
+            for part in update:
+                self._on_partial(part, ps, batch)
         elif isinstance(update, codec.SourceWatermark):
             self._on_source(update, ps)
         else:
-            self._on_job(update, ps)
-        self.table[_pkey(partition)] = codec.dumps(ps)
-        await self._close_ready(partition, ps)
+            self._on_job(update, ps, batch)
+        if self.watermark(ps) > before:
+            await self._close_ready(ps, batch)
 
-    def _on_partial(self, part: Partial, ps: dict[str, Any]) -> None:
+    def _on_partial(self, part: Partial, ps: dict[str, Any], batch: _Batch) -> None:
         if part.window_start + self.cfg.window_s <= ps["closed_end"]:
             self.stats.late_partials += 1
             return
         key = _wkey(part.tenant, part.window_start)
-        state = codec.loads(self.table.get(key)) or initial(part.tenant, part.window_start)
+        state = batch.get(key) or initial(part.tenant, part.window_start)
         new = add(state, part)
         if new is not state:
-            self.table[key] = codec.dumps(new)
+            batch.set(key, new)
             starts = ps["open"].setdefault(part.tenant, [])
             if part.window_start not in starts:
                 starts.append(part.window_start)
-        ps["max_ts"] = max(ps["max_ts"], part.ts)
 
     def _on_source(self, wm: codec.SourceWatermark, ps: dict[str, Any]) -> None:
         key = str(wm.source)
         ps["sources"][key] = max(ps["sources"].get(key, 0.0), wm.ts)
         self.newest_source_ts = max(self.newest_source_ts, wm.ts)
-        ps["max_ts"] = max(ps["max_ts"], wm.ts)
 
     def watermark(self, ps: dict[str, Any]) -> float:
-        """Event time up to which every samples partition has been forwarded, minus grace."""
+        """Event time up to which every samples partition has been forwarded, minus grace.
+
+        Before any samples partition has reported, only job events drive time (their newest
+        event time minus grace), and only while no window of samples is open.
+        """
         known = ps["sources"]
         if not known:
-            return ps["max_ts"] - self.cfg.grace_s
+            return float("-inf") if ps["open"] else ps["max_ts"] - self.cfg.grace_s
         if len(known) < self.sources:
             return float("-inf")
-        return min(known.values()) - self.cfg.grace_s
+        return float(min(known.values())) - self.cfg.grace_s
 
-    def _on_job(self, ev: schema.JobEvent, ps: dict[str, Any]) -> None:
+    def _on_job(self, ev: schema.JobEvent, ps: dict[str, Any], batch: _Batch) -> None:
         key = _jkey(ev.tenant)
-        book = codec.loads(self.table.get(key)) or job_book.initial()
-        self.table[key] = codec.dumps(job_book.apply(book, ev))
+        batch.set(key, job_book.apply(batch.get(key) or job_book.initial(), ev))
         if ev.tenant not in ps["job_tenants"]:
             ps["job_tenants"] = sorted([*ps["job_tenants"], ev.tenant])
         ps["max_ts"] = max(ps["max_ts"], ev.ts)
 
-    async def _close_ready(self, partition: int, ps: dict[str, Any]) -> None:
+    async def _close_ready(self, ps: dict[str, Any], batch: _Batch) -> None:
         w = self.cfg.window_s
         watermark = self.watermark(ps)
         starts = sorted({s for lst in ps["open"].values() for s in lst if s + w <= watermark})
@@ -142,12 +204,10 @@ class Windows:
             tenants = {t for t, lst in ps["open"].items() if start in lst}
             for t in ps["job_tenants"]:
                 if t not in tenants:
-                    pending, running = job_book.totals(
-                        codec.loads(self.table.get(_jkey(t))) or job_book.initial()
-                    )
+                    pending, running = job_book.totals(batch.get(_jkey(t)) or job_book.initial())
                     if pending or running:
                         tenants.add(t)
-            sent = [await self._emit(tenant, start) for tenant in sorted(tenants)]
+            sent = [await self._emit(tenant, start, batch) for tenant in sorted(tenants)]
             for fut, window in sent:  # delivered before the state that made them goes away
                 await fut
                 self.stats.windows_emitted += 1
@@ -159,16 +219,16 @@ class Windows:
                 ps["open"][t] = [s for s in ps["open"][t] if s != start]
                 if not ps["open"][t]:
                     del ps["open"][t]
-            self.table[_pkey(partition)] = codec.dumps(ps)
+            batch.write(_pkey(batch.partition))
             for tenant in sorted(tenants):
-                key = _wkey(tenant, start)
-                if key in self.table:
-                    del self.table[key]
+                batch.delete(_wkey(tenant, start))
 
-    async def _emit(self, tenant: str, start: float) -> tuple[Any, schema.TenantWindow]:
+    async def _emit(
+        self, tenant: str, start: float, batch: _Batch
+    ) -> tuple[Any, schema.TenantWindow]:
         """Send one closed window; returns (delivery future, window)."""
-        state = codec.loads(self.table.get(_wkey(tenant, start))) or initial(tenant, start)
-        book = codec.loads(self.table.get(_jkey(tenant))) or job_book.initial()
+        state = batch.get(_wkey(tenant, start)) or initial(tenant, start)
+        book = batch.get(_jkey(tenant)) or job_book.initial()
         pending, running = job_book.totals(book)
         window = result(state, self.cfg, pending_gpus=pending, scheduled_running_gpus=running)
         fut = await self.features.send(key=tenant.encode(), value=schema.encode(window))

@@ -91,13 +91,6 @@ async def test_windows_equal_plain_python_reference(kafka_bootstrap: str, tmp_pa
     _check(_by_key(raws), ref)
 
 
-@pytest.mark.xfail(
-    reason="known defect: when a worker is killed, the ingest stage's per-host sequence state "
-    "can reach the changelog before the partials of the same snapshot reach the updates "
-    "topic; the replay then drops those snapshots as duplicates (a window short by a few "
-    "samples, or a gap counted as lost). See docs/worker.md.",
-    strict=False,
-)
 async def test_sigkill_mid_window_then_restart_loses_and_double_counts_nothing(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
