@@ -12,6 +12,13 @@ As described for DProbe (Zhou et al., Euro-Par 2024) and implemented here:
   ``trend_band`` of the tenant's scale), sharing experts through one gate per task
   (:class:`~dprobe.models.forecast.mmoe_net.MMoENet`); with ``gate_changes`` the trend
   task decides whether p50 moves at all (see :meth:`MultiTaskForecaster.forecast`);
+- **online combination** (``combine``): per horizon, p50's change from now is
+  ``a * (the network's gated change) + b * (the step inside the newest window)``, with
+  ``(a, b)`` picked from ``combine_model_weights`` x ``combine_step_weights`` as the pair
+  with the lowest recent absolute error over forecasts whose target window has closed
+  (exponentially forgotten, ``combine_halflife`` forecasts); ``a`` shrinks the network's
+  change towards "same as now" where it has not paid off, ``b`` continues a change that
+  began inside the newest window (see :func:`window_step`);
 - **online training**: every closed window adds the row whose longest horizon has just
   passed to a FIFO replay buffer; every ``train_every`` new rows the model takes
   ``steps_per_train`` Adam steps on random batches of ``batch_size`` rows; forecasts use
@@ -40,6 +47,7 @@ from __future__ import annotations
 
 import copy
 import io
+import itertools
 import pickle
 import zlib
 from collections import deque
@@ -58,12 +66,38 @@ from dprobe.models.forecast.target import demand_of, first_windows
 DAY_S = 86_400.0
 IGNORE = -100  # cross-entropy ignore index (a target that never arrived)
 
+# one origin of a tenant: (window number, features, demand, scale, network outputs
+# [quantiles H x 2, trend probabilities H x 3] at the time the window closed, window step)
+Origin = tuple[int, np.ndarray, float, float, np.ndarray, float]
+
+
+def _whole(v: float) -> bool:
+    return abs(v - round(v)) <= 1e-6 * max(1.0, abs(v))
+
+
+def window_step(now: float, before: float | None, scale: float) -> float:
+    """Scaled change of the newest window if a step happened *inside* it, else 0.
+
+    GPU counts are whole numbers, so a window whose mean demand is not whole, after one
+    whose mean is, contains a change of level: part of the window ran at the old level,
+    part at the new one, and the level at the window's end lies beyond its mean. The
+    change from the window before, ``(now - before) / scale``, is then a candidate for
+    the change still to come (**assumption**: demand is sampled in whole GPUs; a series
+    whose windows are never whole gives 0 here, and the combination learns nothing from it).
+
+    >>> window_step(13.5, 10.0, 10.0), window_step(13.0, 10.0, 10.0), window_step(13.5, None, 1.0)
+    (0.35, 0.0, 0.0)
+    """
+    if before is None or _whole(now) or not _whole(before):
+        return 0.0
+    return (now - before) / scale
+
 
 class MultiTaskForecaster:
     """The DProbe multi-task MMoE predictor behind the Forecaster contract (see module doc)."""
 
     name = "dprobe-mmoe"
-    version = "1"
+    version = "2"
 
     def __init__(
         self,
@@ -90,6 +124,12 @@ class MultiTaskForecaster:
         trend_weight: float = 0.2,
         scale_weighted_loss: bool = False,
         ema_decay: float = 0.99,
+        combine: bool = True,
+        combine_model_weights: Sequence[float] = (1.0, 0.75, 0.5, 0.25, 0.0),
+        combine_step_weights: Sequence[float] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6),
+        combine_halflife: float = 5000.0,
+        combine_min_rows: int = 200,
+        combine_penalty: float = 0.01,
         utc_offset_s: float = 0.0,
         seed: int = 0,
     ) -> None:
@@ -115,6 +155,12 @@ class MultiTaskForecaster:
         self.trend_weight = trend_weight
         self.scale_weighted_loss = scale_weighted_loss
         self.ema_decay = ema_decay
+        self.combine = combine
+        self.combine_model_weights = combine_model_weights
+        self.combine_step_weights = combine_step_weights
+        self.combine_halflife = combine_halflife
+        self.combine_min_rows = combine_min_rows
+        self.combine_penalty = combine_penalty
         self.utc_offset_s = utc_offset_s
         self.seed = seed
         self._horizons = tuple(float(h) for h in horizons_s)
@@ -122,6 +168,15 @@ class MultiTaskForecaster:
             raise ValueError("horizons_s must be positive seconds")
         if list(self._horizons) != sorted(self._horizons):
             raise ValueError("horizons_s must be increasing")
+        # the pairs (weight of the network's change, weight of the window step); the first
+        # pair is what the combination starts from and prefers (see _choice)
+        self._grid = np.array(
+            list(itertools.product(combine_model_weights, combine_step_weights)), dtype=np.float64
+        )
+        if not len(self._grid):
+            raise ValueError("combine_model_weights and combine_step_weights must not be empty")
+        if not combine_halflife > 0:
+            raise ValueError("combine_halflife must be > 0")
         torch.set_num_threads(1)
         self._reset()
 
@@ -149,12 +204,14 @@ class MultiTaskForecaster:
         self._rng = np.random.default_rng(self.seed)
         self._buffer = ReplayBuffer(self.buffer_size, self._n_feat, len(self._horizons))
         self._hist: dict[str, TenantHistory] = {}
-        self._origins: dict[str, deque[tuple[int, np.ndarray, float, float]]] = {}
+        self._origins: dict[str, deque[Origin]] = {}
         self._slots: dict[str, int] = {}
         self._waiting: dict[str, list[float]] = {}  # first windows of unknown length
         self._new_rows = 0
         self._steps = 0
-        self._cache: dict[str, tuple[int, int, np.ndarray, float, float]] = {}
+        # per horizon: forgotten sums of each pair's absolute error (GPUs), and of counts
+        self._comb_err = np.zeros((len(self._horizons), len(self._grid)), dtype=np.float64)
+        self._comb_n = np.zeros(len(self._horizons), dtype=np.float64)
 
     def _steps_of(self, step_s: float) -> list[int]:
         return [max(round(h / step_s), 1) for h in self._horizons]
@@ -200,9 +257,10 @@ class MultiTaskForecaster:
         if n <= hist.last_idx:
             return  # late or repeated window: ignored
         quota = getattr(window, "quota_gpus", None)
+        demand = demand_of(window)
         hist.add(
             n,
-            demand_of(window),
+            demand,
             pending=max(float(window.pending_gpus or 0.0), 0.0),
             quota=float(quota) if quota else None,
         )
@@ -211,24 +269,77 @@ class MultiTaskForecaster:
             hist, k_lags=self.k_lags, horizon_steps=steps, utc_offset_s=self.utc_offset_s
         )
         origins = self._origins[tenant]
-        origins.append((n, x, y, scale))
+        self._score_matured(origins, steps, n, demand)
         while origins and origins[0][0] + max(steps) <= n:
             self._label(tenant, hist, steps, origins.popleft())
-        self._cache.pop(tenant, None)
         if self._new_rows >= self.train_every and len(self._buffer) >= self.min_rows:
             self._new_rows = 0
             for _ in range(self.steps_per_train):
                 self._train_step()
+        # the forecast from this window is made once, now, with the weights as they are
+        step = window_step(y, hist.value(n - 1), scale)
+        origins.append((n, x, y, scale, self._forward(x, self._slots[tenant]), step))
+
+    def _forward(self, x: np.ndarray, slot: int) -> np.ndarray:
+        """Network outputs for one origin: quantiles [H x 2] then trend probabilities [H x 3]."""
+        with torch.no_grad():
+            q, logits = self._ema(torch.from_numpy(x).unsqueeze(0), torch.tensor([slot]))
+        return np.concatenate(
+            [q[0].numpy().ravel(), torch.softmax(logits[0], dim=1).numpy().ravel()]
+        )
+
+    def _gated(self, packed: np.ndarray) -> np.ndarray:
+        """The network's scaled p50 change per horizon, after the trend gate."""
+        nh = len(self._horizons)
+        z50 = packed[0 : 2 * nh : 2].astype(np.float64)
+        if self.gate_changes:
+            probs = packed[2 * nh :].reshape(nh, 3)
+            z50[np.maximum(probs[:, 0], probs[:, 2]) < self.gate_threshold] = 0.0
+        return z50
+
+    def _score_matured(self, origins: deque[Origin], steps: list[int], n: int, now: float) -> None:
+        """Charge every combination pair its error on the forecasts whose target is window n."""
+        if not self.combine:
+            return
+        decay = 0.5 ** (1.0 / self.combine_halflife)
+        for o, _, y0, scale, packed, step in origins:
+            hits = [i for i, s in enumerate(steps) if o + s == n]
+            if not hits:
+                continue
+            z = self._gated(packed)
+            for i in hits:
+                change = self._grid[:, 0] * z[i] + self._grid[:, 1] * step
+                err = np.abs(np.maximum(y0 + scale * change, 0.0) - now)
+                self._comb_err[i] *= decay
+                self._comb_err[i] += err
+                self._comb_n[i] = self._comb_n[i] * decay + 1.0
+
+    def _choice(self) -> np.ndarray:
+        """Per horizon, the index of the pair in use (the first until ``combine_min_rows``).
+
+        The pair with the lowest mean recent error wins; moving the network's weight away
+        from the first one costs ``combine_penalty`` x (the first pair's error) per unit
+        of weight, a prior that keeps the trained output unless shrinking it clearly pays.
+        """
+        out = np.zeros(len(self._horizons), dtype=np.int64)
+        if not self.combine:
+            return out
+        dev = np.abs(self._grid[:, 0] - self._grid[0, 0])
+        for i, cnt in enumerate(self._comb_n):
+            if cnt >= self.combine_min_rows:
+                mean = self._comb_err[i] / cnt
+                out[i] = int(np.argmin(mean + self.combine_penalty * mean[0] * dev))
+        return out
 
     def _label(
         self,
         tenant: str,
         hist: TenantHistory,
         steps: list[int],
-        origin: tuple[int, np.ndarray, float, float],
+        origin: Origin,
     ) -> None:
-        """Turn a matured origin ``(window, features, demand, scale)`` into a buffer row."""
-        o, x, y0, scale = origin
+        """Turn a matured origin ``(window, features, demand, scale, ...)`` into a buffer row."""
+        o, x, y0, scale = origin[:4]
         targets = np.zeros(len(steps), dtype=np.float32)
         mask = np.zeros(len(steps), dtype=np.float32)
         for i, s in enumerate(steps):
@@ -269,50 +380,30 @@ class MultiTaskForecaster:
             for pe, p in zip(self._ema.parameters(), self._net.parameters(), strict=True):
                 pe.mul_(d).add_(p, alpha=1.0 - d)
         self._steps += 1
-        self._cache.clear()
 
-    def _predict(self, tenant: str) -> tuple[np.ndarray, np.ndarray, float, float]:
-        """(scaled quantiles [H, 2], trend probabilities [H, 3], demand now, scale)."""
-        hist = self._hist[tenant]
-        cached = self._cache.get(tenant)
-        if cached is None or cached[0] != hist.last_idx or cached[1] != self._steps:
-            origins = self._origins[tenant]
-            if origins and origins[-1][0] == hist.last_idx:  # built when the window closed
-                _, x, y, scale = origins[-1]
-            else:
-                x, y, scale = origin_features(
-                    hist,
-                    k_lags=self.k_lags,
-                    horizon_steps=self._steps_of(hist.step_s),
-                    utc_offset_s=self.utc_offset_s,
-                )
-            with torch.no_grad():
-                q, logits = self._ema(
-                    torch.from_numpy(x).unsqueeze(0), torch.tensor([self._slots[tenant]])
-                )
-            packed = np.concatenate(
-                [q[0].numpy().ravel(), torch.softmax(logits[0], dim=1).numpy().ravel()]
-            )
-            cached = (hist.last_idx, self._steps, packed, y, scale)
-            self._cache[tenant] = cached
-        packed, y, scale = cached[2], cached[3], cached[4]
+    def _predict(self, tenant: str) -> tuple[np.ndarray, np.ndarray, float, float, float]:
+        """(scaled quantiles [H, 2], trend probabilities [H, 3], demand now, scale, step)."""
+        _, _, y, scale, packed, step = self._origins[tenant][-1]  # made when it closed
         nh = len(self._horizons)
-        return packed[: 2 * nh].reshape(nh, 2), packed[2 * nh :].reshape(nh, 3), y, scale
+        return packed[: 2 * nh].reshape(nh, 2), packed[2 * nh :].reshape(nh, 3), y, scale, step
 
     def forecast(self, tenant: str, horizons: Sequence[float]) -> dict[float, tuple[float, float]]:
         """``{horizon_s: (p50, p90)}`` in GPUs; an unseen tenant gets ``(0.0, 0.0)``.
 
         With ``gate_changes``, a horizon whose trend head gives neither "down" nor "up" a
-        probability of at least ``gate_threshold`` keeps p50 = demand now: the median of a
-        change that is more often than not "flat" is no change (0.5 is the median's own
-        definition; a higher threshold leaves a margin for miscalibration).
+        probability of at least ``gate_threshold`` keeps the network's p50 change at 0: the
+        median of a change that is more often than not "flat" is no change (0.5 is the
+        median's own definition; a higher threshold leaves a margin for miscalibration).
+        With ``combine``, p50's change is then ``a * that change + b * window step`` with
+        the pair ``(a, b)`` that has had the lowest recent error (:meth:`combination`).
         """
         if tenant not in self._hist:
             return dict.fromkeys(horizons, (0.0, 0.0))
-        q, probs, y, scale = self._predict(tenant)
-        z50 = q[:, 0].copy()
-        if self.gate_changes:
-            z50[np.maximum(probs[:, 0], probs[:, 2]) < self.gate_threshold] = 0.0
+        q, _, y, scale, step = self._predict(tenant)
+        z50 = self._gated(self._origins[tenant][-1][4])
+        if self.combine:
+            pair = self._grid[self._choice()]
+            z50 = pair[:, 0] * z50 + pair[:, 1] * step
         knots = [0.0, *self._horizons]
         z50s = [0.0, *z50.tolist()]
         z90s = [0.0, *q[:, 1].tolist()]
@@ -323,6 +414,18 @@ class MultiTaskForecaster:
             p90 = max(y + scale * float(np.interp(hh, knots, z90s)), p50)
             out[h] = (p50, p90)
         return out
+
+    def combination(self) -> dict[float, dict[str, float]]:
+        """Per trained horizon, the weights in use: ``{"model": a, "step": b}``.
+
+        >>> MultiTaskForecaster(horizons_s=(600.0,)).combination()
+        {600.0: {'model': 1.0, 'step': 0.0}}
+        """
+        pair = self._grid[self._choice()]
+        return {
+            h: {"model": float(a), "step": float(b)}
+            for h, (a, b) in zip(self._horizons, pair, strict=True)
+        }
 
     def trend(self, tenant: str) -> dict[float, dict[str, float]]:
         """Per trained horizon, probabilities of ``{"down", "flat", "up"}`` beyond +-band.
@@ -354,9 +457,14 @@ class MultiTaskForecaster:
                 "buffer": self._buffer.to_state(),
                 "hist": {t: h.to_state() for t, h in self._hist.items()},
                 "origins": {
-                    t: [[o, torch.from_numpy(x.copy()), y, s] for o, x, y, s in d]
+                    t: [
+                        [o, torch.from_numpy(x.copy()), y, s, torch.from_numpy(p.copy()), st]
+                        for o, x, y, s, p, st in d
+                    ]
                     for t, d in self._origins.items()
                 },
+                "combine_err": torch.from_numpy(self._comb_err.copy()),
+                "combine_n": torch.from_numpy(self._comb_n.copy()),
                 "slots": dict(self._slots),
                 "waiting": dict(self._waiting),
                 "new_rows": self._new_rows,
@@ -374,11 +482,24 @@ class MultiTaskForecaster:
         self._rng.bit_generator.state = state["rng"]
         self._buffer.load_state(state["buffer"])
         self._hist = {t: TenantHistory.from_state(h) for t, h in state["hist"].items()}
-        self._origins = {
-            t: deque((int(o), x.numpy().copy(), float(y), float(s)) for o, x, y, s in d)
-            for t, d in state["origins"].items()
-        }
         self._slots = dict(state["slots"])
+        self._origins = {}
+        for t, d in state["origins"].items():
+            origins: deque[Origin] = deque()
+            for o, x, y, s, *made in d:
+                xs = x.numpy().copy()
+                if made:  # (outputs, step) as made when the window closed
+                    packed, step = made[0].numpy().copy(), float(made[1])
+                else:  # a checkpoint from before the combination: outputs made now
+                    packed, step = self._forward(xs, self._slots[t]), 0.0
+                origins.append((int(o), xs, float(y), float(s), packed, step))
+            self._origins[t] = origins
+        if "combine_err" in state:
+            err = state["combine_err"].numpy().copy()
+            if err.shape != self._comb_err.shape:
+                raise ValueError("combination state does not fit combine_* settings")
+            self._comb_err = err
+            self._comb_n = state["combine_n"].numpy().copy()
         self._waiting = {t: list(v) for t, v in state.get("waiting", {}).items()}
         self._new_rows = int(state["new_rows"])
         self._steps = int(state["steps"])

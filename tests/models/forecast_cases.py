@@ -53,6 +53,8 @@ def small_mmoe(seed: int = 0) -> MultiTaskForecaster:
         min_rows=16,
         train_every=4,
         buffer_size=500,
+        combine_min_rows=16,  # so the online combination is exercised by short streams
+        combine_halflife=200.0,
         seed=seed,
     )
 

@@ -132,3 +132,73 @@ def test_memory_per_tenant_is_bounded() -> None:
     assert len(m._origins["vc-a"]) <= 7  # origins wait only for the longest horizon
     assert len(m._buffer) <= 2000
     assert np.isfinite(m.forecast("vc-a", [STEP])[STEP][0])
+
+
+def _minute_steps(tenant: str, n_windows: int, seed: int, mean_run_min: float = 240.0) -> list:
+    """Whole-GPU demand that jumps to a new level at random minutes and stays there for
+    hours, averaged into 10-minute windows: a window holding a jump has a mean between
+    the old and the new level, so the level at its end lies beyond its mean."""
+    rng = np.random.default_rng(seed)
+    level, minutes = 40, []
+    while len(minutes) < 10 * n_windows:
+        minutes += [level] * max(int(rng.exponential(mean_run_min)), 1)
+        level = int(np.clip(level + rng.choice([-1, 1]) * rng.integers(4, 16), 4, 120))
+    per_window = np.asarray(minutes[: 10 * n_windows], dtype=float).reshape(n_windows, 10)
+    return [win(tenant, i, float(v)) for i, v in enumerate(per_window.mean(axis=1))]
+
+
+def _random_walk(tenant: str, n_windows: int, seed: int) -> list:
+    rng = np.random.default_rng(seed)
+    y = 200 + np.cumsum(rng.integers(-6, 7, size=n_windows))
+    return [win(tenant, i, float(max(v, 0))) for i, v in enumerate(y)]
+
+
+def test_combination_shrinks_the_network_on_a_random_walk() -> None:
+    # ungated and trained hard, the network forecasts noise; on a random walk no change
+    # is the best forecast, and the combination learns to drop the network's change
+    m = _model(gate_changes=False, lr=1e-2, combine_min_rows=50, combine_halflife=300.0)
+    windows = _random_walk("vc-a", 1200, seed=1) + _random_walk("vc-b", 1200, seed=2)
+    windows.sort(key=lambda w: (w.window_end, w.tenant))
+    start = windows[1600].window_end
+    res = rolling_origin(windows, [LastValue(), m], [STEP, 6 * STEP], test_start=start)
+    weights = m.combination()
+    assert all(w["model"] <= 0.25 for w in weights.values())
+    assert all(w["step"] == 0.0 for w in weights.values())  # whole windows: no steps inside
+    mase = {(r.model, r.horizon_s): r.mase for r in res.rows}
+    assert mase[("dprobe-mmoe", 6 * STEP)] < 1.01
+    plain = _model(gate_changes=False, lr=1e-2, combine=False)  # the network alone
+    res_plain = rolling_origin(windows, [LastValue(), plain], [6 * STEP], test_start=start)
+    assert mase[("dprobe-mmoe", 6 * STEP)] < {r.model: r.mase for r in res_plain.rows}[plain.name]
+
+
+def test_combination_continues_a_step_inside_the_newest_window() -> None:
+    windows = _minute_steps("vc-a", 1500, seed=3)
+    m = _model(combine_min_rows=50)
+    res = rolling_origin(windows, [LastValue(), m], [STEP], test_start=windows[1000].window_end)
+    assert m.combination()[STEP]["step"] > 0.0
+    mase = {r.model: r.mase for r in res.rows}
+    assert mase["dprobe-mmoe"] < 0.98
+    alone = _model(combine=False)  # the same network without the combination
+    res = rolling_origin(windows, [LastValue(), alone], [STEP], test_start=windows[1000].window_end)
+    assert mase["dprobe-mmoe"] < {r.model: r.mase for r in res.rows}[alone.name]
+
+
+def test_combination_starts_as_the_network_alone() -> None:
+    m = _model(gate_changes=False, combine_min_rows=10**9)
+    for w in _square("vc-a", 300, 10.0, 40.0):
+        m.learn_one(w)
+    off = _model(gate_changes=False, combine=False)
+    for w in _square("vc-a", 300, 10.0, 40.0):
+        off.learn_one(w)
+    assert m.combination() == {
+        STEP: {"model": 1.0, "step": 0.0},
+        6 * STEP: {"model": 1.0, "step": 0.0},
+    }
+    assert m.forecast("vc-a", [STEP, 6 * STEP]) == off.forecast("vc-a", [STEP, 6 * STEP])
+
+
+def test_combination_settings_are_validated() -> None:
+    with pytest.raises(ValueError, match="empty"):
+        MultiTaskForecaster(combine_step_weights=())
+    with pytest.raises(ValueError, match="halflife"):
+        MultiTaskForecaster(combine_halflife=0.0)
