@@ -212,6 +212,7 @@ class MultiTaskForecaster:
         # per horizon: forgotten sums of each pair's absolute error (GPUs), and of counts
         self._comb_err = np.zeros((len(self._horizons), len(self._grid)), dtype=np.float64)
         self._comb_n = np.zeros(len(self._horizons), dtype=np.float64)
+        self._chosen: np.ndarray | None = None  # _choice() until the next scoring
 
     def _steps_of(self, step_s: float) -> list[int]:
         return [max(round(h / step_s), 1) for h in self._horizons]
@@ -302,17 +303,24 @@ class MultiTaskForecaster:
         if not self.combine:
             return
         decay = 0.5 ** (1.0 / self.combine_halflife)
-        for o, _, y0, scale, packed, step in origins:
-            hits = [i for i, s in enumerate(steps) if o + s == n]
-            if not hits:
+        for i, s in enumerate(steps):
+            origin = self._origin_at(origins, n - s)
+            if origin is None:
                 continue
-            z = self._gated(packed)
-            for i in hits:
-                change = self._grid[:, 0] * z[i] + self._grid[:, 1] * step
-                err = np.abs(np.maximum(y0 + scale * change, 0.0) - now)
-                self._comb_err[i] *= decay
-                self._comb_err[i] += err
-                self._comb_n[i] = self._comb_n[i] * decay + 1.0
+            _, _, y0, scale, packed, step = origin
+            change = self._grid[:, 0] * self._gated(packed)[i] + self._grid[:, 1] * step
+            err = np.abs(np.maximum(y0 + scale * change, 0.0) - now)
+            self._comb_err[i] *= decay
+            self._comb_err[i] += err
+            self._comb_n[i] = self._comb_n[i] * decay + 1.0
+        self._chosen = None
+
+    @staticmethod
+    def _origin_at(origins: deque[Origin], o: int) -> Origin | None:
+        j = len(origins) - (origins[-1][0] - o) - 1 if origins else -1
+        if 0 <= j < len(origins) and origins[j][0] == o:  # no window missing in between
+            return origins[j]
+        return next((e for e in origins if e[0] == o), None)
 
     def _choice(self) -> np.ndarray:
         """Per horizon, the index of the pair in use (the first until ``combine_min_rows``).
@@ -321,14 +329,16 @@ class MultiTaskForecaster:
         from the first one costs ``combine_penalty`` x (the first pair's error) per unit
         of weight, a prior that keeps the trained output unless shrinking it clearly pays.
         """
+        if self._chosen is not None:
+            return self._chosen
         out = np.zeros(len(self._horizons), dtype=np.int64)
-        if not self.combine:
-            return out
-        dev = np.abs(self._grid[:, 0] - self._grid[0, 0])
-        for i, cnt in enumerate(self._comb_n):
-            if cnt >= self.combine_min_rows:
-                mean = self._comb_err[i] / cnt
-                out[i] = int(np.argmin(mean + self.combine_penalty * mean[0] * dev))
+        if self.combine:
+            dev = np.abs(self._grid[:, 0] - self._grid[0, 0])
+            for i, cnt in enumerate(self._comb_n):
+                if cnt >= self.combine_min_rows:
+                    mean = self._comb_err[i] / cnt
+                    out[i] = int(np.argmin(mean + self.combine_penalty * mean[0] * dev))
+        self._chosen = out
         return out
 
     def _label(
@@ -500,6 +510,7 @@ class MultiTaskForecaster:
                 raise ValueError("combination state does not fit combine_* settings")
             self._comb_err = err
             self._comb_n = state["combine_n"].numpy().copy()
+            self._chosen = None
         self._waiting = {t: list(v) for t, v in state.get("waiting", {}).items()}
         self._new_rows = int(state["new_rows"])
         self._steps = int(state["steps"])
