@@ -2,11 +2,13 @@
 
 Each closed window is learned by the forecaster (once: a window at or before what a
 tenant has already learned is a replayed duplicate and is skipped). Planning instants
-are window ends: when the first window ending ``plan_delay_windows`` windows after an end
-arrives, that end is planned, with the windows learned so far (window partitions close
-an end at about the same time, so one window of slack lets every tenant's window of that
-end arrive first; a straggler is still learned). A plan asks the
-forecaster for (p50, p90) at ``horizon_s`` for every tenant seen in the last
+are window ends. The windows of different tenants are closed by different window
+partitions, which can be far apart (a backlog after an outage, a rebalance), so an end is
+planned only when every one of the ``window_partitions`` partitions has reported, through
+:meth:`PlanLoop.on_progress`, that it emitted all its windows ending at or before it;
+the forecaster learns the windows of each end just before that end is planned, in
+(end, tenant) order, so plans do not depend on which partition ran ahead. A plan asks
+the forecaster for (p50, p90) at ``horizon_s`` for every tenant seen in the last
 ``tenant_ttl_windows`` windows and hands them to the :class:`~dprobe.models.planner.Planner`.
 
 Quotas: the loop assumes its moves are applied (the scheduler consumes the events). At the
@@ -14,23 +16,25 @@ first plan, ``capacity_gpus`` is split in whole nodes evenly between the tenants
 (assumption; set ``initial_quotas`` to start from the cluster's real quotas); a tenant
 that appears later starts at 0 and borrows idle nodes.
 
-Same inputs in the same order and the same starting state give the same plans and the
-same ``event_id``s, so a worker that restarts from its last checkpoint and replays the
-windows since then re-emits identical events, which consumers drop.
+The same windows and progress reports, interleaved across partitions in any order, and
+the same starting state give the same plans and the same ``event_id``s, so a worker that
+restarts from its last checkpoint and replays the windows since then re-emits identical
+events, which consumers drop.
 
 Example:
     >>> from dprobe.models.forecast.baselines import LastValue
     >>> from dprobe.schema import LevelCounts, TenantWindow
-    >>> loop = PlanLoop(LastValue(), PlanLoopSettings(capacity_gpus=32, horizon_s=600))
+    >>> settings = PlanLoopSettings(capacity_gpus=32, horizon_s=600, window_partitions=2)
+    >>> loop = PlanLoop(LastValue(), settings)
     >>> def w(t, end, run):
     ...     return TenantWindow(tenant=t, window_start=end - 60, window_end=end, hosts=1,
     ...         gpus_busy=run, instances=run, util_sum=0, level_counts=LevelCounts(),
     ...         effective_demand_gpus=run, pending_gpus=0, running_gpus=run)
-    >>> loop.on_window(w("a", 60, 30.0)) + loop.on_window(w("b", 60, 1.0))
+    >>> loop.on_window(w("a", 60, 30.0))    # tenant "a" lives in window partition 0
+    >>> loop.on_progress(0, 60.0)           # partition 1 has not closed 60 yet: no plan
     []
-    >>> loop.on_window(w("a", 120, 30.0)) + loop.on_window(w("b", 120, 1.0))
-    []
-    >>> [(e.tenant, e.action, e.delta_gpus) for e in loop.on_window(w("a", 180, 30.0))]
+    >>> loop.on_window(w("b", 60, 1.0))     # tenant "b", partition 1
+    >>> [(e.tenant, e.action, e.delta_gpus) for e in loop.on_progress(1, 60.0)]
     [('a', 'scale_up', 8.0), ('b', 'scale_down', -8.0)]
 """
 
@@ -45,7 +49,7 @@ from typing import Any
 
 from dprobe.models.forecast.base import Forecaster
 from dprobe.models.forecast.target import demand_of
-from dprobe.models.planner import PlanInput, Planner, PlannerSettings, TenantState, _ceil_node
+from dprobe.models.planner import PlanInput, Planner, PlannerSettings, TenantState, ceil_to_node
 from dprobe.models.planner_events import scaling_events
 from dprobe.schema import ScalingEvent, TenantWindow
 
@@ -59,7 +63,7 @@ class PlanLoopSettings:
     guaranteed_gpus: int = 0
     initial_quotas: Mapping[str, int] = field(default_factory=dict)
     tenant_ttl_windows: int = 5
-    plan_delay_windows: int = 1
+    window_partitions: int = 1
     planner: PlannerSettings = field(default_factory=PlannerSettings)
 
 
@@ -85,7 +89,8 @@ class PlanLoop:
         self.planner = Planner(self.settings.planner)
         self._learned: dict[str, float] = {}
         self._last: dict[str, TenantWindow] = {}
-        self._ends: set[float] = set()
+        self._pending: dict[tuple[float, str], TenantWindow] = {}
+        self._progress: dict[int, float] = {}
         self._planned_upto = -math.inf
         self._quotas: dict[str, int] = dict(self.settings.initial_quotas)
         self._forecasts: dict[str, dict[float, tuple[float, float]]] = {}
@@ -95,25 +100,41 @@ class PlanLoop:
         self._errors: dict[str, dict[float, float]] = {}
 
     # -- the loop ---------------------------------------------------------------------
-    def on_window(self, window: TenantWindow) -> list[ScalingEvent]:
-        """Learn one closed window; return the events of every plan it completes."""
+    def on_window(self, window: TenantWindow) -> None:
+        """Take one closed window. A replayed one (at or before what its tenant has learned)
+        is skipped; a window of an end not planned yet waits for it, so the forecaster learns
+        windows in (end, tenant) order whatever order the partitions deliver them in."""
         end = window.window_end
         if end <= self._learned.get(window.tenant, -math.inf):
+            return
+        if end <= self._planned_upto:  # a straggler for an end already planned
+            self._learn(window)
+            return
+        self._pending[(end, window.tenant)] = window
+
+    def on_progress(self, partition: int, upto: float) -> list[ScalingEvent]:
+        """Window partition ``partition`` emitted every window ending at or before ``upto``;
+        learns the windows of every end all partitions have passed, planning each end after
+        its windows; returns the events of those plans."""
+        if upto <= self._progress.get(partition, -math.inf):
             return []
+        self._progress[partition] = upto
+        if len(self._progress) < self.settings.window_partitions:
+            return []
+        ready = min(self._progress.values())
         events: list[ScalingEvent] = []
-        length = window.window_end - window.window_start
-        ready = end - self.settings.plan_delay_windows * length - 1e-6
-        for planned in sorted(e for e in self._ends if self._planned_upto < e < ready):
-            events += self._plan(planned)
-            self._planned_upto = planned
-        self._ends = {e for e in self._ends if e > self._planned_upto}
-        if end > self._planned_upto:
-            self._ends.add(end)
+        for end in sorted({e for e, _ in self._pending if e <= ready}):
+            for key in sorted(k for k in self._pending if k[0] == end):
+                self._learn(self._pending.pop(key))
+            events += self._plan(end)
+            self._planned_upto = end
+        return events
+
+    def _learn(self, window: TenantWindow) -> None:
         self._score(window)
         self.forecaster.learn_one(window)
-        self._learned[window.tenant] = end
+        self._learned[window.tenant] = window.window_end
         self._last[window.tenant] = window
-        return events
 
     def _active(self, at: float) -> list[str]:
         ttl = self.settings.tenant_ttl_windows
@@ -140,7 +161,7 @@ class PlanLoop:
             self._outstanding[(t, at + h)] = (h, p50)
             w = self._last[t]
             quota = self._quotas.setdefault(t, 0)
-            busy = _ceil_node(max(w.running_gpus, 0.0), node)
+            busy = ceil_to_node(max(w.running_gpus, 0.0), node)
             states.append(
                 TenantState(
                     tenant=t,
@@ -150,7 +171,7 @@ class PlanLoop:
                     p50=max(0.0, p50),
                     p90=max(0.0, p90, p50),
                     horizon_s=h,
-                    need_gpus=float(_ceil_node(max(demand_of(w), 0.0), node)),
+                    need_gpus=float(ceil_to_node(max(demand_of(w), 0.0), node)),
                 )
             )
         capacity = max(s.capacity_gpus, sum(st.quota_gpus for st in states))
@@ -201,7 +222,8 @@ class PlanLoop:
             "planner": self.planner.state_dict(),
             "learned": dict(self._learned),
             "last": {t: to_builtins(w) for t, w in self._last.items()},
-            "ends": sorted(self._ends),
+            "pending": [to_builtins(w) for _, w in sorted(self._pending.items())],
+            "progress": dict(self._progress),
             "planned_upto": self._planned_upto,
             "quotas": dict(self._quotas),
             "forecasts": {
@@ -218,7 +240,11 @@ class PlanLoop:
         self.planner.load_state_dict(state["planner"])
         self._learned = dict(state["learned"])
         self._last = {t: msgspec.convert(w, TenantWindow) for t, w in state["last"].items()}
-        self._ends = set(state["ends"])
+        self._pending = {
+            (w.window_end, w.tenant): w
+            for w in (msgspec.convert(x, TenantWindow) for x in state.get("pending", []))
+        }
+        self._progress = {int(p): u for p, u in state.get("progress", {}).items()}
         self._planned_upto = state["planned_upto"]
         self._quotas = dict(state["quotas"])
         self._forecasts = {

@@ -188,10 +188,10 @@ class Planner:
                 current=t.quota_gpus,
                 desired=desired[t.tenant],
                 node_gpus=node,
-                floor=min(_ceil_node(t.need_gpus, node), desired[t.tenant]),
+                floor=min(ceil_to_node(t.need_gpus, node), desired[t.tenant]),
             )
             if t.quota_gpus < t.guaranteed_gpus:  # restoring a guarantee is never damped away
-                target = max(target, _ceil_node(t.guaranteed_gpus, node))
+                target = max(target, ceil_to_node(t.guaranteed_gpus, node))
             damped[t.tenant] = target
         want = {
             t.tenant: damped[t.tenant] - t.quota_gpus
@@ -259,7 +259,8 @@ def _validate(inp: PlanInput, node: int) -> None:
             raise ValueError(f"{t.tenant}: forecasts and need must be finite and >= 0")
 
 
-def _ceil_node(gpus: float, node: int) -> int:
+def ceil_to_node(gpus: float, node: int) -> int:
+    """GPUs rounded up to whole nodes of ``node`` GPUs: ``ceil_to_node(9, 8) -> 16``."""
     return math.ceil(gpus / node - 1e-9) * node
 
 
@@ -268,9 +269,9 @@ def _desired(s: PlannerSettings, t: TenantState, capacity: int) -> int:
     cap = capacity if t.max_quota_gpus is None else min(capacity, t.max_quota_gpus)
     cap -= cap % s.node_gpus
     want = max(
-        _ceil_node(q * (1 + s.headroom), s.node_gpus),
-        _ceil_node(t.need_gpus, s.node_gpus),
-        _ceil_node(t.guaranteed_gpus, s.node_gpus),
+        ceil_to_node(q * (1 + s.headroom), s.node_gpus),
+        ceil_to_node(t.need_gpus, s.node_gpus),
+        ceil_to_node(t.guaranteed_gpus, s.node_gpus),
     )
     return min(want, cap)
 
@@ -279,7 +280,7 @@ def _offer(t: TenantState, target: int, node: int) -> int:
     """GPUs a tenant lends: down to its damped target, idle nodes only, never below guarantee."""
     if target >= t.quota_gpus:
         return 0
-    floor = max(target, _ceil_node(t.guaranteed_gpus, node))
+    floor = max(target, ceil_to_node(t.guaranteed_gpus, node))
     amount = min(t.idle_gpus, t.quota_gpus - floor)
     return max(0, amount - amount % node)
 
@@ -292,12 +293,12 @@ def _urgent(
     forecast says: waiting jobs come before capacity kept for forecast demand."""
     want, offer = {}, {}
     for t in tenants:
-        need = _ceil_node(t.need_gpus, node)
+        need = ceil_to_node(t.need_gpus, node)
         w = min(damped[t.tenant], need) - t.quota_gpus
         if w > 0:
             want[t.tenant] = w
             continue
-        keep = max(need, _ceil_node(t.guaranteed_gpus, node))
+        keep = max(need, ceil_to_node(t.guaranteed_gpus, node))
         amount = min(t.idle_gpus, t.quota_gpus - keep)
         offer[t.tenant] = max(0, amount - amount % node)
     return _match(want, offer, below, node)

@@ -27,6 +27,7 @@ from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
 from dprobe.models.planner import PlannerSettings
 from dprobe.models.window_agg import WindowSettings
 from dprobe.sim.forecasters import make_forecaster
+from dprobe.streams import codec
 from dprobe.streams.deadletter import DeadLetters, ProcessingError, where
 from dprobe.streams.ingest import Ingest
 from dprobe.streams.planning import Planning
@@ -68,6 +69,7 @@ def window_settings(s: WorkerSettings) -> WindowSettings:
 
 def plan_settings(s: WorkerSettings) -> PlanLoopSettings:
     return PlanLoopSettings(
+        window_partitions=s.partitions,
         capacity_gpus=s.capacity_gpus,
         horizon_s=s.plan_horizon_s,
         guaranteed_gpus=s.guaranteed_gpus,
@@ -137,7 +139,11 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
     scaling_events = raw_topic(names.scaling_events)
 
     async def forward(window: schema.TenantWindow) -> None:
-        await planning_topic.send(key=b"plan", value=schema.encode(window))
+        await planning_topic.send(key=b"plan", value=codec.encode_plan_window(window))
+
+    async def progress(partition: int, upto: float) -> None:
+        value = codec.encode_progress(codec.WindowProgress(partition=partition, upto=upto))
+        await planning_topic.send(key=b"plan", value=value)
 
     windows = Windows(
         table=window_table,
@@ -147,6 +153,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         sources=n_samples,
         deadletter=deadletters,
         on_window=forward,
+        on_progress=progress,
     )
     planning = Planning(
         loop=PlanLoop(make_forecaster(s.model, seed=s.seed), plan_settings(s)),
@@ -184,7 +191,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
     @app.agent(planning_topic, name="planning")
     async def planning_agent(stream: Any) -> None:
         async for event in stream.events():
-            await guarded(lambda e: planning.on_window(e.value), event)
+            await guarded(lambda e: planning.on_message(e.value), event)
 
     @app.timer(interval=max(1.0, s.source_idle_s / 4))
     async def idle_sources() -> None:

@@ -5,6 +5,10 @@ Internal messages on the tenant-updates topic carry a one-byte kind prefix:
 tenant, in the order their snapshots were read; ``J`` a validated job event; ``W`` a
 source watermark ``[samples partition, event time]``.
 
+Messages on the single-partition planning topic carry ``T`` + a TenantWindow, or ``C``
++ a :class:`WindowProgress` (a window partition emitted every window ending at or before
+``upto``).
+
 Example:
     >>> loads(dumps({"a": [1, 2]}))
     {'a': [1, 2]}
@@ -17,7 +21,7 @@ from typing import Any
 import msgspec
 
 from dprobe.models.window_agg import Partial
-from dprobe.schema import JobEvent
+from dprobe.schema import JobEvent, TenantWindow, decode_window
 
 _enc = msgspec.json.Encoder()
 _dec = msgspec.json.Decoder()
@@ -27,6 +31,8 @@ _job = msgspec.json.Decoder(JobEvent)
 PARTIAL = b"P"
 JOB = b"J"
 WATERMARK = b"W"
+PLAN_WINDOW = b"T"
+PROGRESS = b"C"
 
 
 class SourceWatermark(msgspec.Struct, frozen=True, array_like=True):
@@ -34,6 +40,13 @@ class SourceWatermark(msgspec.Struct, frozen=True, array_like=True):
 
     source: int
     ts: float
+
+
+class WindowProgress(msgspec.Struct, frozen=True, array_like=True):
+    """Window partition ``partition`` emitted every window ending at or before ``upto``."""
+
+    partition: int
+    upto: float
 
 
 def dumps(value: Any) -> bytes:
@@ -68,3 +81,23 @@ def decode_update(raw: bytes) -> list[Partial] | JobEvent | SourceWatermark:
     if kind == JOB:
         return _job.decode(body)
     raise ValueError(f"unknown internal update kind {kind!r}")
+
+
+_progress = msgspec.json.Decoder(WindowProgress)
+
+
+def encode_plan_window(window: TenantWindow) -> bytes:
+    return PLAN_WINDOW + _enc.encode(window)
+
+
+def encode_progress(p: WindowProgress) -> bytes:
+    return PROGRESS + _enc.encode(p)
+
+
+def decode_planning(raw: bytes) -> TenantWindow | WindowProgress:
+    kind, body = raw[:1], raw[1:]
+    if kind == PROGRESS:
+        return _progress.decode(body)
+    if kind == PLAN_WINDOW:
+        return decode_window(body)
+    raise ValueError(f"unknown planning message kind {kind!r}")

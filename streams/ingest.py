@@ -103,7 +103,7 @@ class Ingest:
         for fut in sent:
             await fut
         for key, (partition, state) in hosts.items():
-            table_io.put(self.hosts, partition, key, codec.dumps(state))
+            await table_io.put(self.hosts, partition, key, codec.dumps(state))
         for source, ts in sorted(progress.items()):
             await self._advance(source, ts)
 

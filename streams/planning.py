@@ -2,9 +2,11 @@
 
 The window stage forwards every TenantWindow it emits to the single-partition internal
 topic ``<app_id>-planning``, so exactly one worker of the group plans for all tenants.
-For each window this stage runs :class:`~dprobe.models.plan_loop.PlanLoop`, produces the
-events of any plan it completes to ``dprobe.scaling-events`` (key = tenant) and awaits
-their delivery before the record is acknowledged (so before its offset is committed);
+After its windows, each window partition forwards its progress (every window ending at
+or before a time is out). This stage feeds both to
+:class:`~dprobe.models.plan_loop.PlanLoop`, produces the events of any plan a progress
+record completes to ``dprobe.scaling-events`` (key = tenant) and awaits their delivery
+before the record is acknowledged (so before its offset is committed);
 then, after each plan, it checkpoints the loop (forecaster, planner history, quotas) to
 ``<data_dir>/plan-loop.ckpt``, so a restarted worker resumes warm and re-emits identical
 events (same ``event_id``) for anything it replays.
@@ -18,6 +20,7 @@ from typing import Any
 
 from dprobe import schema
 from dprobe.models.plan_loop import PlanLoop
+from dprobe.streams import codec
 from dprobe.streams.stats import TenantView, WorkerStats
 
 log = logging.getLogger(__name__)
@@ -37,10 +40,19 @@ class Planning:
             log.info("forecaster and planner resumed from %s", checkpoint)
         self._refresh_views()
 
-    async def on_window(self, raw: bytes) -> None:
-        window = schema.decode_window(raw)
+    async def on_message(self, raw: bytes) -> None:
+        """One record of the planning topic: a closed window, or a window partition's
+        progress (which may complete plans)."""
+        message = codec.decode_planning(raw)
+        if isinstance(message, codec.WindowProgress):
+            await self._plan(message)
+        else:
+            self.loop.on_window(message)
+            self._refresh_views()
+
+    async def _plan(self, progress: codec.WindowProgress) -> None:
         before = self.loop.planned_upto
-        events = self.loop.on_window(window)
+        events = self.loop.on_progress(progress.partition, progress.upto)
         futures = [
             await self.events.send(key=ev.tenant.encode(), value=schema.encode(ev)) for ev in events
         ]

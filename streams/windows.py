@@ -38,6 +38,7 @@ offsets.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -82,19 +83,19 @@ class _Batch:
         self.values[key] = value
         self.dirty.add(key)
 
-    def write(self, key: bytes) -> None:
+    async def write(self, key: bytes) -> None:
         """Write one value now (and no more at the end of the batch)."""
-        table_io.put(self.table, self.partition, key, codec.dumps(self.values[key]))
+        await table_io.put(self.table, self.partition, key, codec.dumps(self.values[key]))
         self.dirty.discard(key)
 
-    def delete(self, key: bytes) -> None:
+    async def delete(self, key: bytes) -> None:
         self.values[key] = None
         self.dirty.discard(key)
-        table_io.delete(self.table, self.partition, key)
+        await table_io.delete(self.table, self.partition, key)
 
-    def flush(self) -> None:
+    async def flush(self) -> None:
         for key in sorted(self.dirty):
-            table_io.put(self.table, self.partition, key, codec.dumps(self.values[key]))
+            await table_io.put(self.table, self.partition, key, codec.dumps(self.values[key]))
         self.dirty.clear()
 
 
@@ -111,6 +112,7 @@ class Windows:
         sources: int,
         deadletter: DeadLetters,
         on_window: Any = None,
+        on_progress: Any = None,
     ) -> None:
         self.table = table
         self.features = features_topic
@@ -119,6 +121,8 @@ class Windows:
         self.sources = sources
         self.deadletter = deadletter
         self.on_window = on_window
+        self.on_progress = on_progress
+        self._reported: dict[int, float] = {}  # progress last reported per partition
         self.newest_source_ts = 0.0  # highest progress any samples partition reported here
 
     @staticmethod
@@ -143,7 +147,7 @@ class Windows:
                         event.value, ProcessingError(repr(exc)), event.message
                     )
             batch.set(pkey, ps)  # changed in place
-            batch.flush()
+            await batch.flush()
 
     async def _apply(self, raw: bytes, ps: dict[str, Any], batch: _Batch) -> None:
         before = self.watermark(ps)
@@ -219,9 +223,14 @@ class Windows:
                 ps["open"][t] = [s for s in ps["open"][t] if s != start]
                 if not ps["open"][t]:
                     del ps["open"][t]
-            batch.write(_pkey(batch.partition))
+            await batch.write(_pkey(batch.partition))
             for tenant in sorted(tenants):
-                batch.delete(_wkey(tenant, start))
+                await batch.delete(_wkey(tenant, start))
+        # Every window ending at or before the watermark is out: say so, after them.
+        upto = math.floor(watermark / w) * w if math.isfinite(watermark) else -math.inf
+        if self.on_progress is not None and upto > self._reported.get(batch.partition, -math.inf):
+            self._reported[batch.partition] = upto
+            await self.on_progress(batch.partition, upto)
 
     async def _emit(
         self, tenant: str, start: float, batch: _Batch

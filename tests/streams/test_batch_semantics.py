@@ -39,9 +39,12 @@ UPDATE_PARTITIONS = 2
 class FakeTable:
     """``data`` plus the changelog writes faust would send, in order."""
 
+    key_serializer = value_serializer = "raw"
+
     def __init__(self) -> None:
         self.data: dict[bytes, bytes] = {}
         self.changelog: list[tuple[int | None, bytes, bytes | None]] = []
+        self.changelog_topic = self
 
     def get(self, key: bytes) -> bytes | None:
         return self.data.get(key)
@@ -49,8 +52,9 @@ class FakeTable:
     def __contains__(self, key: bytes) -> bool:
         return key in self.data
 
-    def send_changelog(self, partition: int, key: bytes, value: bytes | None, **_: Any) -> None:
+    async def send(self, *, key: bytes, value: bytes | None, partition: int, **_: Any) -> Any:
         self.changelog.append((partition, key, value))
+        return None
 
     @classmethod
     def recovered(cls, changelog: list[tuple[int | None, bytes, bytes | None]]) -> FakeTable:

@@ -1,0 +1,120 @@
+"""PlanLoop: an end is planned only once every window partition has passed it, whatever
+order the partitions' windows arrive in; plans are zero-sum; a restored loop continues
+exactly like the original."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+from dprobe.models.forecast.baselines import LastValue
+from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
+from dprobe.schema import LevelCounts, ScalingEvent, TenantWindow
+
+W = 60.0
+PARTITION = {"vc-a": 0, "vc-b": 1, "vc-c": 1, "vc-d": 2}
+
+
+def _window(tenant: str, end: float, running: float) -> TenantWindow:
+    return TenantWindow(
+        tenant=tenant,
+        window_start=end - W,
+        window_end=end,
+        hosts=1,
+        gpus_busy=running,
+        instances=running,
+        util_sum=0.0,
+        level_counts=LevelCounts(),
+        effective_demand_gpus=running,
+        pending_gpus=0.0,
+        running_gpus=running,
+    )
+
+
+def _demand(tenant: str, k: int) -> float:
+    """vc-a grows, vc-d shrinks, the others stay."""
+    return {"vc-a": 4 + k, "vc-b": 8, "vc-c": 8, "vc-d": max(0, 30 - k)}[tenant]
+
+
+def _partition_logs(n: int) -> dict[int, list[tuple[str, object]]]:
+    """What each of 3 window partitions sends, in its own order: windows, then progress."""
+    logs: dict[int, list[tuple[str, object]]] = {0: [], 1: [], 2: []}
+    for k in range(1, n + 1):
+        end = k * W
+        for tenant, p in sorted(PARTITION.items()):
+            logs[p].append(("window", _window(tenant, end, _demand(tenant, k))))
+        for p, log in logs.items():
+            log.append(("progress", (p, end)))
+    return logs
+
+
+def _interleave(logs: dict[int, list[tuple[str, object]]], rng: random.Random) -> list:
+    """One planning-topic order: each partition's messages in order, partitions mixed."""
+    queues = {p: list(msgs) for p, msgs in logs.items()}
+    out = []
+    while any(queues.values()):
+        p = rng.choice([p for p, q in queues.items() if q])
+        out.append(queues[p].pop(0))
+    return out
+
+
+def _run(loop: PlanLoop, messages: list) -> list[ScalingEvent]:
+    events: list[ScalingEvent] = []
+    for kind, body in messages:
+        if kind == "window":
+            loop.on_window(body)  # type: ignore[arg-type]
+        else:
+            events += loop.on_progress(*body)  # type: ignore[misc]
+    return events
+
+
+def _loop() -> PlanLoop:
+    settings = PlanLoopSettings(capacity_gpus=64, horizon_s=W, window_partitions=3)
+    return PlanLoop(LastValue(), settings)
+
+
+def test_plans_wait_for_every_partition_whatever_the_arrival_order() -> None:
+    logs = _partition_logs(30)
+    reference = _run(_loop(), _interleave(logs, random.Random(0)))
+    assert reference, "the demand shift produced no plan"
+    for seed in range(1, 6):
+        # A partition far ahead of the others (a backlog) must not change any plan.
+        assert _run(_loop(), _interleave(logs, random.Random(seed))) == reference
+    skewed = logs[0] + logs[1] + logs[2]  # partition 0 entirely first
+    assert _run(_loop(), skewed) == reference
+
+
+def test_first_plan_splits_evenly_between_all_tenants_and_plans_are_zero_sum() -> None:
+    assert _run(_loop(), _partition_logs(30)[0]) == [], "one partition alone planned"
+    events = _run(_loop(), _interleave(_partition_logs(30), random.Random(3)))
+    quota = dict.fromkeys(PARTITION, 16.0)
+    by_plan: dict[str, list[ScalingEvent]] = {}
+    for e in events:
+        by_plan.setdefault(e.plan_id, []).append(e)
+    for plan in sorted(by_plan.values(), key=lambda p: p[0].ts):
+        assert sum(e.delta_gpus for e in plan) == 0
+        for e in plan:
+            assert e.current_quota_gpus == quota[e.tenant]
+            quota[e.tenant] = e.target_quota_gpus
+        assert sum(quota.values()) <= 64
+    assert quota["vc-a"] > 16 > quota["vc-d"]
+
+
+def test_each_end_is_planned_once_and_replays_are_ignored() -> None:
+    messages = _interleave(_partition_logs(20), random.Random(1))
+    loop = _loop()
+    events = _run(loop, messages)
+    assert _run(loop, messages) == []  # the same records again (a replay): nothing new
+    ends = [e.window_end for e in events]
+    assert ends == sorted(ends)
+    assert len({e.event_id for e in events}) == len(events)
+
+
+def test_a_restored_loop_continues_like_the_original() -> None:
+    messages = _interleave(_partition_logs(30), random.Random(2))
+    half = len(messages) // 2
+    original = _loop()
+    _run(original, messages[:half])
+    restored = _loop()
+    restored.load_state_dict(copy.deepcopy(original.state_dict()))
+    assert _run(restored, messages[half:]) == _run(original, messages[half:])
