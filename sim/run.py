@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from dprobe.models.forecast.registry import make_forecaster
 from dprobe.models.planner import Planner
 from dprobe.sim.engine import QuotaMode, Simulator, StaticQuota
-from dprobe.sim.forecasters import make_forecaster
 from dprobe.sim.jobs import from_records
 from dprobe.sim.policies import make_policy
 from dprobe.sim.quota import OracleDemand, PlannerQuota, ReactiveQuota, learned_forecast

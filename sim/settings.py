@@ -27,7 +27,7 @@ class SimSettings:
     - ``guarantee_fraction``: share of a VC's static quota (whole nodes, rounded down) it
       never lends;
     - ``preempt_overhead_s``: work lost by a preempted job (0: checkpoints are free);
-    - ``forecaster``: the model of the predictive mode (see :mod:`dprobe.sim.forecasters`).
+    - ``forecaster``: the model of the predictive mode (see :mod:`dprobe.models.forecast.registry`).
     """
 
     node_gpus: int = 8

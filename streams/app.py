@@ -23,10 +23,10 @@ import faust
 
 from dprobe import schema
 from dprobe.config import KafkaSettings, WorkerSettings
+from dprobe.models.forecast.registry import make_forecaster
 from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
 from dprobe.models.planner import PlannerSettings
 from dprobe.models.window_agg import WindowSettings
-from dprobe.sim.forecasters import make_forecaster
 from dprobe.streams import codec
 from dprobe.streams.deadletter import DeadLetters, ProcessingError, where
 from dprobe.streams.ingest import Ingest

@@ -79,13 +79,9 @@ def _iso(ts: float) -> str:
 
 
 def _models(args: argparse.Namespace) -> list[Any]:
-    from dprobe.models.forecast.baselines import (
-        HoltWinters,
-        LastValue,
-        MovingAverage,
-        SeasonalNaive,
-    )
+    from dprobe.models.forecast.baselines import LastValue
     from dprobe.models.forecast.multitask import MultiTaskForecaster, load_checkpoint
+    from dprobe.models.forecast.registry import make_forecaster
 
     wanted = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = sorted(set(wanted) - set(MODEL_NAMES))
@@ -95,14 +91,9 @@ def _models(args: argparse.Namespace) -> list[Any]:
         )
     # last value is the MASE reference: always there, always first
     models: list[Any] = [LastValue()]
-    factories = {
-        "seasonal-naive": SeasonalNaive,
-        "moving-average": MovingAverage,
-        "holt-winters": HoltWinters,
-    }
     for name in wanted:
-        if name in factories:
-            models.append(factories[name]())
+        if name in ("seasonal-naive", "moving-average", "holt-winters"):
+            models.append(make_forecaster(name))
         elif name == "dprobe-mmoe":
             mt = MultiTaskForecaster(seed=args.seed)
             if args.warm_start:

@@ -133,7 +133,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dprobe.sim.forecasters import FORECASTERS
+    from dprobe.models.forecast.registry import FORECASTERS
     from dprobe.sim.grid import run_grid
     from dprobe.sim.inputs import resolve_vc_nodes
     from dprobe.sim.report import chart, rows, table

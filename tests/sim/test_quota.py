@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from dprobe.models.forecast.registry import RecentPeak
 from dprobe.models.planner import Planner, PlannerSettings
 from dprobe.sim.engine import Simulator
-from dprobe.sim.forecasters import RecentPeak
 from dprobe.sim.jobs import SimJob
 from dprobe.sim.policies import make_policy
 from dprobe.sim.quota import OracleDemand, PlannerQuota, ReactiveQuota, learned_forecast

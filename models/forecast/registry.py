@@ -1,8 +1,10 @@
-"""Forecasters the predictive mode can use, by name, all behind the one contract of
-:mod:`dprobe.models.forecast.base` (``learn_one`` / ``forecast``).
+"""Every forecaster by name, all behind the one contract of
+:mod:`dprobe.models.forecast.base` (``learn_one`` / ``forecast``): what the stream
+worker's ``model`` setting, the simulator's predictive mode and ``dprobe evaluate`` pick
+from.
 
-- ``mmoe``: dprobe's multi-task MMoE
-  (:class:`~dprobe.models.forecast.multitask.MultiTaskForecaster`), default settings;
+- ``mmoe`` (also ``dprobe-mmoe``, its name in evaluation tables): dprobe's multi-task
+  MMoE (:class:`~dprobe.models.forecast.multitask.MultiTaskForecaster`), default settings;
 - ``last-value``, ``moving-average``, ``holt-winters``, ``seasonal-naive``: the baselines
   of :mod:`dprobe.models.forecast.baselines`;
 - ``recent-peak``: p50 = the last window's demand, p90 = the highest of the last ``k``
@@ -59,8 +61,12 @@ class RecentPeak:
         self._hist = {t: deque(v, maxlen=self.k) for t, v in state["hist"].items()}
 
 
+ALIASES = {"dprobe-mmoe": "mmoe"}
+
+
 def make_forecaster(name: str, *, seed: int = 0) -> Any:
-    """A fresh forecaster called ``name`` (see module doc)."""
+    """A fresh forecaster called ``name`` (see module doc); ``ValueError`` if unknown."""
+    name = ALIASES.get(name, name)
     if name == "recent-peak":
         return RecentPeak()
     if name == "mmoe":
