@@ -10,7 +10,7 @@ Prints, for one worker process (``dprobe worker``) on a local single-node Kafka:
 2. latency: live traffic paced at 1 Hz per host with event time = wall time; for each
    TenantWindow, delay = its Kafka record timestamp - window_end. Target p99 <= grace + 2 s.
 
-    python benchmarks/worker_throughput.py [--snapshots 8000] [--runs 3] [--latency-s 60]
+    python benchmarks/worker_throughput.py [--snapshots 20000] [--runs 3] [--latency-s 60]
 
 Uses KAFKA_BOOTSTRAP when set, else starts the project's local broker on free ports.
 """
@@ -248,7 +248,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--snapshots", type=int, default=8000)
+    ap.add_argument("--snapshots", type=int, default=20000)
     ap.add_argument("--hosts", type=int, default=40)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--latency-s", type=float, default=60.0)
