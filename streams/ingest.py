@@ -66,6 +66,7 @@ class Ingest:
         self._forwarded_at: dict[int, float] = {}
         self._assigned_at: dict[int, float] = {}
         self._seen_offset: dict[int, int] = {}
+        self._in_batch: set[int] = set()
 
     async def on_snapshots(self, events: Sequence[Any]) -> None:
         """Fold one batch of ``dprobe.samples`` records (faust events, in read order).
@@ -76,12 +77,20 @@ class Ingest:
         progress is announced. A crash before the state write replays the batch: the
         window stage ignores the partials it already applied (per ``(host, seq)``).
         """
+        seen = {event.message.partition: event.message.offset for event in events}
+        self._in_batch = set(seen)  # not idle while their records are on the way
+        try:
+            await self._fold(events)
+        finally:
+            self._in_batch = set()
+            self._seen_offset.update(seen)
+
+    async def _fold(self, events: Sequence[Any]) -> None:
         by_tenant: dict[str, list[Partial]] = {}
         hosts: dict[bytes, tuple[int, dict[str, Any]]] = {}
         progress: dict[int, float] = {}
         for event in events:
             message = event.message
-            self._seen_offset[message.partition] = message.offset
             try:
                 snap = schema.decode_snapshot(event.value, max_bytes=self.max_bytes)
             except schema.SchemaError as exc:
@@ -182,6 +191,7 @@ class Ingest:
             caught_up = seen is None or (highwater is not None and seen + 1 >= highwater)
             if (
                 newest > 0.0
+                and source not in self._in_batch
                 and caught_up
                 and now - since >= self.window.source_idle_s
                 and self._source_ts.get(source, 0.0) < newest

@@ -77,8 +77,11 @@ class FakeTopic:
         self.deliver = deliver
         self.sent: list[tuple[int, bytes, bytes]] = []
         self.futures: list[asyncio.Future[None]] = []
+        self.accepting = asyncio.Event()  # cleared: send() itself waits (a full buffer)
+        self.accepting.set()
 
     async def send(self, *, key: bytes, value: bytes, partition: int | None = None) -> Any:
+        await self.accepting.wait()
         if partition is None:
             partition = sum(key) % self.partitions
         self.sent.append((partition, key, value))
@@ -217,3 +220,31 @@ def test_windows_do_not_depend_on_batches_or_replays(
     assert set(reference_windows(SNAPS, WINDOW_S)) <= set(got) <= set(ref)
     for key, raw in got.items():
         assert_window_matches(schema.decode_window(raw), ref[key], WINDOW_S)
+
+
+async def test_a_partition_is_never_reported_idle_while_its_batch_is_on_the_way() -> None:
+    updates = FakeTopic(UPDATE_PARTITIONS)
+    stats = WorkerStats()
+    deadletters = FakeTopic()
+    ingest = Ingest(
+        hosts_table=FakeTable(),
+        updates_topic=updates,
+        deadletter=DeadLetters(deadletters, stats),
+        window=WindowSettings(window_s=WINDOW_S, grace_s=2.0, source_idle_s=0.0),
+        stats=stats,
+        max_message_bytes=1 << 20,
+        update_partitions=UPDATE_PARTITIONS,
+    )
+    snaps = make_snapshots(hosts=1, ticks=4)
+    await ingest.on_snapshots(_snapshot_events(snaps[:2]))
+    deadletters.accepting.clear()  # the dead-letter send of the next batch hangs
+    batch = [_event("samples", 0, 2, schema.encode(snaps[2])), _event("samples", 0, 3, b"{")]
+    task = asyncio.create_task(ingest.on_snapshots(batch))
+    await asyncio.sleep(0.01)  # blocked on the dead letter, the valid snapshot not sent yet
+    before = len(updates.sent)
+    await ingest.report_idle_sources({0: 4}, newest_elsewhere=snaps[-1].ts + 100)
+    assert len(updates.sent) == before, "reported idle while its records were in flight"
+    deadletters.accepting.set()
+    await task
+    await ingest.report_idle_sources({0: 4}, newest_elsewhere=snaps[-1].ts + 100)
+    assert len(updates.sent) > before  # read to its end and idle: now it is reported
