@@ -138,6 +138,7 @@ class Windows:
             batch = _Batch(self.table, partition)
             pkey = _pkey(partition)
             ps = batch.get(pkey) or self._initial_pstate()
+            batch.set(pkey, ps)  # what a close in this batch writes
             for event in evs:
                 try:
                     await self._apply(event.value, ps, batch)
