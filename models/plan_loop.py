@@ -116,9 +116,8 @@ class PlanLoop:
         """Window partition ``partition`` emitted every window ending at or before ``upto``;
         learns the windows of every end all partitions have passed, planning each end after
         its windows; returns the events of those plans."""
-        if upto <= self._progress.get(partition, -math.inf):
+        if not self.note_progress(partition, upto):
             return []
-        self._progress[partition] = upto
         if len(self._progress) < self.settings.window_partitions:
             return []
         ready = min(self._progress.values())
@@ -129,6 +128,14 @@ class PlanLoop:
             events += self._plan(end)
             self._planned_upto = end
         return events
+
+    def note_progress(self, partition: int, upto: float) -> bool:
+        """Record a partition's progress without planning (restoring a journal); True if
+        it moved forward."""
+        if upto <= self._progress.get(partition, -math.inf):
+            return False
+        self._progress[partition] = upto
+        return True
 
     def _learn(self, window: TenantWindow) -> None:
         self._score(window)

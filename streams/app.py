@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,8 +139,8 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
     planning_topic = raw_topic(names.planning, partitions=1, internal=True)
     scaling_events = raw_topic(names.scaling_events)
 
-    async def forward(window: schema.TenantWindow) -> None:
-        await planning_topic.send(key=b"plan", value=codec.encode_plan_window(window))
+    async def forward(window: schema.TenantWindow) -> Any:
+        return await planning_topic.send(key=b"plan", value=codec.encode_plan_window(window))
 
     async def progress(partition: int, upto: float) -> None:
         value = codec.encode_progress(codec.WindowProgress(partition=partition, upto=upto))
@@ -173,10 +174,24 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
             log.exception("processing %s failed", where(event.message))
             await deadletters.send(event.value, ProcessingError(repr(exc)), event.message)
 
+    async def fatal(handler: Any, batch: Any) -> None:
+        """Run one batch. A batch that fails as a whole (the broker refuses or times out a
+        delivery) ends the process at once: faust would acknowledge the batch while
+        unwinding, committing records whose results never left. A supervisor restarts
+        the worker, which resumes from the last commit."""
+        try:
+            await handler(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.critical("a batch failed; exiting without committing it", exc_info=True)
+            logging.shutdown()
+            os._exit(70)
+
     @app.agent(samples, name="ingest")
     async def ingest_agent(stream: Any) -> None:
         async for batch in stream.take_events(s.batch_max, within=s.batch_within_s):
-            await ingest.on_snapshots(batch)
+            await fatal(ingest.on_snapshots, batch)
 
     @app.agent(jobs, name="jobs")
     async def jobs_agent(stream: Any) -> None:
@@ -186,7 +201,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
     @app.agent(updates, name="windows")
     async def windows_agent(stream: Any) -> None:
         async for batch in stream.take_events(s.batch_max, within=s.batch_within_s):
-            await windows.on_updates(batch)
+            await fatal(windows.on_updates, batch)
 
     @app.agent(planning_topic, name="planning")
     async def planning_agent(stream: Any) -> None:

@@ -180,8 +180,9 @@ class Ingest:
         """
         now = time.monotonic()
         for source in list(self._assigned_at):
-            if source not in assigned:
+            if source not in assigned:  # revoked: what we knew of it is stale
                 del self._assigned_at[source]
+                self._seen_offset.pop(source, None)
         newest = max(max(self._source_ts.values(), default=0.0), newest_elsewhere)
         for source, highwater in sorted(assigned.items()):
             since = max(

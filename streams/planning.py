@@ -9,7 +9,9 @@ record completes to ``dprobe.scaling-events`` (key = tenant) and awaits their de
 before the record is acknowledged (so before its offset is committed);
 then, after each plan, it checkpoints the loop (forecaster, planner history, quotas) to
 ``<data_dir>/plan-loop.ckpt``, so a restarted worker resumes warm and re-emits identical
-events (same ``event_id``) for anything it replays.
+events (same ``event_id``) for anything it replays. Records that arrive between two
+plans (windows waiting for their end to be planned, progress) are appended to
+``plan-loop.ckpt.journal`` before they are acknowledged, and taken back on restart.
 """
 
 from __future__ import annotations
@@ -36,14 +38,38 @@ class Planning:
         self.events = events_topic
         self.stats = stats
         self.checkpoint = checkpoint
+        self.journal = checkpoint.with_name(checkpoint.name + ".journal")
         if loop.load(checkpoint):
             log.info("forecaster and planner resumed from %s", checkpoint)
+        self._replay_journal()
         self._refresh_views()
+
+    def _replay_journal(self) -> None:
+        """Take back what arrived after the last checkpoint (its offsets may be committed):
+        windows waiting for their end to be planned, and partitions' progress."""
+        if not self.journal.exists():
+            return
+        n = 0
+        for line in self.journal.read_bytes().splitlines():
+            try:
+                message = codec.decode_planning(line)
+            except ValueError:  # a line cut short by a crash
+                continue
+            if isinstance(message, codec.WindowProgress):
+                self.loop.note_progress(message.partition, message.upto)
+            else:
+                self.loop.on_window(message)
+            n += 1
+        log.info("planning: %d records taken back from %s", n, self.journal)
 
     async def on_message(self, raw: bytes) -> None:
         """One record of the planning topic: a closed window, or a window partition's
-        progress (which may complete plans)."""
+        progress (which may complete plans). Journaled first: the offset of a record is
+        committed long before a checkpoint covers it."""
         message = codec.decode_planning(raw)
+        self.journal.parent.mkdir(parents=True, exist_ok=True)
+        with self.journal.open("ab") as f:
+            f.write(raw + b"\n")
         if isinstance(message, codec.WindowProgress):
             await self._plan(message)
         else:
@@ -61,6 +87,7 @@ class Planning:
             self.stats.scaling_events[ev.action] += 1
         if self.loop.planned_upto != before:
             self.loop.save(self.checkpoint)
+            self.journal.unlink(missing_ok=True)  # the checkpoint covers all of it
         self._refresh_views()
 
     def _refresh_views(self) -> None:

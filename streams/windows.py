@@ -17,8 +17,10 @@ Table layout (one changelog-backed table, values are msgspec JSON):
 
 - ``w|TENANT|START``: the window state of :mod:`dprobe.models.window_agg`;
 - ``j|TENANT``: the tenant's job book (:mod:`dprobe.models.job_book`);
-- ``p|PARTITION``: ``{"max_ts", "closed_end", "open": {tenant: [starts]}, "job_tenants",
-  "sources": {samples partition: progress}}``.
+- ``p|PARTITION``: ``{"max_ts", "closed_end", "upto", "open": {tenant: [starts]},
+  "job_tenants", "sources": {samples partition: progress}}``; ``upto`` is the progress
+  last reported to the planning stage (every window ending at or before it is out; a
+  partial for such a window is late).
 
 Updates are read in batches and applied in the order of their partition's log; the
 states a batch touches are decoded once and written back once, at the end of the batch.
@@ -122,7 +124,6 @@ class Windows:
         self.deadletter = deadletter
         self.on_window = on_window
         self.on_progress = on_progress
-        self._reported: dict[int, float] = {}  # progress last reported per partition
         self.newest_source_ts = 0.0  # highest progress any samples partition reported here
 
     @staticmethod
@@ -141,30 +142,44 @@ class Windows:
             batch.set(pkey, ps)  # what a close in this batch writes
             for event in evs:
                 try:
-                    await self._apply(event.value, ps, batch)
-                except Exception as exc:  # a bug, not bad input: never stall the partition
+                    update = codec.decode_update(event.value)
+                except Exception as exc:  # not a message this worker wrote: never stall
                     log.exception("processing %s failed", where(event.message))
                     await self.deadletter.send(
                         event.value, ProcessingError(repr(exc)), event.message
                     )
+                    continue
+                await self._apply(update, ps, batch, event)
             batch.set(pkey, ps)  # changed in place
             await batch.flush()
 
-    async def _apply(self, raw: bytes, ps: dict[str, Any], batch: _Batch) -> None:
+    async def _apply(
+        self,
+        update: list[Partial] | schema.JobEvent | codec.SourceWatermark,
+        ps: dict[str, Any],
+        batch: _Batch,
+        event: Any,
+    ) -> None:
         before = self.watermark(ps)
-        update = codec.decode_update(raw)
-        if isinstance(update, list):
-            for part in update:
-                self._on_partial(part, ps, batch)
-        elif isinstance(update, codec.SourceWatermark):
-            self._on_source(update, ps)
-        else:
-            self._on_job(update, ps, batch)
+        try:
+            if isinstance(update, list):
+                for part in update:
+                    self._on_partial(part, ps, batch)
+            elif isinstance(update, codec.SourceWatermark):
+                self._on_source(update, ps)
+            else:
+                self._on_job(update, ps, batch)
+        except Exception as exc:  # a bug, not bad input: never stall the partition
+            log.exception("processing %s failed", where(event.message))
+            await self.deadletter.send(event.value, ProcessingError(repr(exc)), event.message)
+            return
+        # Closing produces windows: a failed delivery is not the record's fault, so it is
+        # not caught here (the batch fails and the worker restarts from its last commit).
         if self.watermark(ps) > before:
             await self._close_ready(ps, batch)
 
     def _on_partial(self, part: Partial, ps: dict[str, Any], batch: _Batch) -> None:
-        if part.window_start + self.cfg.window_s <= ps["closed_end"]:
+        if part.window_start + self.cfg.window_s <= max(ps["closed_end"], ps.get("upto", 0.0)):
             self.stats.late_partials += 1
             return
         key = _wkey(part.tenant, part.window_start)
@@ -213,12 +228,15 @@ class Windows:
                     if pending or running:
                         tenants.add(t)
             sent = [await self._emit(tenant, start, batch) for tenant in sorted(tenants)]
+            forwarded = []
             for fut, window in sent:  # delivered before the state that made them goes away
                 await fut
                 self.stats.windows_emitted += 1
                 self.stats.observe_delay(time.time() - window.window_end)
                 if self.on_window is not None:
-                    await self.on_window(window)
+                    forwarded.append(await self.on_window(window))
+            for fut in forwarded:
+                await fut
             ps["closed_end"] = max(ps["closed_end"], start + w)
             for t in list(ps["open"]):
                 ps["open"][t] = [s for s in ps["open"][t] if s != start]
@@ -227,11 +245,14 @@ class Windows:
             await batch.write(_pkey(batch.partition))
             for tenant in sorted(tenants):
                 await batch.delete(_wkey(tenant, start))
-        # Every window ending at or before the watermark is out: say so, after them.
+        # Every window ending at or before the watermark is out: say so, after them. From
+        # now on a partial for such a window is late, so the report stays true.
         upto = math.floor(watermark / w) * w if math.isfinite(watermark) else -math.inf
-        if self.on_progress is not None and upto > self._reported.get(batch.partition, -math.inf):
-            self._reported[batch.partition] = upto
-            await self.on_progress(batch.partition, upto)
+        if upto > ps.get("upto", 0.0):
+            ps["upto"] = upto
+            await batch.write(_pkey(batch.partition))
+            if self.on_progress is not None:
+                await self.on_progress(batch.partition, upto)
 
     async def _emit(
         self, tenant: str, start: float, batch: _Batch

@@ -248,3 +248,28 @@ async def test_a_partition_is_never_reported_idle_while_its_batch_is_on_the_way(
     await task
     await ingest.report_idle_sources({0: 4}, newest_elsewhere=snaps[-1].ts + 100)
     assert len(updates.sent) > before  # read to its end and idle: now it is reported
+
+
+async def test_nothing_is_emitted_below_the_progress_already_reported() -> None:
+    from dprobe.streams import codec
+
+    features = FakeTopic()
+    reported: list[tuple[int, float]] = []
+
+    async def on_progress(partition: int, upto: float) -> None:
+        reported.append((partition, upto))
+
+    stage = _windows(features, FakeTable())
+    stage.on_progress = on_progress
+    wm = codec.encode_watermark(codec.SourceWatermark(source=0, ts=1000.0))
+    await stage.on_updates([_event("updates", 0, 0, wm)])
+    assert reported == [(0, 990.0)]  # watermark 998 (grace 2): every window ending <= 990
+    late = make_snapshots(hosts=1, ticks=1, t0=900.0)[0]  # a partial of window [900, 910)
+    parts = _ingest(FakeTopic(UPDATE_PARTITIONS), FakeTable())._observe(late, 0, {})
+    later = codec.encode_watermark(codec.SourceWatermark(source=0, ts=2000.0))
+    await stage.on_updates(
+        [_event("updates", 0, 1, codec.encode_partials(parts)), _event("updates", 0, 2, later)]
+    )
+    assert stage.stats.late_partials == len(parts) > 0
+    assert features.sent == [], "a window below the reported progress was emitted"
+    assert reported == [(0, 990.0), (0, 1990.0)]
