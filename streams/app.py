@@ -29,7 +29,7 @@ from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
 from dprobe.models.planner import PlannerSettings
 from dprobe.models.window_agg import WindowSettings
 from dprobe.streams import codec
-from dprobe.streams.deadletter import DeadLetters, ProcessingError, where
+from dprobe.streams.deadletter import DeadLetters
 from dprobe.streams.ingest import Ingest
 from dprobe.streams.planning import Planning
 from dprobe.streams.stats import WorkerStats
@@ -170,9 +170,8 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
             await handler(event)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
-            log.exception("processing %s failed", where(event.message))
-            await deadletters.send(event.value, ProcessingError(repr(exc)), event.message)
+        except Exception as exc:  # noqa: BLE001 - logged with its traceback there
+            await deadletters.processing_error(event.value, exc, event.message)
 
     async def fatal(handler: Any, batch: Any) -> None:
         """Run one batch. A batch that fails as a whole (the broker refuses or times out a

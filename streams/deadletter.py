@@ -13,11 +13,14 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from dprobe import schema
 from dprobe.streams.stats import WorkerStats
+
+log = logging.getLogger(__name__)
 
 
 class ProcessingError(Exception):
@@ -51,3 +54,9 @@ class DeadLetters:
         self.stats.dead_letter(dl.reason)
         key = f"{message.topic}:{message.partition}:{message.offset}".encode()
         await self.topic.send(key=key, value=schema.encode(dl))
+
+    async def processing_error(self, raw: bytes | None, exc: Exception, message: Any) -> None:
+        """Log an unexpected failure on one record (with its traceback) and send the record
+        with reason ``processing_error``: a bug never stalls the partition."""
+        log.error("processing %s failed", where(message), exc_info=exc)
+        await self.send(raw, ProcessingError(repr(exc)), message)

@@ -31,7 +31,7 @@ from dprobe import schema
 from dprobe.models import seq_tracker
 from dprobe.models.window_agg import Partial, WindowSettings, split_snapshot
 from dprobe.streams import codec, table_io
-from dprobe.streams.deadletter import DeadLetters, ProcessingError, where
+from dprobe.streams.deadletter import DeadLetters
 from dprobe.streams.stats import WorkerStats
 
 log = logging.getLogger(__name__)
@@ -98,9 +98,8 @@ class Ingest:
                 continue
             try:
                 parts = self._observe(snap, message.partition, hosts)
-            except Exception as exc:  # a bug, not bad input: never stall the partition
-                log.exception("processing %s failed", where(message))
-                await self.deadletter.send(event.value, ProcessingError(repr(exc)), message)
+            except Exception as exc:  # noqa: BLE001 - a bug, not bad input; logged there
+                await self.deadletter.processing_error(event.value, exc, message)
                 continue
             for part in parts:
                 by_tenant.setdefault(part.tenant, []).append(part)

@@ -39,7 +39,6 @@ offsets.
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Sequence
@@ -49,10 +48,8 @@ from dprobe import schema
 from dprobe.models import job_book
 from dprobe.models.window_agg import Partial, WindowSettings, add, initial, result
 from dprobe.streams import codec, table_io
-from dprobe.streams.deadletter import DeadLetters, ProcessingError, where
+from dprobe.streams.deadletter import DeadLetters
 from dprobe.streams.stats import WorkerStats
-
-log = logging.getLogger(__name__)
 
 
 def _wkey(tenant: str, start: float) -> bytes:
@@ -97,8 +94,7 @@ class _Batch:
 
     async def flush(self) -> None:
         for key in sorted(self.dirty):
-            await table_io.put(self.table, self.partition, key, codec.dumps(self.values[key]))
-        self.dirty.clear()
+            await self.write(key)
 
 
 class Windows:
@@ -141,27 +137,14 @@ class Windows:
             ps = batch.get(pkey) or self._initial_pstate()
             batch.set(pkey, ps)  # what a close in this batch writes
             for event in evs:
-                try:
-                    update = codec.decode_update(event.value)
-                except Exception as exc:  # not a message this worker wrote: never stall
-                    log.exception("processing %s failed", where(event.message))
-                    await self.deadletter.send(
-                        event.value, ProcessingError(repr(exc)), event.message
-                    )
-                    continue
-                await self._apply(update, ps, batch, event)
+                await self._apply(event, ps, batch)
             batch.set(pkey, ps)  # changed in place
             await batch.flush()
 
-    async def _apply(
-        self,
-        update: list[Partial] | schema.JobEvent | codec.SourceWatermark,
-        ps: dict[str, Any],
-        batch: _Batch,
-        event: Any,
-    ) -> None:
+    async def _apply(self, event: Any, ps: dict[str, Any], batch: _Batch) -> None:
         before = self.watermark(ps)
         try:
+            update = codec.decode_update(event.value)
             if isinstance(update, list):
                 for part in update:
                     self._on_partial(part, ps, batch)
@@ -169,9 +152,8 @@ class Windows:
                 self._on_source(update, ps)
             else:
                 self._on_job(update, ps, batch)
-        except Exception as exc:  # a bug, not bad input: never stall the partition
-            log.exception("processing %s failed", where(event.message))
-            await self.deadletter.send(event.value, ProcessingError(repr(exc)), event.message)
+        except Exception as exc:  # noqa: BLE001 - a bug, or not a message this worker wrote
+            await self.deadletter.processing_error(event.value, exc, event.message)
             return
         # Closing produces windows: a failed delivery is not the record's fault, so it is
         # not caught here (the batch fails and the worker restarts from its last commit).

@@ -98,13 +98,19 @@ def _event(topic: str, partition: int, offset: int, value: bytes) -> Any:
     )
 
 
-def _ingest(updates: FakeTopic, hosts: FakeTable) -> Ingest:
+def _ingest(
+    updates: FakeTopic,
+    hosts: FakeTable,
+    *,
+    deadletters: FakeTopic | None = None,
+    source_idle_s: float = 30.0,
+) -> Ingest:
     stats = WorkerStats()
     return Ingest(
         hosts_table=hosts,
         updates_topic=updates,
-        deadletter=DeadLetters(FakeTopic(), stats),
-        window=WindowSettings(window_s=WINDOW_S, grace_s=2.0),
+        deadletter=DeadLetters(deadletters or FakeTopic(), stats),
+        window=WindowSettings(window_s=WINDOW_S, grace_s=2.0, source_idle_s=source_idle_s),
         stats=stats,
         max_message_bytes=1 << 20,
         update_partitions=UPDATE_PARTITIONS,
@@ -224,17 +230,8 @@ def test_windows_do_not_depend_on_batches_or_replays(
 
 async def test_a_partition_is_never_reported_idle_while_its_batch_is_on_the_way() -> None:
     updates = FakeTopic(UPDATE_PARTITIONS)
-    stats = WorkerStats()
     deadletters = FakeTopic()
-    ingest = Ingest(
-        hosts_table=FakeTable(),
-        updates_topic=updates,
-        deadletter=DeadLetters(deadletters, stats),
-        window=WindowSettings(window_s=WINDOW_S, grace_s=2.0, source_idle_s=0.0),
-        stats=stats,
-        max_message_bytes=1 << 20,
-        update_partitions=UPDATE_PARTITIONS,
-    )
+    ingest = _ingest(updates, FakeTable(), deadletters=deadletters, source_idle_s=0.0)
     snaps = make_snapshots(hosts=1, ticks=4)
     await ingest.on_snapshots(_snapshot_events(snaps[:2]))
     deadletters.accepting.clear()  # the dead-letter send of the next batch hangs
