@@ -32,7 +32,7 @@ format: install
 	$(BIN)/ruff check --fix .
 
 typecheck: install
-	$(BIN)/mypy dprobe models
+	$(BIN)/python scripts/typecheck.py
 
 check: lint typecheck test
 

@@ -89,16 +89,16 @@ def run_cell(
     )
     sim.run()
     started = [j for j in jobs if j.start_s is not None]
-    done = [j for j in jobs if j.end_s is not None]
+    ends = [(j.end_s, j.submit_s) for j in jobs if j.end_s is not None]
     queue = np.array([j.waited_s for j in started], dtype=float)
-    jct = np.array([j.end_s - j.submit_s for j in done], dtype=float)
-    span = (max(j.end_s for j in done) - jobs[0].submit_s) if done else 0.0
+    jct = np.array([end - submit for end, submit in ends], dtype=float)
+    span = (max(end for end, _ in ends) - jobs[0].submit_s) if ends else 0.0
     return CellResult(
         policy=policy,
         mode=mode,
         jobs=len(jobs),
         skipped=skipped,
-        unfinished=len(jobs) - len(done),
+        unfinished=len(jobs) - len(ends),
         avg_queue_s=float(queue.mean()) if queue.size else 0.0,
         p95_queue_s=float(np.percentile(queue, 95)) if queue.size else 0.0,
         avg_jct_s=float(jct.mean()) if jct.size else 0.0,

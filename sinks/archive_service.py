@@ -208,7 +208,7 @@ class Archiver(AsyncService):
                 self.writer.remove_uncommitted(self.kinds[tp.topic], tp.partition, starts[tp])
 
 
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+class _Rebalance(ConsumerRebalanceListener):
     def __init__(self, archiver: Archiver) -> None:
         self.archiver = archiver
 

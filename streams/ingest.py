@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dprobe import schema
@@ -163,7 +163,7 @@ class Ingest:
             await self.updates.send(key=b"", value=value, partition=k)
 
     async def report_idle_sources(
-        self, assigned: dict[int, int | None], newest_elsewhere: float = 0.0
+        self, assigned: Mapping[int, int | None], newest_elsewhere: float = 0.0
     ) -> None:
         """Report idle samples partitions at the newest progress this worker knows, so
         they hold no window.

@@ -95,7 +95,7 @@ def _blanked_copy(path: Path, folder: Path, *, through: int) -> Path:
     opener = gzip.open if path.name.endswith(".gz") else open
     with (
         opener(path, "rt", encoding="utf-8", newline="") as src,
-        open(  # type: ignore[operator]
+        open(
             out, "w", encoding="utf-8", newline=""
         ) as dst,
     ):

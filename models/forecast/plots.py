@@ -19,7 +19,7 @@ from pathlib import Path
 from dprobe.models.forecast.evaluation import EvalResult
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
