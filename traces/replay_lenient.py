@@ -95,9 +95,7 @@ def _blanked_copy(path: Path, folder: Path, *, through: int) -> Path:
     opener = gzip.open if path.name.endswith(".gz") else open
     with (
         opener(path, "rt", encoding="utf-8", newline="") as src,
-        open(
-            out, "w", encoding="utf-8", newline=""
-        ) as dst,
+        open(out, "w", encoding="utf-8", newline="") as dst,
     ):
         dst.write(src.readline())
         dst.write("\n" * (through - 1))
