@@ -43,7 +43,10 @@ Id = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 Label = Annotated[str, msgspec.Meta(max_length=256)]
 
 UNASSIGNED: Final = "unassigned"
-LEVELS: Final = ("L1", "L2", "L3", "EX")
+
+# The demand level of one GPU instance (DProbe's multi-level demand, ``LevelCounts``).
+Level = Literal["L1", "L2", "L3", "EX"]
+LEVELS: Final[tuple[Level, ...]] = ("L1", "L2", "L3", "EX")
 
 
 class SchemaError(ValueError):

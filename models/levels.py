@@ -9,6 +9,9 @@ paper's internals are only partly public), so every one is a setting:
 - ``EX``: needs a whole GPU (exclusive, e.g. memory > 90 %) -> weight 1.0 GPU
 - ``L2``: everything else                                  -> weight 0.5 GPU
 
+The level names (``LEVELS``, the ``Level`` type) belong to the message contracts and are
+defined in :mod:`dprobe.schema`; they are re-exported here.
+
 Example:
     >>> s = LevelSettings()
     >>> classify(s, gpu_util=10.0, sm_util=5.0, mem_used_bytes=1 << 30, mem_total_bytes=80 << 30)
@@ -22,10 +25,10 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-Level = Literal["L1", "L2", "L3", "EX"]
-LEVELS: tuple[Level, ...] = ("L1", "L2", "L3", "EX")
+from dprobe.schema import LEVELS, Level
+
+__all__ = ["LEVELS", "Level", "LevelSettings", "classify"]
 
 
 @dataclass(frozen=True)
