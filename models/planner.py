@@ -43,7 +43,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from dprobe.models.planner_damping import DampingSettings, TenantHistory, damp, record
+from dprobe.models.planner_damping import DampingSettings, MoveHistory, damp, record
 
 Reason = Literal[
     "waiting_jobs",  # raised for jobs that wait now (its need is above its quota)
@@ -163,13 +163,13 @@ class Planner:
 
     def __init__(self, settings: PlannerSettings | None = None) -> None:
         self.settings = settings or PlannerSettings()
-        self._history: dict[str, TenantHistory] = {}
+        self._history: dict[str, MoveHistory] = {}
 
     def state_dict(self) -> dict[str, Any]:
         return {"history": {t: h.to_dict() for t, h in self._history.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._history = {t: TenantHistory.from_dict(h) for t, h in state.get("history", {}).items()}
+        self._history = {t: MoveHistory.from_dict(h) for t, h in state.get("history", {}).items()}
 
     def plan(self, inp: PlanInput) -> Plan:
         """Compute one plan and remember it as applied (the caller applies every move)."""
@@ -179,7 +179,7 @@ class Planner:
         desired: dict[str, int] = {}
         damped: dict[str, int] = {}
         for t in by_name:
-            h = self._history.setdefault(t.tenant, TenantHistory())
+            h = self._history.setdefault(t.tenant, MoveHistory())
             desired[t.tenant] = _desired(s, t, inp.capacity_gpus)
             target = damp(
                 s.damping,

@@ -1,7 +1,7 @@
 """HPA-style damping of one tenant's quota recommendation (Kubernetes semantics, in GPUs).
 
-Pure functions over plain per-tenant history, as the Kubernetes Horizontal Pod Autoscaler
-does it (``pkg/controller/podautoscaler/horizontal.go``):
+Pure functions over a plain per-tenant :class:`MoveHistory`, as the Kubernetes Horizontal
+Pod Autoscaler does it (``pkg/controller/podautoscaler/horizontal.go``):
 
 1. **tolerance**: a desired quota within ``tolerance`` of the current one is no change;
 2. **stabilisation**: keep the recommendations of the last window; the way up takes the
@@ -13,7 +13,7 @@ does it (``pkg/controller/podautoscaler/horizontal.go``):
    tenant's last change for ``cooldown_s``.
 
 Example:
-    >>> h = TenantHistory()
+    >>> h = MoveHistory()
     >>> s = DampingSettings()
     >>> damp(s, h, ts=0.0, current=64, desired=32, node_gpus=8)   # nothing higher in the window
     32
@@ -59,8 +59,13 @@ class DampingSettings:
 
 
 @dataclass
-class TenantHistory:
-    """Plain, serialisable per-tenant state: recent recommendations and realised changes."""
+class MoveHistory:
+    """One tenant's recent quota moves: the recommendations of the stabilisation window
+    and the realised changes (for rate limits and the cooldown); plain and serialisable.
+
+    >>> MoveHistory.from_dict(MoveHistory(changes=[(0.0, 8)]).to_dict()).changes
+    [(0.0, 8)]
+    """
 
     recommendations: list[tuple[float, int]] = field(default_factory=list)
     changes: list[tuple[float, int]] = field(default_factory=list)
@@ -72,7 +77,7 @@ class TenantHistory:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, list[list[float]]]) -> TenantHistory:
+    def from_dict(cls, d: dict[str, list[list[float]]]) -> MoveHistory:
         return cls(
             recommendations=[(float(t), int(v)) for t, v in d.get("recommendations", [])],
             changes=[(float(t), int(v)) for t, v in d.get("changes", [])],
@@ -92,7 +97,7 @@ def apply_tolerance(s: DampingSettings, current: int, desired: int) -> int:
 
 def damp(
     s: DampingSettings,
-    h: TenantHistory,
+    h: MoveHistory,
     *,
     ts: float,
     current: int,
@@ -122,7 +127,7 @@ def damp(
     return _rate_limit(s, h, ts=ts, current=current, rec=rec, node_gpus=node_gpus)
 
 
-def _cooldown(s: DampingSettings, h: TenantHistory, ts: float, current: int, rec: int) -> int:
+def _cooldown(s: DampingSettings, h: MoveHistory, ts: float, current: int, rec: int) -> int:
     if not h.changes or s.cooldown_s <= 0:
         return rec
     last_ts, last_delta = h.changes[-1]
@@ -132,7 +137,7 @@ def _cooldown(s: DampingSettings, h: TenantHistory, ts: float, current: int, rec
 
 
 def _rate_limit(
-    s: DampingSettings, h: TenantHistory, *, ts: float, current: int, rec: int, node_gpus: int
+    s: DampingSettings, h: MoveHistory, *, ts: float, current: int, rec: int, node_gpus: int
 ) -> int:
     recent = [d for t, d in h.changes if t > ts - s.period_s]
     if rec > current:
@@ -150,7 +155,7 @@ def _rate_limit(
     return rec
 
 
-def record(h: TenantHistory, *, ts: float, delta: int, keep_s: float = 3600.0) -> None:
+def record(h: MoveHistory, *, ts: float, delta: int, keep_s: float = 3600.0) -> None:
     """Remember a realised quota change (for rate limits and the cooldown)."""
     if delta:
         h.changes.append((ts, delta))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dprobe.models.planner_damping import (
     DampingSettings,
-    TenantHistory,
+    MoveHistory,
     apply_tolerance,
     damp,
     record,
@@ -21,11 +21,11 @@ def test_tolerance_is_ten_percent_of_the_current_quota() -> None:
 def test_scale_up_rate_limit_is_the_larger_of_100_percent_and_4_nodes_per_period() -> None:
     s = DampingSettings()
     # from 8 GPUs: max(8*2, 8 + 4*8) = 40 -> at most +32
-    assert damp(s, TenantHistory(), ts=0.0, current=8, desired=200, node_gpus=8) == 40
+    assert damp(s, MoveHistory(), ts=0.0, current=8, desired=200, node_gpus=8) == 40
     # from 64 GPUs: max(128, 96) = 128 -> +64
-    assert damp(s, TenantHistory(), ts=0.0, current=64, desired=200, node_gpus=8) == 128
+    assert damp(s, MoveHistory(), ts=0.0, current=64, desired=200, node_gpus=8) == 128
     # within one 15 s period the budget is shared: +32 at t=0 leaves 40-40=0 at t=10
-    h = TenantHistory()
+    h = MoveHistory()
     record(h, ts=0.0, delta=32)
     assert damp(s, h, ts=10.0, current=40, desired=200, node_gpus=8) == 40
     # and is whole again once the period has passed: from 40, max(80, 72) = 80
@@ -35,8 +35,8 @@ def test_scale_up_rate_limit_is_the_larger_of_100_percent_and_4_nodes_per_period
 def test_cooldown_blocks_a_reversal_only() -> None:
     s = DampingSettings(cooldown_s=60.0, scale_down_stabilization_s=0.0)
 
-    def after_up() -> TenantHistory:
-        h = TenantHistory()
+    def after_up() -> MoveHistory:
+        h = MoveHistory()
         record(h, ts=0.0, delta=8)
         return h
 
