@@ -27,7 +27,7 @@ Names (dashboards and alerts depend on them):
 
 Example:
     >>> from prometheus_client import CollectorRegistry
-    >>> from dprobe.streams.stats import TenantView, WorkerStats
+    >>> from dprobe.sinks.worker_stats import TenantView, WorkerStats
     >>> stats, reg = WorkerStats(), CollectorRegistry()
     >>> _ = WorkerCollector(stats, registry=reg)
     >>> stats.tenants["vc-a"] = TenantView(demand_gpus=12.0)
@@ -50,7 +50,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from dprobe.schema import LEVELS
-from dprobe.streams.stats import Histogram, TenantView, WorkerStats
+from dprobe.sinks.worker_stats import Histogram, TenantView, WorkerStats
 
 ACTIONS = ("scale_up", "scale_down")
 # dead-letter reasons known in advance (schema.SchemaError reasons and the worker's own),

@@ -27,12 +27,12 @@ from dprobe.config import KafkaSettings, WorkerSettings
 from dprobe.models.forecast.registry import make_forecaster
 from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
 from dprobe.models.planner import PlannerSettings
-from dprobe.models.window_agg import WindowSettings
+from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec
 from dprobe.streams.deadletter import DeadLetters
 from dprobe.streams.ingest import Ingest
 from dprobe.streams.planning import Planning
-from dprobe.streams.stats import WorkerStats
+from dprobe.streams.state.window_agg import WindowSettings
 from dprobe.streams.topics import TopicNames
 from dprobe.streams.windows import Windows
 

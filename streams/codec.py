@@ -1,7 +1,7 @@
 """Bytes <-> plain state for table values and internal messages (msgspec JSON).
 
 Internal messages on the tenant-updates topic carry a one-byte kind prefix:
-``P`` a list of window partials (:class:`~dprobe.models.window_agg.Partial`) of one
+``P`` a list of window partials (:class:`~dprobe.streams.state.window_agg.Partial`) of one
 tenant, in the order their snapshots were read; ``J`` a validated job event; ``W`` a
 source watermark ``[samples partition, event time]``.
 
@@ -20,8 +20,8 @@ from typing import Any
 
 import msgspec
 
-from dprobe.models.window_agg import Partial
 from dprobe.schema import JobEvent, TenantWindow, decode_window
+from dprobe.streams.state.window_agg import Partial
 
 _enc = msgspec.json.Encoder()
 _dec = msgspec.json.Decoder()

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from dprobe import schema
-from dprobe.streams.stats import WorkerStats
+from dprobe.sinks.worker_stats import WorkerStats
 
 log = logging.getLogger(__name__)
 

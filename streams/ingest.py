@@ -28,11 +28,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dprobe import schema
-from dprobe.models import seq_tracker
-from dprobe.models.window_agg import Partial, WindowSettings, split_snapshot
+from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec, table_io
 from dprobe.streams.deadletter import DeadLetters
-from dprobe.streams.stats import WorkerStats
+from dprobe.streams.state import seq_tracker
+from dprobe.streams.state.window_agg import Partial, WindowSettings, split_snapshot
 
 log = logging.getLogger(__name__)
 

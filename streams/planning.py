@@ -22,8 +22,8 @@ from typing import Any
 
 from dprobe import schema
 from dprobe.models.plan_loop import PlanLoop
+from dprobe.sinks.worker_stats import TenantView, WorkerStats
 from dprobe.streams import codec
-from dprobe.streams.stats import TenantView, WorkerStats
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ is late: it is counted and dropped.
 
 Table layout (one changelog-backed table, values are msgspec JSON):
 
-- ``w|TENANT|START``: the window state of :mod:`dprobe.models.window_agg`;
-- ``j|TENANT``: the tenant's job book (:mod:`dprobe.models.job_book`);
+- ``w|TENANT|START``: the window state of :mod:`dprobe.streams.state.window_agg`;
+- ``j|TENANT``: the tenant's job book (:mod:`dprobe.streams.state.job_book`);
 - ``p|PARTITION``: ``{"max_ts", "closed_end", "upto", "open": {tenant: [starts]},
   "job_tenants", "sources": {samples partition: progress}}``; ``upto`` is the progress
   last reported to the planning stage (every window ending at or before it is out; a
@@ -45,11 +45,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from dprobe import schema
-from dprobe.models import job_book
-from dprobe.models.window_agg import Partial, WindowSettings, add, initial, result
+from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec, table_io
 from dprobe.streams.deadletter import DeadLetters
-from dprobe.streams.stats import WorkerStats
+from dprobe.streams.state import job_book
+from dprobe.streams.state.window_agg import Partial, WindowSettings, add, initial, result
 
 
 def _wkey(tenant: str, start: float) -> bytes:

@@ -182,7 +182,7 @@ def _exposed_names() -> set[str]:
     from dprobe.collectors.metrics import CollectorMetrics
     from dprobe.sinks.metrics_server import MetricsServer
     from dprobe.sinks.worker_metrics import WorkerCollector
-    from dprobe.streams.stats import TenantView, WorkerStats
+    from dprobe.sinks.worker_stats import TenantView, WorkerStats
 
     stats = WorkerStats()
     stats.lost_snapshots["gpu-1"] += 1

@@ -229,7 +229,7 @@ def _plots(
     split: str,
     err: Any,
 ) -> None:
-    from dprobe.models.forecast import plots
+    from dprobe.commands import evaluate_plots as plots
 
     out = Path(args.out)
     try:

@@ -30,14 +30,13 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 from dprobe.errors import DprobeError, UsageError
+from dprobe.event_line import format_line
 
 if TYPE_CHECKING:
     from dprobe.config import KafkaSettings
-    from dprobe.schema import ScalingEvent
     from dprobe.sinks.seen_ids import SeenIds
 
 REMEMBERED_IDS = 100_000
@@ -81,36 +80,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--timeout must be > 0")
     kafka = settings(KafkaSettings, args)
     return asyncio.run(_tail(kafka, args))
-
-
-def format_line(ev: ScalingEvent) -> str:
-    """One readable line for an event.
-
-    >>> from dprobe.schema import Forecast, ModelInfo, ScalingEvent
-    >>> ev = ScalingEvent(event_id="e1", plan_id="p7", ts=1.7e9, time="", tenant="vc-a",
-    ...     action="scale_up", current_quota_gpus=8, target_quota_gpus=16, delta_gpus=8,
-    ...     forecast=Forecast(horizon_s=3600, p50=12, p90=15.5), reason="forecast_above_quota",
-    ...     message="p90 above quota", model=ModelInfo(name="mmoe", version="3"))
-    >>> print(format_line(ev))
-    2023-11-14T22:13:20Z vc-a scale_up 8 -> 16 GPUs (+8) forecast 1h p50 12.0 p90 15.5 \
-reason=forecast_above_quota plan=p7 "p90 above quota"
-    """
-    when = datetime.fromtimestamp(ev.ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    f = ev.forecast
-    line = (
-        f"{when} {ev.tenant} {ev.action} {ev.current_quota_gpus:g} -> {ev.target_quota_gpus:g}"
-        f" GPUs ({ev.delta_gpus:+g}) forecast {_duration(f.horizon_s)} p50 {f.p50:.1f}"
-        f" p90 {f.p90:.1f} reason={ev.reason} plan={ev.plan_id}"
-    )
-    return f"{line} {json.dumps(ev.message)}" if ev.message else line
-
-
-def _duration(seconds: float) -> str:
-    if seconds >= 3600 and seconds % 3600 == 0:
-        return f"{seconds / 3600:g}h"
-    if seconds >= 60 and seconds % 60 == 0:
-        return f"{seconds / 60:g}m"
-    return f"{seconds:g}s"
 
 
 @dataclass

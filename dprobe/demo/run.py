@@ -33,13 +33,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dprobe.commands.events import format_line
 from dprobe.config import CollectorSettings, KafkaSettings, WorkerSettings
 from dprobe.demo.plan import MEAN_JOB_S, DemoPlan, clock_start
 from dprobe.demo.processes import WORKER_METRICS_PORT, WorkerProcess, free_port
 from dprobe.demo.record import Recording
 from dprobe.demo.scrape import fetch, parse_metrics
 from dprobe.errors import DprobeError
+from dprobe.event_line import format_line
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from dprobe.sinks.consumer_lag import ConsumerLag
 from dprobe.sinks.worker_metrics import WorkerCollector
-from dprobe.streams.stats import WorkerStats
+from dprobe.sinks.worker_stats import WorkerStats
 
 pytestmark = pytest.mark.integration
 

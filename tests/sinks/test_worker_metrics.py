@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dprobe.sinks.metrics_server import MetricsServer
 from dprobe.sinks.worker_metrics import WorkerCollector, horizon_label
-from dprobe.streams.stats import TenantView, WorkerStats
+from dprobe.sinks.worker_stats import TenantView, WorkerStats
 
 
 @dataclass

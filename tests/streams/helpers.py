@@ -137,7 +137,7 @@ def reference_windows(
 ) -> dict[tuple[str, float], dict[str, Any]]:
     """TenantWindow fields recomputed directly from the snapshots, with plain loops.
 
-    Written independently of dprobe.models.window_agg: the paper's level rules are spelled
+    Written independently of dprobe.streams.state.window_agg: the paper's level rules are spelled
     out here again (L1: GPU util < 25 and memory < 3 GB; L3: GPU and SM util > 70;
     EX: memory >= 90 % of the GPU; weights 0.3/0.5/0.7/1.0).
     """

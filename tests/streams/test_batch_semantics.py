@@ -20,10 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dprobe import schema
-from dprobe.models.window_agg import WindowSettings
+from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams.deadletter import DeadLetters
 from dprobe.streams.ingest import Ingest
-from dprobe.streams.stats import WorkerStats
+from dprobe.streams.state.window_agg import WindowSettings
 from dprobe.streams.windows import Windows
 from tests.streams.helpers import (
     assert_window_matches,

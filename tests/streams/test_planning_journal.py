@@ -10,9 +10,9 @@ from pathlib import Path
 from dprobe.models.forecast.baselines import LastValue
 from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
 from dprobe.schema import decode_scaling_event
+from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec
 from dprobe.streams.planning import Planning
-from dprobe.streams.stats import WorkerStats
 from tests.models.test_plan_loop import _interleave, _partition_logs
 from tests.streams.test_batch_semantics import FakeTopic
 

@@ -1,4 +1,4 @@
-"""PNG plots of an evaluation: forecast vs actual for a few tenants, error by horizon.
+"""PNG plots of `dprobe evaluate`: forecast vs actual for a few tenants, error by horizon.
 
 matplotlib is imported inside the functions (Agg backend, no display needed).
 

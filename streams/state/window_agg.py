@@ -47,7 +47,6 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,12 +215,3 @@ def result(
         samples=state["samples"],
         lost_snapshots=state["lost"],
     )
-
-
-def aggregate(parts: Iterable[Partial], cfg: WindowSettings) -> list[TenantWindow]:
-    """All windows of ``parts`` at once (batch use: replay checks, simulations, tests)."""
-    states: dict[tuple[str, float], dict[str, Any]] = {}
-    for p in parts:
-        key = (p.tenant, p.window_start)
-        states[key] = add(states.get(key) or initial(p.tenant, p.window_start), p)
-    return [result(states[k], cfg) for k in sorted(states)]

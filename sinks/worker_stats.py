@@ -1,7 +1,8 @@
 """What the worker saw and decided, kept for the Prometheus exporter to read at scrape time.
 
 Plain in-process numbers (per worker process) with bounded keys: hosts, reasons,
-tenants, horizons. The agents write; the exporter only reads.
+tenants, horizons. The worker's agents (:mod:`dprobe.streams`) write; the exporter
+(:mod:`dprobe.sinks.worker_metrics`) only reads.
 
 Example:
     >>> s = WorkerStats()

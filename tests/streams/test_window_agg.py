@@ -7,9 +7,16 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dprobe.models import job_book, seq_tracker
-from dprobe.models.window_agg import WindowSettings, add, initial, merge, result, split_snapshot
 from dprobe.schema import JobEvent
+from dprobe.streams.state import job_book, seq_tracker
+from dprobe.streams.state.window_agg import (
+    WindowSettings,
+    add,
+    initial,
+    merge,
+    result,
+    split_snapshot,
+)
 from tests.streams.helpers import make_snapshots, reference_windows
 
 CFG = WindowSettings(window_s=10.0)
