@@ -210,7 +210,7 @@ class WorkerSettings:
     producer_buffer_messages: int = 10_000
     batch_max: int = 500
     batch_within_s: float = 0.1
-    model: str = "mmoe"
+    model: str = "dprobe-mmoe"
     seed: int = 0
     capacity_gpus: int = 64
     node_gpus: int = 8

@@ -35,7 +35,7 @@ class SimSettings:
     horizon_s: float = 600.0
     guarantee_fraction: float = 0.5
     preempt_overhead_s: float = 0.0
-    forecaster: str = "mmoe"
+    forecaster: str = "dprobe-mmoe"
     seed: int = 0
     policy: PolicySettings = field(default_factory=PolicySettings)
     planner: PlannerSettings = field(default_factory=PlannerSettings)

@@ -27,6 +27,8 @@ from typing import Any
 
 from dprobe.errors import UsageError
 
+# The registry's forecasters (dprobe.models.forecast.registry) evaluated by default;
+# ``mmoe`` is accepted for ``dprobe-mmoe``.
 MODEL_NAMES = ("last-value", "seasonal-naive", "moving-average", "holt-winters", "dprobe-mmoe")
 DEFAULT_HORIZONS = "600,3600,21600"
 
@@ -80,28 +82,35 @@ def _iso(ts: float) -> str:
 
 def _models(args: argparse.Namespace) -> list[Any]:
     from dprobe.models.forecast.baselines import LastValue
-    from dprobe.models.forecast.multitask import MultiTaskForecaster, load_checkpoint
-    from dprobe.models.forecast.registry import make_forecaster
+    from dprobe.models.forecast.registry import MMOE, canonical_name, make_forecaster
+
+    def canonical(name: str) -> str | None:
+        try:
+            return canonical_name(name)
+        except ValueError:
+            return None
 
     wanted = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = sorted(set(wanted) - set(MODEL_NAMES))
+    unknown = sorted({m for m in wanted if canonical(m) not in MODEL_NAMES})
     if unknown:
         raise UsageError(
             f"--models: unknown {', '.join(unknown)} (choose from {', '.join(MODEL_NAMES)})"
         )
+    names = [canonical_name(m) for m in wanted]
     # last value is the MASE reference: always there, always first
     models: list[Any] = [LastValue()]
-    for name in wanted:
-        if name in ("seasonal-naive", "moving-average", "holt-winters"):
-            models.append(make_forecaster(name))
-        elif name == "dprobe-mmoe":
-            mt = MultiTaskForecaster(seed=args.seed)
-            if args.warm_start:
-                try:
-                    load_checkpoint(mt, args.warm_start)
-                except (OSError, ValueError) as exc:
-                    raise UsageError(f"--warm-start: {exc}") from None
-            models.append(mt)
+    for name in names:
+        if name == "last-value":
+            continue
+        model = make_forecaster(name, seed=args.seed)
+        if name == MMOE and args.warm_start:
+            from dprobe.models.forecast.multitask import load_checkpoint
+
+            try:
+                load_checkpoint(model, args.warm_start)
+            except (OSError, ValueError) as exc:
+                raise UsageError(f"--warm-start: {exc}") from None
+        models.append(model)
     return models
 
 

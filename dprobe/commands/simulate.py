@@ -105,9 +105,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--forecaster",
-        default="mmoe",
-        help="model of the predictive mode: mmoe, last-value, moving-average, "
-        "holt-winters, seasonal-naive, recent-peak (default mmoe)",
+        default="dprobe-mmoe",
+        help="model of the predictive mode: dprobe-mmoe (alias mmoe), last-value, "
+        "moving-average, holt-winters, seasonal-naive, recent-peak (default dprobe-mmoe)",
     )
     p.add_argument(
         "--colocate",
@@ -133,7 +133,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dprobe.models.forecast.registry import FORECASTERS
+    from dprobe.models.forecast.registry import canonical_name
     from dprobe.sim.grid import run_grid
     from dprobe.sim.inputs import resolve_vc_nodes
     from dprobe.sim.report import chart, rows, table
@@ -142,10 +142,10 @@ def run(args: argparse.Namespace) -> int:
 
     policies = _names(args.policies, POLICIES, "policy")
     modes = _names(args.modes, MODES, "mode")
-    if args.forecaster not in FORECASTERS:
-        raise UsageError(
-            f"unknown forecaster {args.forecaster}; choose from {', '.join(FORECASTERS)}"
-        )
+    try:
+        forecaster = canonical_name(args.forecaster)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if args.workers < 1 or args.interval <= 0 or args.horizon <= 0:
         raise UsageError("--workers, --interval and --horizon must be > 0")
     if not 0 <= args.guarantee <= 1:
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         interval_s=args.interval,
         horizon_s=args.horizon,
         guarantee_fraction=args.guarantee,
-        forecaster=args.forecaster,
+        forecaster=forecaster,
         seed=args.seed,
     )
     say(
@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     skipped = results[0].skipped if results else 0
     say(
         f"{len(results)} runs in {wall:.1f} s; {skipped} jobs left out (0 GPUs or larger than "
-        f"the cluster); predictive forecaster: {args.forecaster}"
+        f"the cluster); predictive forecaster: {forecaster}"
     )
     for r in results:
         if r.unfinished:

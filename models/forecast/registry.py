@@ -3,8 +3,9 @@
 worker's ``model`` setting, the simulator's predictive mode and ``dprobe evaluate`` pick
 from.
 
-- ``mmoe`` (also ``dprobe-mmoe``, its name in evaluation tables): dprobe's multi-task
-  MMoE (:class:`~dprobe.models.forecast.multitask.MultiTaskForecaster`), default settings;
+- ``dprobe-mmoe`` (the name the model reports in evaluation tables and scaling events;
+  ``mmoe`` is accepted as an alias): dprobe's multi-task MMoE
+  (:class:`~dprobe.models.forecast.multitask.MultiTaskForecaster`), default settings;
 - ``last-value``, ``moving-average``, ``holt-winters``, ``seasonal-naive``: the baselines
   of :mod:`dprobe.models.forecast.baselines`;
 - ``recent-peak``: p50 = the last window's demand, p90 = the highest of the last ``k``
@@ -17,6 +18,8 @@ Example:
     ...     f.learn_one(W(tenant="a", window_end=300.0 * i, running_gpus=y, pending_gpus=0.0))
     >>> f.forecast("a", [600.0])
     {600.0: (6.0, 9.0)}
+    >>> canonical_name("mmoe")
+    'dprobe-mmoe'
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+MMOE = "dprobe-mmoe"
 FORECASTERS = (
-    "mmoe",
+    MMOE,
     "last-value",
     "moving-average",
     "holt-winters",
@@ -61,15 +65,23 @@ class RecentPeak:
         self._hist = {t: deque(v, maxlen=self.k) for t, v in state["hist"].items()}
 
 
-ALIASES = {"dprobe-mmoe": "mmoe"}
+ALIASES = {"mmoe": MMOE}
+
+
+def canonical_name(name: str) -> str:
+    """The registry name of ``name`` (an alias resolved); ``ValueError`` if unknown."""
+    name = ALIASES.get(name, name)
+    if name not in FORECASTERS:
+        raise ValueError(f"unknown forecaster {name!r}; choose from {', '.join(FORECASTERS)}")
+    return name
 
 
 def make_forecaster(name: str, *, seed: int = 0) -> Any:
     """A fresh forecaster called ``name`` (see module doc); ``ValueError`` if unknown."""
-    name = ALIASES.get(name, name)
+    name = canonical_name(name)
     if name == "recent-peak":
         return RecentPeak()
-    if name == "mmoe":
+    if name == MMOE:
         from dprobe.models.forecast.multitask import MultiTaskForecaster
 
         return MultiTaskForecaster(seed=seed)
@@ -81,6 +93,4 @@ def make_forecaster(name: str, *, seed: int = 0) -> Any:
         "holt-winters": baselines.HoltWinters,
         "seasonal-naive": baselines.SeasonalNaive,
     }
-    if name not in classes:
-        raise ValueError(f"unknown forecaster {name!r}; choose from {', '.join(FORECASTERS)}")
     return classes[name]()
