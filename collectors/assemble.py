@@ -65,6 +65,23 @@ def make_backend(settings: CollectorSettings, host: str, clock: Clock) -> GpuBac
     )
 
 
+def make_resolver(settings: CollectorSettings) -> TenantResolver | None:
+    """The pid -> tenant/job resolver of the NVML backend; ``None`` for the synthetic one,
+    whose processes carry their tenant and job already.
+
+    >>> make_resolver(CollectorSettings(backend="synthetic")) is None
+    True
+    """
+    if settings.backend != "nvml":
+        return None
+    return TenantResolver(
+        proc_root=settings.proc_root,
+        tenant_map=load_tenant_map(settings.tenant_map) if settings.tenant_map else None,
+        env_vars=settings.tenant_env_vars,
+        pod_log_dir=settings.pod_log_dir,
+    )
+
+
 def build_collector(
     settings: CollectorSettings,
     *,
@@ -88,14 +105,7 @@ def build_collector(
         on_drop=lambda n: metrics.dropped.labels(reason="spool_full").inc(n),
         on_corrupt=lambda n: metrics.sample_faults.labels(kind="spool_corrupt").inc(),
     )
-    resolver = None
-    if settings.backend == "nvml":
-        resolver = TenantResolver(
-            proc_root=settings.proc_root,
-            tenant_map=load_tenant_map(settings.tenant_map) if settings.tenant_map else None,
-            env_vars=settings.tenant_env_vars,
-            pod_log_dir=settings.pod_log_dir,
-        )
+    resolver = make_resolver(settings)
     sender = None
     if send:
         sender = KafkaSender(

@@ -133,24 +133,15 @@ def _unavailable(exc: Exception, backend: str) -> UsageError:
 async def _once(s: CollectorSettings) -> int:
     import socket
 
-    from dprobe.collectors.assemble import make_backend, make_clock
+    from dprobe.collectors.assemble import make_backend, make_clock, make_resolver
     from dprobe.collectors.errors import BackendError
     from dprobe.collectors.snapshot import SnapshotBuilder
-    from dprobe.collectors.tenant_map import load_tenant_map
-    from dprobe.collectors.tenants import TenantResolver
     from dprobe.schema import to_builtins
 
     host = s.host_id or socket.gethostname()
     clock = make_clock(s.clock_speed)
     backend = make_backend(s, host, clock)
-    resolver = None
-    if s.backend == "nvml":
-        resolver = TenantResolver(
-            proc_root=s.proc_root,
-            tenant_map=load_tenant_map(s.tenant_map) if s.tenant_map else None,
-            env_vars=s.tenant_env_vars,
-            pod_log_dir=s.pod_log_dir,
-        )
+    resolver = make_resolver(s)
     faults: list[str] = []
     try:
         async with backend:
