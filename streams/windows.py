@@ -17,10 +17,10 @@ Table layout (one changelog-backed table, values are msgspec JSON):
 
 - ``w|TENANT|START``: the window state of :mod:`dprobe.streams.state.window_agg`;
 - ``j|TENANT``: the tenant's job book (:mod:`dprobe.streams.state.job_book`);
-- ``p|PARTITION``: ``{"max_ts", "closed_end", "upto", "open": {tenant: [starts]},
-  "job_tenants", "sources": {samples partition: progress}}``; ``upto`` is the progress
-  last reported to the planning stage (every window ending at or before it is out; a
-  partial for such a window is late).
+- ``p|PARTITION``: the partition's :class:`~dprobe.streams.state.partition.PartitionState`
+  (watermark sources, open windows, closed and reported progress) in its stored form;
+  ``upto`` is the progress last reported to the planning stage (every window ending at
+  or before it is out; a partial for such a window is late).
 
 Updates are read in batches and applied in the order of their partition's log; the
 states a batch touches are decoded once and written back once, at the end of the batch.
@@ -49,6 +49,7 @@ from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec, table_io
 from dprobe.streams.deadletter import DeadLetters
 from dprobe.streams.state import job_book
+from dprobe.streams.state.partition import PartitionState
 from dprobe.streams.state.window_agg import Partial, WindowSettings, add, initial, result
 
 
@@ -122,10 +123,6 @@ class Windows:
         self.on_progress = on_progress
         self.newest_source_ts = 0.0  # highest progress any samples partition reported here
 
-    @staticmethod
-    def _initial_pstate() -> dict[str, Any]:
-        return {"max_ts": 0.0, "closed_end": 0.0, "open": {}, "job_tenants": [], "sources": {}}
-
     async def on_updates(self, events: Sequence[Any]) -> None:
         """Apply one batch of tenant-updates records (faust events, in read order)."""
         by_partition: dict[int, list[Any]] = {}
@@ -133,15 +130,13 @@ class Windows:
             by_partition.setdefault(event.message.partition, []).append(event)
         for partition, evs in sorted(by_partition.items()):
             batch = _Batch(self.table, partition)
-            pkey = _pkey(partition)
-            ps = batch.get(pkey) or self._initial_pstate()
-            batch.set(pkey, ps)  # what a close in this batch writes
+            ps = PartitionState.from_plain(batch.get(_pkey(partition)))
             for event in evs:
                 await self._apply(event, ps, batch)
-            batch.set(pkey, ps)  # changed in place
+            batch.set(_pkey(partition), ps.to_plain())
             await batch.flush()
 
-    async def _apply(self, event: Any, ps: dict[str, Any], batch: _Batch) -> None:
+    async def _apply(self, event: Any, ps: PartitionState, batch: _Batch) -> None:
         before = self.watermark(ps)
         try:
             update = codec.decode_update(event.value)
@@ -160,8 +155,8 @@ class Windows:
         if self.watermark(ps) > before:
             await self._close_ready(ps, batch)
 
-    def _on_partial(self, part: Partial, ps: dict[str, Any], batch: _Batch) -> None:
-        if part.window_start + self.cfg.window_s <= max(ps["closed_end"], ps.get("upto", 0.0)):
+    def _on_partial(self, part: Partial, ps: PartitionState, batch: _Batch) -> None:
+        if part.window_start + self.cfg.window_s <= ps.out_before:
             self.stats.late_partials += 1
             return
         key = _wkey(part.tenant, part.window_start)
@@ -169,42 +164,33 @@ class Windows:
         new = add(state, part)
         if new is not state:
             batch.set(key, new)
-            starts = ps["open"].setdefault(part.tenant, [])
-            if part.window_start not in starts:
-                starts.append(part.window_start)
+            ps.open_window(part.tenant, part.window_start)
 
-    def _on_source(self, wm: codec.SourceWatermark, ps: dict[str, Any]) -> None:
-        key = str(wm.source)
-        ps["sources"][key] = max(ps["sources"].get(key, 0.0), wm.ts)
+    def _on_source(self, wm: codec.SourceWatermark, ps: PartitionState) -> None:
+        ps.note_source(wm.source, wm.ts)
         self.newest_source_ts = max(self.newest_source_ts, wm.ts)
 
-    def watermark(self, ps: dict[str, Any]) -> float:
-        """Event time up to which every samples partition has been forwarded, minus grace.
+    def watermark(self, ps: PartitionState) -> float:
+        """Event time up to which every samples partition has been forwarded, minus grace
+        (see :meth:`PartitionState.watermark`)."""
+        return ps.watermark(sources=self.sources, grace_s=self.cfg.grace_s)
 
-        Before any samples partition has reported, only job events drive time (their newest
-        event time minus grace), and only while no window of samples is open.
-        """
-        known = ps["sources"]
-        if not known:
-            return float("-inf") if ps["open"] else ps["max_ts"] - self.cfg.grace_s
-        if len(known) < self.sources:
-            return float("-inf")
-        return float(min(known.values())) - self.cfg.grace_s
-
-    def _on_job(self, ev: schema.JobEvent, ps: dict[str, Any], batch: _Batch) -> None:
+    def _on_job(self, ev: schema.JobEvent, ps: PartitionState, batch: _Batch) -> None:
         key = _jkey(ev.tenant)
         batch.set(key, job_book.apply(batch.get(key) or job_book.initial(), ev))
-        if ev.tenant not in ps["job_tenants"]:
-            ps["job_tenants"] = sorted([*ps["job_tenants"], ev.tenant])
-        ps["max_ts"] = max(ps["max_ts"], ev.ts)
+        ps.note_job(ev.tenant, ev.ts)
 
-    async def _close_ready(self, ps: dict[str, Any], batch: _Batch) -> None:
+    async def _write_partition(self, ps: PartitionState, batch: _Batch) -> None:
+        key = _pkey(batch.partition)
+        batch.set(key, ps.to_plain())
+        await batch.write(key)
+
+    async def _close_ready(self, ps: PartitionState, batch: _Batch) -> None:
         w = self.cfg.window_s
         watermark = self.watermark(ps)
-        starts = sorted({s for lst in ps["open"].values() for s in lst if s + w <= watermark})
-        for start in starts:
-            tenants = {t for t, lst in ps["open"].items() if start in lst}
-            for t in ps["job_tenants"]:
+        for start in ps.ready_starts(watermark=watermark, window_s=w):
+            tenants = ps.tenants_open_at(start)
+            for t in ps.job_tenants:
                 if t not in tenants:
                     pending, running = job_book.totals(batch.get(_jkey(t)) or job_book.initial())
                     if pending or running:
@@ -219,20 +205,15 @@ class Windows:
                     forwarded.append(await self.on_window(window))
             for fut in forwarded:
                 await fut
-            ps["closed_end"] = max(ps["closed_end"], start + w)
-            for t in list(ps["open"]):
-                ps["open"][t] = [s for s in ps["open"][t] if s != start]
-                if not ps["open"][t]:
-                    del ps["open"][t]
-            await batch.write(_pkey(batch.partition))
+            ps.close(start, end=start + w)
+            await self._write_partition(ps, batch)
             for tenant in sorted(tenants):
                 await batch.delete(_wkey(tenant, start))
         # Every window ending at or before the watermark is out: say so, after them. From
         # now on a partial for such a window is late, so the report stays true.
         upto = math.floor(watermark / w) * w if math.isfinite(watermark) else -math.inf
-        if upto > ps.get("upto", 0.0):
-            ps["upto"] = upto
-            await batch.write(_pkey(batch.partition))
+        if ps.report(upto):
+            await self._write_partition(ps, batch)
             if self.on_progress is not None:
                 await self.on_progress(batch.partition, upto)
 
