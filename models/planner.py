@@ -15,7 +15,8 @@ reading, every rule a setting (:class:`PlannerSettings`) and called an assumptio
 3. first, tenants whose jobs wait now (``need_gpus`` above their quota) take idle nodes
    from any tenant down to that tenant's own need now (``urgent_first``: waiting jobs come
    before capacity kept for forecast demand); then tenants whose damped target is above
-   their quota *receive* from tenants whose damped target is below it; a donor gives only
+   their quota *receive* from tenants whose damped target is below it, from what is left
+   after the nodes that waiting jobs still lack (damping held them back) are kept free; a donor gives only
    GPUs on whole idle nodes (never a busy node) and never goes below its guarantee; nodes
    are matched one at a time (receivers below their guarantee first, then the largest
    remaining need; donors with the largest remaining offer first);
@@ -216,6 +217,11 @@ class Planner:
             )
             for t in by_name
         }
+        waiting = sum(
+            max(0, ceil_to_node(t.need_gpus, node) - t.quota_gpus - max(0, got.get(t.tenant, 0)))
+            for t in by_name
+        )
+        _hold_back(offer, waiting, node)
         for r, d in _match(want, offer, below, node).items():
             got[r] = got.get(r, 0) + d
         decisions = []
@@ -290,8 +296,12 @@ def _urgent(
 ) -> dict[str, int]:
     """First pass: tenants whose jobs wait now (need above quota) take idle nodes from any
     tenant down to that tenant's own need now (never below its guarantee), whatever its
-    forecast says: waiting jobs come before capacity kept for forecast demand."""
-    want, offer = {}, {}
+    forecast says: waiting jobs come before capacity kept for forecast demand. Nodes no
+    one's forecast keeps are taken first, so a forecast loses capacity only when nothing
+    else is idle."""
+    want: dict[str, int] = {}
+    spare: dict[str, int] = {}  # idle beyond the donor's damped target too
+    kept: dict[str, int] = {}  # idle that only the donor's forecast keeps
     for t in tenants:
         need = ceil_to_node(t.need_gpus, node)
         w = min(damped[t.tenant], need) - t.quota_gpus
@@ -300,8 +310,27 @@ def _urgent(
             continue
         keep = max(need, ceil_to_node(t.guaranteed_gpus, node))
         amount = min(t.idle_gpus, t.quota_gpus - keep)
-        offer[t.tenant] = max(0, amount - amount % node)
-    return _match(want, offer, below, node)
+        amount = max(0, amount - amount % node)
+        spare[t.tenant] = min(amount, _offer(t, damped[t.tenant], node))
+        kept[t.tenant] = amount - spare[t.tenant]
+    got = _match(want, spare, below, node)
+    left = {r: w - got.get(r, 0) for r, w in want.items()}
+    for r, d in _match(left, kept, below, node).items():
+        got[r] = got.get(r, 0) + d
+    return got
+
+
+def _hold_back(offer: dict[str, int], gpus: int, node: int) -> None:
+    """Withdraw ``gpus`` (whole nodes, largest offers first) from the offers to forecast
+    receivers: idle nodes that jobs waiting now could not take in this plan (damping held
+    their tenant back) stay free for them, so a forecast never takes what waiting jobs
+    would take back in the next plan (a flap)."""
+    while gpus > 0:
+        donor = max((t for t in offer if offer[t] > 0), key=lambda t: offer[t], default=None)
+        if donor is None:
+            return
+        offer[donor] -= node
+        gpus -= node
 
 
 def _match(

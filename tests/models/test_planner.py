@@ -8,7 +8,7 @@ import math
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dprobe.models.planner import Plan, PlanInput, Planner, PlannerSettings, TenantState
@@ -91,8 +91,24 @@ def test_one_plan_keeps_every_invariant(world: tuple[int, list[TenantState], lis
         assert d.reason and d.message
 
 
+def _idle_owner_and_three(p90: float, need: float) -> tuple[int, list[TenantState], list[int]]:
+    """t0 holds every node idle; t2 wants ``p90`` by forecast, t3 ``need`` for waiting jobs."""
+    capacity = 64 if p90 > 8 else 40
+    tenants = [
+        TenantState("t0", quota_gpus=capacity, idle_gpus=capacity),
+        TenantState("t1", quota_gpus=0),
+        TenantState("t2", quota_gpus=0, p90=p90),
+        TenantState("t3", quota_gpus=0, need_gpus=need),
+    ]
+    return capacity, tenants, [0, 0, 0, 0]
+
+
 @settings(max_examples=100, deadline=None)
 @given(worlds())
+# Waiting jobs held back by the rate limit must not lose their nodes to a forecast, and
+# must not take a forecast's nodes while other nodes are idle.
+@example(_idle_owner_and_three(p90=1.0, need=40.0))
+@example(_idle_owner_and_three(p90=17.0, need=40.0))
 def test_a_stable_series_never_flaps(world: tuple[int, list[TenantState], list[int]]) -> None:
     # Constant forecasts for 40 minutes of one plan a minute: every tenant's quota moves in
     # at most one direction, and the last ten plans move nothing.
