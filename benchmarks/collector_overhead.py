@@ -27,8 +27,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
 from dprobe.broker import LocalBroker
+from dprobe.clock import AcceleratedClock, ManualClock
 from dprobe.collectors.assemble import build_collector
-from dprobe.collectors.clock import AcceleratedClock, ManualClock
 from dprobe.collectors.synthetic import SyntheticBackend
 from dprobe.config import BrokerSettings, CollectorSettings, KafkaSettings
 

@@ -5,12 +5,13 @@ Modules, one job each:
 - ``backend``: the :class:`GpuBackend` contract and raw readings
 - ``nvml`` (+ ``nvml_errors``): NVML on a dedicated thread; ``fake_nvml``: a test stand-in
 - ``synthetic`` (+ ``profiles``, ``profiles.csv``): a seeded workload generator
-- ``clock``: real, accelerated and manual clocks
 - ``cgroup``, ``tenant_map``, ``tenants``: who a GPU process belongs to
 - ``snapshot``: clean a reading into a :class:`dprobe.schema.HostSnapshot`
 - ``spool``, ``seq``: the disk spool and the persisted per-host counter
 - ``sender``: spool -> Kafka; ``service``: the tick loop; ``metrics``: its Prometheus metrics
 - ``assemble``: build a collector from :class:`dprobe.config.CollectorSettings`
+
+Clocks (real, accelerated, manual) come from :mod:`dprobe.clock`.
 
 Example:
     >>> from dprobe.collectors.synthetic import SyntheticBackend

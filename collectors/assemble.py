@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
+from dprobe.clock import AcceleratedClock, Clock, SystemClock
 from dprobe.collectors.backend import GpuBackend
-from dprobe.collectors.clock import AcceleratedClock, Clock, SystemClock
 from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.sender import KafkaSender
 from dprobe.collectors.seq import SeqCounter

@@ -10,7 +10,7 @@ whole read failed.
 Example:
     >>> import asyncio
     >>> from dprobe.collectors.synthetic import SyntheticBackend
-    >>> from dprobe.collectors.clock import ManualClock
+    >>> from dprobe.clock import ManualClock
     >>> async def once(backend: GpuBackend) -> int:
     ...     async with backend:
     ...         return len((await backend.read()).gpus)

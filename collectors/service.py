@@ -24,8 +24,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from dprobe.clock import Clock
 from dprobe.collectors.backend import GpuBackend, Reading
-from dprobe.collectors.clock import Clock
 from dprobe.collectors.errors import BackendError
 from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.sender import KafkaSender

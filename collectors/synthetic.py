@@ -9,7 +9,7 @@ that each process has a start-up phase (data loading, memory ramping up), period
 phases (evaluation, checkpoints), and AR(1) noise. A share of jobs are interactive and
 mostly idle. Everything is drawn from one ``random.Random(seed)``: the same seed and the
 same sequence of clock readings give the same readings. Time comes from the injected
-clock, so an :class:`~dprobe.collectors.clock.AcceleratedClock` runs days in minutes.
+clock, so an :class:`~dprobe.clock.AcceleratedClock` runs days in minutes.
 
 The rhythm, job sizes, durations and phase lengths are assumptions of this generator
 (plausible for a shared training cluster), not measurements; they are constructor
@@ -17,7 +17,7 @@ arguments.
 
 Example:
     >>> import asyncio
-    >>> from dprobe.collectors.clock import ManualClock
+    >>> from dprobe.clock import ManualClock
     >>> backend = SyntheticBackend(host="h1", tenants=["vc-a", "vc-b"], gpus=8, seed=0,
     ...                            clock=ManualClock(start=1_700_000_000.0))
     >>> reading = asyncio.run(backend.read())
@@ -33,8 +33,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from dprobe.clock import Clock, SystemClock
 from dprobe.collectors.backend import GpuReading, ProcReading, Reading
-from dprobe.collectors.clock import Clock, SystemClock
 from dprobe.collectors.profiles import GIB, JobShape, Profile, load_profiles
 from dprobe.lifecycle import AsyncResource
 

@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError
 
+from dprobe.clock import Clock, SystemClock
 from dprobe.config import ArchiveSettings
 from dprobe.lifecycle import AsyncService
 from dprobe.schema import HostSnapshot, JobEvent, SchemaError, decode
@@ -49,20 +48,24 @@ log = logging.getLogger(__name__)
 
 
 class Archiver(AsyncService):
-    """Consumes the raw topics and archives them, following the commit order above."""
+    """Consumes the raw topics and archives them, following the commit order above.
+
+    ``clock`` (:mod:`dprobe.clock`, default the system clock) times ``flush_interval_s``
+    on its monotonic time.
+    """
 
     def __init__(
         self,
         settings: ArchiveSettings,
         *,
         writer: ArchiveWriter | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
     ) -> None:
         self.settings = settings
         self.writer = writer or ArchiveWriter(
             settings.out_dir, compression_level=settings.compression_level
         )
-        self.clock = clock
+        self.clock: Clock = clock or SystemClock()
         k = settings.kafka
         self.kinds = {k.topic(kind): kind for kind in KINDS}
         self.consumer: AIOKafkaConsumer | None = None
@@ -70,7 +73,7 @@ class Archiver(AsyncService):
         self.invalid_records = 0
         self._next: dict[TopicPartition, int] = {}
         self._lock = asyncio.Lock()
-        self._last_flush = clock()
+        self._last_flush = self.clock.monotonic()
         self._started = False
         self._stopped = False
 
@@ -129,7 +132,7 @@ class Archiver(AsyncService):
         s, w = self.settings, self.writer
         if w.buffered_records >= s.flush_records or w.buffered_bytes >= s.flush_bytes:
             return True
-        return bool(self._next) and self.clock() - self._last_flush >= s.flush_interval_s
+        return bool(self._next) and self.clock.monotonic() - self._last_flush >= s.flush_interval_s
 
     async def flush(self) -> None:
         """Steps 2 and 3 of the commit order: write every buffer durably, then commit."""
@@ -145,7 +148,7 @@ class Archiver(AsyncService):
                     # Partitions moved to another member; it deletes and rewrites the
                     # uncommitted files, so nothing is lost or doubled.
                     log.warning("offset commit failed after a rebalance: %s", exc)
-            self._last_flush = self.clock()
+            self._last_flush = self.clock.monotonic()
 
     async def caught_up(self) -> bool:
         """True when every assigned partition has been read to its current end."""

@@ -6,7 +6,8 @@ fast as possible. Pacing keeps to a schedule (record at event time ``t`` is sent
 ``shift_to_now``: then every ``ts`` moves by the same amount so the first record is now.
 The producer is idempotent with ``acks=all``; delivery is awaited every ``await_every``
 records, every second, and at the end, so a failure stops the replay with an error.
-The clock is injected (tests run pacing without sleeping).
+The clock (:mod:`dprobe.clock`) is injected: tests run pacing on a
+:class:`~dprobe.clock.ManualClock` without sleeping.
 
 Example:
     >>> import asyncio
@@ -14,7 +15,8 @@ Example:
     >>> from dprobe.traces.replay_record import ReplayRecord
     >>> recs = [ReplayRecord.of(JobEvent(ts=t, event="submit", job=f"j{t}", tenant="a", gpus=1))
     ...         for t in (0.0, 60.0)]
-    >>> clock = FakeClock(); sink = MemorySink(clock)
+    >>> from dprobe.clock import ManualClock
+    >>> clock = ManualClock(); sink = MemorySink(clock)
     >>> stats = asyncio.run(replay(recs, sink, {"jobs": "dprobe.jobs"}, speed=60, clock=clock))
     >>> stats.records, [round(t, 3) for t, *_ in sink.sent]
     (2, [0.0, 1.0])
@@ -23,55 +25,17 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from dprobe.clock import Clock, SystemClock
 from dprobe.errors import DprobeError
 from dprobe.traces.replay_record import ReplayRecord, shifted
 
 
 class ReplayError(DprobeError):
     """A record could not be delivered (exit 1)."""
-
-
-class Clock(Protocol):
-    def monotonic(self) -> float: ...
-    def time(self) -> float: ...
-    async def sleep(self, seconds: float) -> None: ...
-
-
-class SystemClock:
-    """The real clock."""
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def time(self) -> float:
-        return time.time()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
-class FakeClock:
-    """A clock that only moves when slept on (for tests and examples)."""
-
-    def __init__(self, start: float = 0.0, wall: float = 1_800_000_000.0) -> None:
-        self.now = start
-        self.wall0 = wall - start
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return self.wall0 + self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += max(seconds, 0.0)
 
 
 class Sink(Protocol):
@@ -152,7 +116,7 @@ async def replay(
             raise ReplayError(f"no topic for {rec.kind} records")
         if shift_to_now:
             if delta is None:
-                delta = clk.time() - rec.ts
+                delta = clk.now() - rec.ts
             rec = shifted(original, delta)
         await pacer.wait(rec.ts)
         pending.append(await sink.send(topics[rec.kind], value=rec.value, key=rec.key))

@@ -14,9 +14,10 @@ import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from dprobe.clock import Clock
 from dprobe.config import ReplaySettings
 from dprobe.errors import UsageError
-from dprobe.traces.replay import Clock, ReplayStats, replay
+from dprobe.traces.replay import ReplayStats, replay
 from dprobe.traces.replay_record import ReplayRecord
 
 KINDS = ("samples", "jobs")

@@ -240,7 +240,7 @@ class Demo:
         from prometheus_client import CollectorRegistry
 
         from dprobe.collectors.assemble import build_collector, tenant_names
-        from dprobe.collectors.clock import AcceleratedClock
+        from dprobe.clock import AcceleratedClock
         from dprobe.collectors.synthetic import SyntheticBackend
 
         p = self.plan

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from dprobe.cli import main
-from dprobe.collectors.clock import ManualClock
+from dprobe.clock import ManualClock
 from dprobe.collectors.fake_nvml import FakeGpu, FakeNvml
 from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.nvml import NvmlBackend

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from dprobe.clock import ManualClock, SystemClock
 from dprobe.collectors.backend import GpuReading, ProcReading, Reading
-from dprobe.collectors.clock import ManualClock, SystemClock
 from dprobe.collectors.errors import BackendError
 from dprobe.collectors.fake_nvml import (
     NVML_ERROR_GPU_IS_LOST,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from dprobe.clock import ManualClock
 from dprobe.collectors.assemble import build_collector
-from dprobe.collectors.clock import ManualClock
 from dprobe.collectors.seq import SeqCounter
 from dprobe.collectors.spool import Spool
 from dprobe.collectors.synthetic import SyntheticBackend

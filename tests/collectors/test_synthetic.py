@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from dprobe.collectors.clock import ManualClock
+from dprobe.clock import ManualClock
 from dprobe.collectors.profiles import GIB, load_profiles
 from dprobe.collectors.synthetic import SyntheticBackend
 

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from dprobe import schema
-from dprobe.traces.replay import FakeClock, MemorySink, ReplayError, replay
+from dprobe.clock import ManualClock
+from dprobe.traces.replay import MemorySink, ReplayError, replay
 from dprobe.traces.replay_record import ReplayRecord
 
 TOPICS = {"samples": "s", "jobs": "j"}
@@ -31,7 +32,7 @@ def _jobs(times: list[float]) -> list[ReplayRecord]:
     ],
 )
 async def test_records_sent_at_event_time_over_speed(speed: float, expected: list[float]) -> None:
-    clock = FakeClock(start=100.0)
+    clock = ManualClock(monotonic_start=100.0)
     sink = MemorySink(clock)
     base = 1_590_000_000.0
     stats = await replay(
@@ -44,7 +45,7 @@ async def test_records_sent_at_event_time_over_speed(speed: float, expected: lis
 
 
 async def test_speed_zero_never_sleeps_and_keeps_order() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     sink = MemorySink(clock)
     times = [0.0, 5.0, 5.0, 3600.0 * 24]
     await replay(_jobs(times), sink, TOPICS, speed=0.0, clock=clock)
@@ -53,12 +54,12 @@ async def test_speed_zero_never_sleeps_and_keeps_order() -> None:
 
 
 async def test_schedule_does_not_drift_when_sends_are_slow() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
 
     class SlowSink(MemorySink):
         async def send(self, topic: str, value: bytes, key: bytes | None = None) -> Awaitable[Any]:
             fut = await super().send(topic, value, key)
-            clock.now += 0.3  # each send costs 0.3 s of wall time
+            clock.advance(0.3)  # each send costs 0.3 s of wall time
             return fut
 
     sink = SlowSink(clock)
@@ -75,7 +76,7 @@ async def test_kinds_go_to_their_topics_with_keys() -> None:
 
 
 async def test_shift_to_now_moves_every_event_time_by_the_same_amount() -> None:
-    clock = FakeClock(wall=1_800_000_000.0)
+    clock = ManualClock(start=1_800_000_000.0)
     sink = MemorySink(clock)
     stats = await replay(_jobs([1000.0, 1060.0]), sink, TOPICS, clock=clock, shift_to_now=True)
     got = [schema.decode_job_event(v).ts for *_, v in sink.sent]
