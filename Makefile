@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test check lint format typecheck broker-start broker-stop broker-status bench clean
+.PHONY: install demo test test-fast check lint format typecheck broker-start broker-stop broker-status bench clean
 
 $(STAMP): pyproject.toml requirements.lock scripts/install-system-deps.sh
 	bash scripts/install-system-deps.sh
@@ -22,6 +22,10 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# The tier to run on every change: no broker, no dprobe processes, no trace files.
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not integration and not traces and not slow and not gpu"
 
 lint: install
 	$(BIN)/ruff check .

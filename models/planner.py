@@ -14,12 +14,13 @@ reading, every rule a setting (:class:`PlannerSettings`) and called an assumptio
    the tolerance never holds a tenant below its need now (waiting jobs are not noise);
 3. first, tenants whose jobs wait now (``need_gpus`` above their quota) take idle nodes
    from any tenant down to that tenant's own need now (``urgent_first``: waiting jobs come
-   before capacity kept for forecast demand); then tenants whose damped target is above
-   their quota *receive* from tenants whose damped target is below it, from what is left
-   after the nodes that waiting jobs still lack (damping held them back) are kept free; a donor gives only
-   GPUs on whole idle nodes (never a busy node) and never goes below its guarantee; nodes
-   are matched one at a time (receivers below their guarantee first, then the largest
-   remaining need; donors with the largest remaining offer first);
+   before capacity kept for forecast demand; nodes no forecast keeps go first); then
+   tenants whose damped target is above their quota *receive* from tenants whose damped
+   target is below it, from what is left once the nodes that waiting jobs still lack
+   (damping held them back) are kept free; a donor gives only GPUs on whole idle nodes
+   (never a busy node) and never goes below its guarantee; nodes are matched one at a
+   time (receivers below their guarantee first, then the largest remaining need; donors
+   with the largest remaining offer first);
 4. a plan only moves quota between tenants, so its deltas sum to zero and the total quota
    (<= capacity) never grows.
 

@@ -8,6 +8,10 @@
 
 ``kafka`` gives per-test helpers: ``await kafka.create_topic("samples", partitions=4)``
 returns a unique, freshly created topic name.
+
+Tiers: a test that asks for the broker is marked ``integration`` and one that asks for the
+public traces ``traces``, here at collection, so no test can reach either unmarked.
+``make test-fast`` runs what is left without ``slow`` and ``gpu``; ``make test`` runs all.
 """
 
 from __future__ import annotations
@@ -24,6 +28,16 @@ import pytest
 
 from dprobe.broker import LocalBroker
 from dprobe.config import BrokerSettings, KafkaSettings
+
+# Fixture -> the marker every test that uses it (directly or through another fixture) gets.
+MARK_BY_FIXTURE = {"kafka_bootstrap": "integration", "trace_dir": "traces"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture, marker in MARK_BY_FIXTURE.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
 
 
 def _free_port() -> int:

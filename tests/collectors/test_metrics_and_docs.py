@@ -1,37 +1,12 @@
-"""The collector's /metrics endpoint, and the usage examples in the module docstrings."""
+"""The collector's /metrics endpoint."""
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import urllib.request
 
-import pytest
 from prometheus_client import CollectorRegistry
 
 from dprobe.collectors.metrics import CollectorMetrics, MetricsServer
-
-MODULES = [
-    "",  # the package itself
-    "assemble",
-    "backend",
-    "cgroup",
-    "clock",
-    "errors",
-    "fake_nvml",
-    "metrics",
-    "nvml",
-    "nvml_errors",
-    "profiles",
-    "sender",
-    "seq",
-    "service",
-    "snapshot",
-    "spool",
-    "synthetic",
-    "tenant_map",
-    "tenants",
-]
 
 
 def test_metrics_are_served_on_loopback_from_the_injected_registry() -> None:
@@ -55,10 +30,3 @@ def test_metrics_are_served_on_loopback_from_the_injected_registry() -> None:
     assert "dprobe_collector_spool_pending_snapshots 7.0" in first
     assert "dprobe_collector_spool_pending_snapshots 3.0" in second
     assert "process_cpu_seconds_total" not in first  # own registry, nothing global
-
-
-@pytest.mark.parametrize("name", MODULES)
-def test_docstring_examples_run(name: str) -> None:
-    module = importlib.import_module(f"dprobe.collectors.{name}".rstrip("."))
-    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0
