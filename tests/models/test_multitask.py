@@ -153,6 +153,7 @@ def _random_walk(tenant: str, n_windows: int, seed: int) -> list:
     return [win(tenant, i, float(max(v, 0))) for i, v in enumerate(y)]
 
 
+@pytest.mark.slow  # trains on 2,400 windows, twice
 def test_combination_shrinks_the_network_on_a_random_walk() -> None:
     # ungated and trained hard, the network forecasts noise; on a random walk no change
     # is the best forecast, and the combination learns to drop the network's change
@@ -171,6 +172,7 @@ def test_combination_shrinks_the_network_on_a_random_walk() -> None:
     assert mase[("dprobe-mmoe", 6 * STEP)] < {r.model: r.mase for r in res_plain.rows}[plain.name]
 
 
+@pytest.mark.slow  # trains on 1,500 windows, twice
 def test_combination_continues_a_step_inside_the_newest_window() -> None:
     windows = _minute_steps("vc-a", 1500, seed=3)
     m = _model(combine_min_rows=50)
