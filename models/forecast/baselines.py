@@ -1,4 +1,5 @@
-"""Baseline forecasters: last value, seasonal naive, moving average, Holt-Winters.
+"""Baseline forecasters: last value, seasonal naive, moving average, Holt-Winters, and the
+recent peak (a reference with a p90 of its own: the highest recent demand).
 
 Each is a :class:`~dprobe.models.forecast.per_tenant.PerTenantForecaster`: one state per
 tenant, learned online one window at a time, p90 from the tracked spread of changes.
@@ -17,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from dprobe.models.forecast.per_tenant import PerTenantForecaster
@@ -174,6 +176,41 @@ class HoltWinters(PerTenantForecaster):
         return float(state["level"] + damp * state["trend"] + s)
 
 
-def all_baselines() -> list[PerTenantForecaster]:
-    """One fresh instance of every baseline with its default settings."""
-    return [LastValue(), SeasonalNaive(), MovingAverage(), HoltWinters()]
+class RecentPeak(PerTenantForecaster):
+    """p50 = the last window's demand, p90 = the highest demand of the windows of the last
+    ``k`` steps, at every horizon (no learning beyond that; a reference for the planner).
+
+    >>> from types import SimpleNamespace as W
+    >>> m = RecentPeak(k=6)
+    >>> for i, y in enumerate([4.0, 9.0, 6.0]):
+    ...     m.learn_one(W(tenant="a", window_end=300.0 * (i + 1), running_gpus=y, pending_gpus=0))
+    >>> m.forecast("a", [600.0])
+    {600.0: (6.0, 9.0)}
+    """
+
+    name = "recent-peak"
+    version = "2"
+
+    def __init__(self, *, k: int = 6) -> None:
+        super().__init__()
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self.k = k
+
+    def prototype(self, step_s: float) -> dict[str, Any]:
+        return {"recent": []}
+
+    def update(self, state: dict[str, Any], idx: int, y: float, gap: int) -> None:
+        recent: list[list[float]] = state["recent"]
+        recent.append([idx, y])
+        while recent[0][0] <= idx - self.k:
+            recent.pop(0)
+
+    def forecast(self, tenant: str, horizons: Sequence[float]) -> dict[float, tuple[float, float]]:
+        """``{horizon_s: (last, recent peak)}``; an unseen tenant gets ``(0.0, 0.0)``."""
+        state = self._tenants.get(tenant)
+        if state is None:
+            return dict.fromkeys(horizons, (0.0, 0.0))
+        last = float(state["y"])
+        peak = max([last, *(y for _, y in state["m"]["recent"])])
+        return dict.fromkeys(horizons, (last, peak))

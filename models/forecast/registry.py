@@ -9,13 +9,16 @@ from.
 - ``last-value``, ``moving-average``, ``holt-winters``, ``seasonal-naive``: the baselines
   of :mod:`dprobe.models.forecast.baselines`;
 - ``recent-peak``: p50 = the last window's demand, p90 = the highest of the last ``k``
-  windows (a small reference model kept here for tests; no learning).
+  windows (a reference without learning, also in the baselines module).
+
+Settings are passed to the model's constructor by name, so a test or a benchmark can make
+a smaller one: ``make_forecaster("holt-winters", season_s=3600.0)``.
 
 Example:
     >>> f = make_forecaster("recent-peak")
     >>> from types import SimpleNamespace as W
     >>> for i, y in enumerate([4.0, 9.0, 6.0]):
-    ...     f.learn_one(W(tenant="a", window_end=300.0 * i, running_gpus=y, pending_gpus=0.0))
+    ...     f.learn_one(W(tenant="a", window_end=300.0 * (i + 1), running_gpus=y, pending_gpus=0))
     >>> f.forecast("a", [600.0])
     {600.0: (6.0, 9.0)}
     >>> canonical_name("mmoe")
@@ -24,8 +27,6 @@ Example:
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Sequence
 from typing import Any
 
 MMOE = "dprobe-mmoe"
@@ -39,32 +40,6 @@ FORECASTERS = (
 )
 
 
-class RecentPeak:
-    """p50 = last demand, p90 = max demand of the last ``k`` windows, at every horizon."""
-
-    name = "recent-peak"
-    version = "1"
-
-    def __init__(self, k: int = 6) -> None:
-        self.k = k
-        self._hist: dict[str, deque[float]] = {}
-
-    def learn_one(self, window: Any) -> None:
-        y = float(window.running_gpus or 0.0) + float(window.pending_gpus or 0.0)
-        self._hist.setdefault(str(window.tenant), deque(maxlen=self.k)).append(y)
-
-    def forecast(self, tenant: str, horizons: Sequence[float]) -> dict[float, tuple[float, float]]:
-        h = self._hist.get(tenant)
-        p = (h[-1], max(h)) if h else (0.0, 0.0)
-        return {float(x): p for x in horizons}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"hist": {t: list(v) for t, v in self._hist.items()}}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._hist = {t: deque(v, maxlen=self.k) for t, v in state["hist"].items()}
-
-
 ALIASES = {"mmoe": MMOE}
 
 
@@ -76,21 +51,22 @@ def canonical_name(name: str) -> str:
     return name
 
 
-def make_forecaster(name: str, *, seed: int = 0) -> Any:
-    """A fresh forecaster called ``name`` (see module doc); ``ValueError`` if unknown."""
+def make_forecaster(name: str, *, seed: int = 0, **settings: Any) -> Any:
+    """A fresh forecaster called ``name`` (see module doc), ``settings`` passed to its
+    constructor (``seed`` only to the models that draw random numbers); ``ValueError`` if
+    the name is unknown, ``TypeError`` for a setting the model does not have."""
     name = canonical_name(name)
-    if name == "recent-peak":
-        return RecentPeak()
     if name == MMOE:
         from dprobe.models.forecast.multitask import MultiTaskForecaster
 
-        return MultiTaskForecaster(seed=seed)
+        return MultiTaskForecaster(seed=seed, **settings)
     from dprobe.models.forecast import baselines
 
-    classes = {
+    classes: dict[str, type[Any]] = {
         "last-value": baselines.LastValue,
         "moving-average": baselines.MovingAverage,
         "holt-winters": baselines.HoltWinters,
         "seasonal-naive": baselines.SeasonalNaive,
+        "recent-peak": baselines.RecentPeak,
     }
-    return classes[name]()
+    return classes[name](**settings)

@@ -1,14 +1,15 @@
-"""Shared test cases for forecasters: a mutable window type, series builders, factories."""
+"""Shared test cases for forecasters: a mutable window type, series builders, small models."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from dprobe.models.forecast.base import Forecaster
-from dprobe.models.forecast.baselines import HoltWinters, LastValue, MovingAverage, SeasonalNaive
 from dprobe.models.forecast.multitask import MultiTaskForecaster
+from dprobe.models.forecast.registry import MMOE, make_forecaster
 
 STEP = 600.0
 
@@ -41,28 +42,34 @@ def wave(tenant: str, n_windows: int, base: float = 32.0, amp: float = 8.0) -> I
         yield win(tenant, n, round(y), pending=float(n % 3), quota=64.0)
 
 
+# Settings that make a registered forecaster small and quick enough for unit tests (the
+# rest run with their defaults). Every forecaster of the registry is tested; a name here
+# that the registry does not know fails the conformance suite.
+SMALL_SETTINGS: dict[str, dict[str, Any]] = {
+    MMOE: {
+        "horizons_s": (600.0, 3600.0),
+        "k_lags": 4,
+        "expert_hidden": 16,
+        "expert_out": 8,
+        "tower_hidden": 8,
+        "batch_size": 32,
+        "min_rows": 16,
+        "train_every": 4,
+        "buffer_size": 500,
+        "combine_min_rows": 16,  # so the online combination is exercised by short streams
+        "combine_halflife": 200.0,
+    },
+    "seasonal-naive": {"season_s": 6 * STEP},
+    "holt-winters": {"season_s": 6 * STEP},
+}
+
+
+def small(name: str, seed: int = 0) -> Forecaster:
+    """The registered forecaster ``name``, made small for unit tests."""
+    return make_forecaster(name, seed=seed, **SMALL_SETTINGS.get(name, {}))
+
+
 def small_mmoe(seed: int = 0) -> MultiTaskForecaster:
     """A small, fast multi-task model for unit tests."""
-    return MultiTaskForecaster(
-        horizons_s=(600.0, 3600.0),
-        k_lags=4,
-        expert_hidden=16,
-        expert_out=8,
-        tower_hidden=8,
-        batch_size=32,
-        min_rows=16,
-        train_every=4,
-        buffer_size=500,
-        combine_min_rows=16,  # so the online combination is exercised by short streams
-        combine_halflife=200.0,
-        seed=seed,
-    )
-
-
-FACTORIES: dict[str, Callable[[], Forecaster]] = {
-    "last-value": LastValue,
-    "seasonal-naive": lambda: SeasonalNaive(season_s=6 * STEP),
-    "moving-average": MovingAverage,
-    "holt-winters": lambda: HoltWinters(season_s=6 * STEP),
-    "dprobe-mmoe": small_mmoe,
-}
+    model: MultiTaskForecaster = small(MMOE, seed)
+    return model

@@ -1,4 +1,5 @@
-"""One conformance test over every forecaster (the river habit): the contract's invariants."""
+"""One conformance test over every forecaster of the registry (the river habit): the
+contract's invariants, for every name the worker, the simulator and evaluate accept."""
 
 from __future__ import annotations
 
@@ -13,12 +14,24 @@ import torch
 
 from dprobe.models.forecast.base import Forecaster
 from dprobe.models.forecast.multitask import MultiTaskForecaster
+from dprobe.models.forecast.registry import ALIASES, FORECASTERS, MMOE, canonical_name
 from dprobe.schema import LevelCounts, TenantWindow
 
-from .forecast_cases import FACTORIES, STEP, wave, win
+from .forecast_cases import SMALL_SETTINGS, STEP, small, wave, win
 
 HORIZONS = [600.0, 1800.0, 3600.0, 7200.0]
-NAMES = sorted(FACTORIES)
+NAMES = sorted(FORECASTERS)
+
+
+def test_small_settings_name_only_registered_forecasters() -> None:
+    assert set(SMALL_SETTINGS) <= set(FORECASTERS)
+
+
+def test_aliases_resolve_to_registered_names() -> None:
+    assert all(canonical_name(alias) == name for alias, name in ALIASES.items())
+    assert all(name in FORECASTERS for name in ALIASES.values())
+    with pytest.raises(ValueError, match="unknown forecaster"):
+        canonical_name("no-such-model")
 
 
 def _stream(n: int = 120) -> list:
@@ -44,14 +57,14 @@ def _roundtrip(state: dict) -> dict:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_follows_the_protocol(name: str) -> None:
-    m = FACTORIES[name]()
+    m = small(name)
     assert isinstance(m, Forecaster)
     assert m.name == name
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_inputs_are_not_mutated(name: str) -> None:
-    m = FACTORIES[name]()
+    m = small(name)
     stream = _stream(60)
     before = copy.deepcopy(stream)
     horizons = list(HORIZONS)
@@ -65,11 +78,11 @@ def test_inputs_are_not_mutated(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_state_round_trip_gives_identical_forecasts(name: str) -> None:
     stream = _stream(120)
-    m = FACTORIES[name]()
+    m = small(name)
     for w in stream[:160]:
         m.learn_one(w)
     state = _roundtrip(m.state_dict())
-    m2 = FACTORIES[name]()
+    m2 = small(name)
     m2.load_state_dict(state)
     for tenant in ("vc-a", "vc-b", "never-seen"):
         assert m2.forecast(tenant, HORIZONS) == m.forecast(tenant, HORIZONS)
@@ -83,17 +96,17 @@ def test_state_round_trip_gives_identical_forecasts(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_state_dict_is_a_copy(name: str) -> None:
-    m = FACTORIES[name]()
+    m = small(name)
     stream = _stream(60)
     for w in stream[:60]:
         m.learn_one(w)
     state = m.state_dict()
-    snapshot = FACTORIES[name]()
+    snapshot = small(name)
     snapshot.load_state_dict(copy.deepcopy(state))
     expected = snapshot.forecast("vc-a", HORIZONS)
     for w in stream[60:]:
         m.learn_one(w)  # must not change the state already handed out
-    again = FACTORIES[name]()
+    again = small(name)
     again.load_state_dict(state)
     assert again.forecast("vc-a", HORIZONS) == expected
 
@@ -101,7 +114,7 @@ def test_state_dict_is_a_copy(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_same_seed_same_output(name: str) -> None:
     stream = _stream(100)
-    a, b = FACTORIES[name](), FACTORIES[name]()
+    a, b = small(name), small(name)
     outs = []
     for m in (a, b):
         out = []
@@ -114,7 +127,7 @@ def test_same_seed_same_output(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_tenant_appearing_mid_stream(name: str) -> None:
-    m = FACTORIES[name]()
+    m = small(name)
     _check_forecast(m.forecast("vc-new", HORIZONS), HORIZONS)  # before anything is learned
     for w in wave("vc-a", 80):
         m.learn_one(w)
@@ -130,7 +143,7 @@ def test_tenant_appearing_mid_stream(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_missing_windows_are_tolerated(name: str) -> None:
-    m = FACTORIES[name]()
+    m = small(name)
     rng = random.Random(7)
     kept = [n for n in range(200) if rng.random() > 0.3 and not 90 <= n < 110]
     for n in kept:
@@ -142,7 +155,7 @@ def test_missing_windows_are_tolerated(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_late_and_repeated_windows_do_not_break_it(name: str) -> None:
-    m = FACTORIES[name]()
+    m = small(name)
     for n in range(20):
         m.learn_one(win("vc-a", n, 10.0))
     before = m.forecast("vc-a", HORIZONS)
@@ -153,7 +166,7 @@ def test_late_and_repeated_windows_do_not_break_it(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_accepts_real_tenant_windows(name: str) -> None:
-    m = FACTORIES[name]()
+    m = small(name)
     for n in range(10):
         m.learn_one(
             TenantWindow(
@@ -175,13 +188,13 @@ def test_accepts_real_tenant_windows(name: str) -> None:
     assert p50 == pytest.approx(16.0, rel=0.1)  # demand = running + pending
 
 
-@pytest.mark.parametrize("name", ["last-value", "seasonal-naive", "moving-average", "holt-winters"])
+@pytest.mark.parametrize("name", [n for n in NAMES if n != MMOE])
 def test_baseline_state_is_json(name: str) -> None:
-    m = FACTORIES[name]()
+    m = small(name)
     for w in _stream(30):
         m.learn_one(w)
     state = json.loads(json.dumps(m.state_dict()))
-    m2 = FACTORIES[name]()
+    m2 = small(name)
     m2.load_state_dict(state)
     assert m2.forecast("vc-a", HORIZONS) == m.forecast("vc-a", HORIZONS)
 
@@ -208,7 +221,7 @@ def test_mmoe_checkpoint_file_warm_start(tmp_path) -> None:
 def test_window_length_is_inferred_when_windows_do_not_state_it(name: str) -> None:
     from types import SimpleNamespace
 
-    m = FACTORIES[name]()
+    m = small(name)
     ends = [300.0 * i for i in range(1, 40)]
     for i, end in enumerate(ends):
         m.learn_one(
@@ -220,6 +233,6 @@ def test_window_length_is_inferred_when_windows_do_not_state_it(name: str) -> No
     _check_forecast(fc, [300.0, 3600.0])
     assert 9.0 <= fc[300.0][0] <= 12.0
     state = _roundtrip(m.state_dict())
-    again = FACTORIES[name]()
+    again = small(name)
     again.load_state_dict(state)
     assert again.forecast("a", [300.0]) == m.forecast("a", [300.0])
