@@ -4,7 +4,8 @@ Modules, one job each:
 
 - ``backend``: the :class:`GpuBackend` contract and raw readings
 - ``nvml`` (+ ``nvml_errors``): NVML on a dedicated thread; ``fake_nvml``: a test stand-in
-- ``synthetic`` (+ ``profiles``, ``profiles.csv``): a seeded workload generator
+- ``synthetic``: a seeded workload generator (job footprints from
+  :mod:`dprobe.models.profiles`)
 - ``cgroup``, ``tenant_map``, ``tenants``: who a GPU process belongs to
 - ``snapshot``: clean a reading into a :class:`dprobe.schema.HostSnapshot`
 - ``spool``, ``seq``: the disk spool and the persisted per-host counter

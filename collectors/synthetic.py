@@ -3,17 +3,18 @@
 It stands in for NVML in the demo, in tests and in benchmarks. Jobs of several tenants
 arrive at a rate that follows a daily rhythm (each tenant peaks at its own hour, less at
 weekends), run on 1-8 GPUs for a log-normally distributed time and finish. Each job is a
-model family from the shipped profile table (:mod:`dprobe.collectors.profiles`, summarised
-from the Lucid profiles), so its steady utilisation and memory are realistic; on top of
-that each process has a start-up phase (data loading, memory ramping up), periodic idle
-phases (evaluation, checkpoints), and AR(1) noise. A share of jobs are interactive and
-mostly idle. Everything is drawn from one ``random.Random(seed)``: the same seed and the
-same sequence of clock readings give the same readings. Time comes from the injected
-clock, so an :class:`~dprobe.clock.AcceleratedClock` runs days in minutes.
+model configuration from a profile table (by default the shipped synthetic table of
+:mod:`dprobe.models.profiles`, summarised from the Lucid profiles), so its steady
+utilisation and memory are realistic; on top of that each process has a start-up phase
+(data loading, memory ramping up), periodic idle phases (evaluation, checkpoints), and
+AR(1) noise. A share of jobs are interactive and mostly idle. Everything is drawn from
+one ``random.Random(seed)``: the same seed and the same sequence of clock readings give
+the same readings. Time comes from the injected clock, so an
+:class:`~dprobe.clock.AcceleratedClock` runs days in minutes.
 
-The rhythm, job sizes, durations and phase lengths are assumptions of this generator
-(plausible for a shared training cluster), not measurements; they are constructor
-arguments.
+The rhythm, job sizes, durations, phase lengths and how common each model family is
+(:data:`FAMILY_SHARES`) are assumptions of this generator (plausible for a shared
+training cluster), not measurements; they are constructor arguments.
 
 Example:
     >>> import asyncio
@@ -30,14 +31,34 @@ from __future__ import annotations
 import math
 import random
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dprobe.clock import Clock, SystemClock
 from dprobe.collectors.backend import GpuReading, ProcReading, Reading
-from dprobe.collectors.profiles import GIB, JobShape, Profile, load_profiles
 from dprobe.lifecycle import AsyncResource
+from dprobe.models.profiles import SYNTHETIC, Profile, shipped_profiles
 
+GIB = 1 << 30
+MIB = 1 << 20
+# How common each model family is among the jobs of a shared training cluster (an
+# assumption of this generator, not part of the profiles).
+FAMILY_SHARES: Mapping[str, float] = {
+    "BERT": 0.10,
+    "DCGAN": 0.05,
+    "EfficientNet": 0.06,
+    "LSTM": 0.06,
+    "MobileNetV2": 0.06,
+    "MobileNetV3": 0.06,
+    "NeuMF": 0.05,
+    "PPO": 0.05,
+    "PointNet": 0.05,
+    "ResNet18": 0.10,
+    "ResNet50": 0.14,
+    "TD3": 0.04,
+    "Transformer": 0.12,
+    "VGG": 0.06,
+}
 _DAY_S = 86_400.0
 _WIDTHS = (1, 2, 4, 8)
 _WIDTH_P = (0.6, 0.15, 0.1, 0.15)
@@ -58,6 +79,35 @@ class SyntheticJob:
     end: float
 
 
+@dataclass(frozen=True, slots=True)
+class _Family:
+    """One model family's profile rows, with its batch sizes and precisions in table order."""
+
+    name: str
+    batch_sizes: tuple[int, ...]
+    amp: tuple[bool, ...]
+    rows: Mapping[tuple[int, bool], Profile]
+
+    @classmethod
+    def of(cls, name: str, rows: Sequence[Profile]) -> _Family:
+        mine = [r for r in rows if r.family == name]
+        if not mine:
+            raise ValueError(f"no profile of model family {name!r}")
+        by_config = {(r.batch_size, r.amp): r for r in mine}
+        family = cls(
+            name=name,
+            batch_sizes=tuple(dict.fromkeys(r.batch_size for r in mine)),
+            amp=tuple(dict.fromkeys(r.amp for r in mine)),
+            rows=by_config,
+        )
+        missing = [
+            (b, a) for b in family.batch_sizes for a in family.amp if (b, a) not in by_config
+        ]
+        if missing:
+            raise ValueError(f"model family {name!r}: no profile for (batch, amp) {missing}")
+        return family
+
+
 @dataclass(slots=True)
 class _Proc:
     pid: int
@@ -70,9 +120,7 @@ class _Job:
     job_id: str
     tenant: str
     profile: Profile
-    batch_size: int
-    amp: bool
-    shape: JobShape
+    mem_bytes: float
     start: float
     end: float
     interactive: bool
@@ -98,6 +146,11 @@ class SyntheticBackend(AsyncResource):
         interactive_share: share of jobs that are interactive and mostly idle.
         saturate: keep every process slot busy (benchmarks, load tests).
         gpu_mem_gib / gpu_tdp_w / gpu_name: the simulated GPU model.
+        profiles: the profile table jobs are drawn from (default: the shipped
+            :data:`~dprobe.models.profiles.SYNTHETIC` table); a row's ``mem_util_pct`` is
+            the job's memory-bandwidth utilisation (0 when missing).
+        family_shares: how common each family is (default :data:`FAMILY_SHARES`); the
+            table needs every (batch size, AMP) pair of each family named here.
     """
 
     name = "synthetic"
@@ -118,12 +171,15 @@ class SyntheticBackend(AsyncResource):
         gpu_mem_gib: float = 80.0,
         gpu_tdp_w: float = 400.0,
         gpu_name: str = "NVIDIA A100-SXM4-80GB",
-        profiles: dict[str, Profile] | None = None,
+        profiles: Sequence[Profile] | None = None,
+        family_shares: Mapping[str, float] = FAMILY_SHARES,
     ) -> None:
         if not tenants:
             raise ValueError("at least one tenant is needed")
         if gpus < 1 or procs_per_gpu < 1:
             raise ValueError("gpus and procs_per_gpu must be >= 1")
+        if not family_shares:
+            raise ValueError("at least one model family is needed")
         self.host = host
         self.tenants = tuple(tenants)
         self.gpus = gpus
@@ -137,8 +193,9 @@ class SyntheticBackend(AsyncResource):
         self.gpu_mem_bytes = gpu_mem_gib * GIB
         self.gpu_tdp_w = gpu_tdp_w
         self.gpu_name = gpu_name
-        self._profiles = list((profiles or load_profiles()).values())
-        self._shares = [p.share for p in self._profiles]
+        rows = shipped_profiles(SYNTHETIC) if profiles is None else profiles
+        self._families = [_Family.of(name, rows) for name in family_shares]
+        self._shares = list(family_shares.values())
         self._rng = random.Random(seed)
         self._uuids = [f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{host}/{i}')}" for i in range(gpus)]
         weights = [1.0 / (k + 1) for k in range(len(self.tenants))]
@@ -181,8 +238,8 @@ class SyntheticBackend(AsyncResource):
                 tenant=j.tenant,
                 gpus=len(j.procs),
                 model=j.profile.family,
-                batch_size=j.batch_size,
-                amp=j.amp,
+                batch_size=j.profile.batch_size,
+                amp=j.profile.amp,
                 start=j.start,
                 end=j.end,
             )
@@ -238,20 +295,21 @@ class SyntheticBackend(AsyncResource):
         for j in self._jobs:
             for p in j.procs:
                 count[p.gpu] += 1
-                mem[p.gpu] += j.shape.mem_bytes + _CONTEXT_BYTES
+                mem[p.gpu] += j.mem_bytes + _CONTEXT_BYTES
         return count, mem
 
     def _start_job(self, t: float, k: int, width: int | None = None) -> bool:
         rng = self._rng
-        prof = rng.choices(self._profiles, weights=self._shares)[0]
-        batch = rng.choice(prof.batch_sizes)
-        amp = rng.choice(prof.amp)
-        shape = prof.at(batch_size=batch, amp=amp)
+        family = rng.choices(self._families, weights=self._shares)[0]
+        batch = rng.choice(family.batch_sizes)
+        amp = rng.choice(family.amp)
+        prof = family.rows[(batch, amp)]
+        mem_bytes = prof.gpu_mem_mb * MIB
         if width is None:
             width = rng.choices(_WIDTHS, weights=_WIDTH_P)[0]
         width = min(width, self.gpus)
         count, mem = self._load()
-        need = shape.mem_bytes + _CONTEXT_BYTES
+        need = mem_bytes + _CONTEXT_BYTES
         free = [
             g
             for g in sorted(range(self.gpus), key=lambda g: (count[g], g))
@@ -265,9 +323,7 @@ class SyntheticBackend(AsyncResource):
             job_id=f"{self.tenants[k]}-{self.host}-{self._job_seq:05d}",
             tenant=self.tenants[k],
             profile=prof,
-            batch_size=batch,
-            amp=amp,
-            shape=shape,
+            mem_bytes=mem_bytes,
             start=t,
             end=t + max(60.0, duration),
             interactive=rng.random() < self.interactive_share,
@@ -308,13 +364,14 @@ class SyntheticBackend(AsyncResource):
         procs: list[ProcReading] = []
         for job in self._jobs:
             act, mem_factor = self._activity(job, now)
-            shape = job.shape
+            prof = job.profile
+            steady_util, steady_mem_util = prof.gpu_util_pct, prof.mem_util_pct or 0.0
             for p in job.procs:
                 p.noise = 0.7 * p.noise + gauss(0.0, 0.05)
                 factor = act * (1.0 + p.noise)
-                sm = min(100.0, max(0.0, shape.util * factor + gauss(0.0, 1.0)))
-                mu = min(100.0, max(0.0, shape.mem_util * factor))
-                used = shape.mem_bytes * mem_factor + _CONTEXT_BYTES
+                sm = min(100.0, max(0.0, steady_util * factor + gauss(0.0, 1.0)))
+                mu = min(100.0, max(0.0, steady_mem_util * factor))
+                used = job.mem_bytes * mem_factor + _CONTEXT_BYTES
                 util[p.gpu] += sm
                 mem_util[p.gpu] += mu
                 mem[p.gpu] += used
@@ -327,9 +384,9 @@ class SyntheticBackend(AsyncResource):
                         mem_used=int(used),
                         tenant=job.tenant,
                         job=job.job_id,
-                        model=job.profile.family,
-                        batch_size=job.batch_size,
-                        amp=job.amp,
+                        model=prof.family,
+                        batch_size=prof.batch_size,
+                        amp=prof.amp,
                     )
                 )
         gpus = []

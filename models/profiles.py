@@ -1,9 +1,13 @@
 """Job-profile tables: the measured (or summarised) GPU footprint of model configurations.
 
-One row = one model family at one batch size and precision, with its GPU utilisation and
-memory. Two CSV shapes are read (``#`` lines are comments):
+One row (:class:`Profile`) = one model family at one batch size and precision, with its
+GPU utilisation and memory. Two tables ship with the package, both summarised from the
+Lucid profiles: ``models/data/profiles.csv`` (:data:`SHIPPED`, what the job profiler is
+fitted on) and ``models/data/synthetic_profiles.csv`` (:data:`SYNTHETIC`, the footprints
+the synthetic GPU backend gives its jobs, with memory-bandwidth utilisation). Two CSV
+shapes are read (``#`` lines are comments):
 
-- **dprobe schema** (the shipped ``models/data/profiles.csv``):
+- **dprobe schema** (both shipped tables):
   ``family,batch_size,amp,gpu_util_pct,gpu_mem_mb[,params_m][,sm_util_pct][,mem_util_pct]``
 - **Lucid shape** (``single_data.csv`` of Hu et al., ASPLOS'23):
   ``model,dataset,batchsize,amp,speed,gpu_util,gmem_util,gmem,label`` (``model`` ->
@@ -18,6 +22,8 @@ Example:
     >>> r = next(p for p in rows if p.family == "ResNet50" and p.batch_size == 128 and not p.amp)
     >>> r.gpu_util_pct, r.params_m
     (100.0, 25.6)
+    >>> shipped_profiles(SYNTHETIC)[0].mem_util_pct
+    74.0
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from pathlib import Path
 from dprobe.errors import UsageError
 
 SHIPPED = "profiles.csv"
+SYNTHETIC = "synthetic_profiles.csv"
 _DPROBE_COLS = ("family", "batch_size", "amp", "gpu_util_pct", "gpu_mem_mb")
 _LUCID_COLS = ("model", "batchsize", "amp", "gpu_util", "gmem")
 
@@ -128,10 +135,11 @@ def parse_profiles(text: str, source: str = "<table>") -> list[Profile]:
     return out
 
 
-def shipped_profiles() -> list[Profile]:
-    """The project's own summarised table (``models/data/profiles.csv``)."""
-    text = resources.files("dprobe.models").joinpath("data", SHIPPED).read_text(encoding="utf-8")
-    return parse_profiles(text, source=SHIPPED)
+def shipped_profiles(table: str = SHIPPED) -> list[Profile]:
+    """Rows of a table shipped in ``models/data/``: :data:`SHIPPED` (the profiler's, by
+    default) or :data:`SYNTHETIC` (the synthetic workload's)."""
+    text = resources.files("dprobe.models").joinpath("data", table).read_text(encoding="utf-8")
+    return parse_profiles(text, source=table)
 
 
 def load_profiles(path: str | Path) -> list[Profile]:

@@ -7,8 +7,8 @@ import statistics
 import pytest
 
 from dprobe.clock import ManualClock
-from dprobe.collectors.profiles import GIB, load_profiles
-from dprobe.collectors.synthetic import SyntheticBackend
+from dprobe.collectors.synthetic import GIB, MIB, SyntheticBackend
+from dprobe.models.profiles import SYNTHETIC, shipped_profiles
 
 T0 = 1_700_006_400.0  # Wednesday 2023-11-15 00:00 UTC
 
@@ -58,7 +58,10 @@ def test_jobs_arrive_and_finish_over_a_day() -> None:
 
 
 def test_values_stay_within_the_shipped_profiles_plus_noise() -> None:
-    table = load_profiles()
+    table = {(p.family, p.batch_size, p.amp): p for p in shipped_profiles(SYNTHETIC)}
+    mem_hi: dict[str, float] = {}
+    for (family, _, _), prof in table.items():
+        mem_hi[family] = max(mem_hi.get(family, 0.0), prof.gpu_mem_mb * MIB)
     backend = SyntheticBackend(seed=5, gpus=8, procs_per_gpu=4, gpu_mem_gib=80)
     readings = run(backend, T0, 200, 30.0)
     ratios = []
@@ -66,14 +69,12 @@ def test_values_stay_within_the_shipped_profiles_plus_noise() -> None:
         for g in r.gpus:
             assert 0 <= g.util <= 100 and 0 <= g.mem_used <= g.mem_total == 80 * GIB
         for p in r.procs:
-            prof = table[p.model]
-            assert p.batch_size in prof.batch_sizes and p.amp in prof.amp
+            prof = table[(p.model, p.batch_size, p.amp)]
             assert 0 <= p.sm_util <= 100
             # memory never exceeds the family's measured maximum plus the CUDA context
-            assert p.mem_used <= prof.mem_gib_hi * GIB + 0.5 * GIB + 1
-            shape = prof.at(batch_size=p.batch_size, amp=p.amp)
-            if p.sm_util > 0.7 * shape.util:  # running phase (start-up and pauses are far lower)
-                ratios.append(p.sm_util / shape.util)
+            assert p.mem_used <= mem_hi[p.model] + 0.5 * GIB + 1
+            if p.sm_util > 0.7 * prof.gpu_util_pct:  # running (start-up and pauses are lower)
+                ratios.append(p.sm_util / prof.gpu_util_pct)
     # noise is centred: busy processes sit on their profile's steady value
     assert len(ratios) > 100
     assert statistics.median(ratios) == pytest.approx(1.0, abs=0.08)
@@ -130,3 +131,12 @@ def test_rejects_nonsense_arguments() -> None:
         SyntheticBackend(tenants=[])
     with pytest.raises(ValueError):
         SyntheticBackend(gpus=0)
+
+
+def test_a_family_without_every_configuration_is_refused() -> None:
+    gap = ("VGG", 64, True)
+    rows = [p for p in shipped_profiles(SYNTHETIC) if (p.family, p.batch_size, p.amp) != gap]
+    with pytest.raises(ValueError, match="VGG"):
+        SyntheticBackend(profiles=rows)
+    only = SyntheticBackend(profiles=rows, family_shares={"BERT": 1.0}, seed=0)
+    assert {p.model for p in only.read_at(T0).procs} <= {"BERT"}
