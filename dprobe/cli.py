@@ -19,7 +19,6 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from dprobe.config import ConfigError
 from dprobe.errors import DprobeError
 
 # name -> (module under dprobe.commands, one-line help)
@@ -81,10 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args._module.run(args) or 0)
-    except (ConfigError, DprobeError) as exc:
-        code = exc.exit_code if isinstance(exc, DprobeError) else 2
+    except DprobeError as exc:
         print(f"dprobe {args.command}: {exc}", file=sys.stderr)
-        return code
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
 

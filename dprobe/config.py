@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
+from dprobe.errors import UsageError
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
@@ -35,7 +37,7 @@ def _cache_dir(name: str) -> Path:
     return Path(base) / "dprobe" / name
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError):
     """A setting has an invalid value; the message names the setting and where it came from."""
 
 

@@ -27,6 +27,8 @@ from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 
+from dprobe.errors import UsageError
+
 SCHEMA_VERSION: Final = 1
 DEFAULT_MAX_BYTES: Final = 1_048_576  # a HostSnapshot of 8 GPUs x 64 processes is ~15 KiB
 
@@ -49,7 +51,7 @@ Level = Literal["L1", "L2", "L3", "EX"]
 LEVELS: Final[tuple[Level, ...]] = ("L1", "L2", "L3", "EX")
 
 
-class SchemaError(ValueError):
+class SchemaError(UsageError):
     """A message does not follow its contract. ``str()`` names the field and the rule.
 
     ``reason`` is a short machine-readable code (bounded set, usable as a metric label):

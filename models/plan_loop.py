@@ -40,13 +40,13 @@ Example:
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dprobe.models.checkpoint import load_state, save_state
 from dprobe.models.forecast.base import Forecaster
 from dprobe.models.forecast.target import demand_of
 from dprobe.models.planner import PlanInput, Planner, PlannerSettings, TenantState, ceil_to_node
@@ -263,29 +263,18 @@ class PlanLoop:
         }
 
     def save(self, path: Path) -> None:
-        """Checkpoint to ``path`` atomically (temp file, fsync, rename)."""
-        import os
-
-        import torch
-
-        buf = io.BytesIO()
-        torch.save(self.state_dict(), buf)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tmp.open("wb") as f:
-            f.write(buf.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(path)
+        """Checkpoint to ``path`` atomically (temporary file, fsync, rename)."""
+        save_state(self.state_dict(), path)
 
     def load(self, path: Path) -> bool:
-        """Warm-start from a checkpoint written by :meth:`save`; False when there is none."""
-        import torch
+        """Warm-start from a checkpoint written by :meth:`save`; False when there is none.
 
+        The file is read as data only (never as code);
+        :class:`~dprobe.models.checkpoint.CheckpointError` if it is not such a checkpoint.
+        """
         if not path.exists():
             return False
-        state = torch.load(io.BytesIO(path.read_bytes()), weights_only=False)
-        self.load_state_dict(state)
+        self.load_state_dict(load_state(path))
         return True
 
 

@@ -18,12 +18,13 @@ import time
 from typing import Any
 
 from dprobe import schema
+from dprobe.errors import DprobeError
 from dprobe.sinks.worker_stats import WorkerStats
 
 log = logging.getLogger(__name__)
 
 
-class ProcessingError(Exception):
+class ProcessingError(DprobeError):
     """An unexpected failure while processing one record (a bug, not bad input)."""
 
     reason = "processing_error"

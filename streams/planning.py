@@ -53,7 +53,7 @@ class Planning:
         for line in self.journal.read_bytes().splitlines():
             try:
                 message = codec.decode_planning(line)
-            except ValueError:  # a line cut short by a crash
+            except (schema.SchemaError, ValueError):  # a line cut short by a crash
                 continue
             if isinstance(message, codec.WindowProgress):
                 self.loop.note_progress(message.partition, message.upto)

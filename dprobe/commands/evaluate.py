@@ -104,11 +104,12 @@ def _models(args: argparse.Namespace) -> list[Any]:
             continue
         model = make_forecaster(name, seed=args.seed)
         if name == MMOE and args.warm_start:
+            from dprobe.models.checkpoint import CheckpointError
             from dprobe.models.forecast.multitask import load_checkpoint
 
             try:
                 load_checkpoint(model, args.warm_start)
-            except (OSError, ValueError) as exc:
+            except (OSError, CheckpointError) as exc:
                 raise UsageError(f"--warm-start: {exc}") from None
         models.append(model)
     return models

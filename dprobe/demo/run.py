@@ -239,8 +239,8 @@ class Demo:
         """One in-process synthetic collector per host, all on one accelerated clock."""
         from prometheus_client import CollectorRegistry
 
-        from dprobe.collectors.assemble import build_collector, tenant_names
         from dprobe.clock import AcceleratedClock
+        from dprobe.collectors.assemble import build_collector, tenant_names
         from dprobe.collectors.synthetic import SyntheticBackend
 
         p = self.plan

@@ -46,9 +46,7 @@ Example:
 from __future__ import annotations
 
 import copy
-import io
 import itertools
-import pickle
 import zlib
 from collections import deque
 from collections.abc import Sequence
@@ -58,6 +56,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dprobe.models.checkpoint import CheckpointError, first_line, load_state, save_state
 from dprobe.models.forecast.features import TenantHistory, n_features, origin_features
 from dprobe.models.forecast.mmoe_net import N_TREND_CLASSES, MMoENet, pinball
 from dprobe.models.forecast.replay import ReplayBuffer
@@ -515,40 +514,31 @@ class MultiTaskForecaster:
         self._new_rows = int(state["new_rows"])
         self._steps = int(state["steps"])
 
-    def n_parameters(self) -> int:
-        """Number of trainable parameters of the network."""
-        return sum(p.numel() for p in self._net.parameters())
-
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({params})"
 
 
 def save_checkpoint(model: MultiTaskForecaster, path: str | Path) -> None:
-    """Write ``model.state_dict()`` to ``path`` (torch format, loadable with weights_only)."""
-    buf = io.BytesIO()
-    torch.save(model.state_dict(), buf)
-    Path(path).write_bytes(buf.getvalue())
-
-
-class CheckpointError(ValueError):
-    """A checkpoint cannot be read or does not fit the model's settings."""
+    """Write ``model.state_dict()`` to ``path`` (atomically; read back as data only)."""
+    save_state(model.state_dict(), path)
 
 
 def load_checkpoint(model: MultiTaskForecaster, path: str | Path) -> None:
     """Warm-start ``model`` from a file written by :func:`save_checkpoint` (safe loading).
 
-    Raises :class:`CheckpointError` for an unreadable file or one written by a model
-    with other settings (the model is then left fresh); ``OSError`` if it cannot be read.
+    Raises :class:`~dprobe.models.checkpoint.CheckpointError` for an unreadable file or
+    one written by a model with other settings (the model is then left fresh);
+    ``OSError`` if it cannot be read.
     """
-    raw = Path(path).read_bytes()
+    state = load_state(path)
     try:
-        state = torch.load(io.BytesIO(raw), weights_only=True)
         model.load_state_dict(state)
-    except (pickle.UnpicklingError, EOFError, RuntimeError, KeyError, TypeError, ValueError) as exc:
+    except (RuntimeError, KeyError, TypeError, ValueError, IndexError) as exc:
         model.load_state_dict(MultiTaskForecaster(**_settings(model)).state_dict())
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{path}: not a checkpoint of this model ({first})") from exc
+        raise CheckpointError(
+            f"{path}: not a checkpoint of this model ({first_line(exc)})"
+        ) from exc
 
 
 def _settings(model: MultiTaskForecaster) -> dict[str, Any]:

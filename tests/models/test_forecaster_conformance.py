@@ -200,7 +200,8 @@ def test_baseline_state_is_json(name: str) -> None:
 
 
 def test_mmoe_checkpoint_file_warm_start(tmp_path) -> None:
-    from dprobe.models.forecast.multitask import CheckpointError, load_checkpoint, save_checkpoint
+    from dprobe.models.checkpoint import CheckpointError
+    from dprobe.models.forecast.multitask import load_checkpoint, save_checkpoint
 
     from .forecast_cases import small_mmoe
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dprobe.models.forecast.registry import RecentPeak
+from dprobe.models.forecast.baselines import RecentPeak
 from dprobe.models.planner import Planner, PlannerSettings
 from dprobe.sim.engine import Simulator
 from dprobe.sim.jobs import SimJob

@@ -1,0 +1,78 @@
+"""Checkpoint files of learned state: written atomically, read as data, never as code.
+
+A state is what a model's ``state_dict()`` returns: plain containers, numbers, strings and
+tensors. It is written in torch's format and read with ``torch.load(weights_only=True)``,
+which rebuilds only such values: a file that names any other Python object is refused
+instead of run. A file that cannot be read as a state (corrupt, cut short, foreign) is a
+:class:`CheckpointError` naming the file, in one line.
+
+Example:
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> path = Path(tempfile.mkdtemp()) / "state.ckpt"
+    >>> save_state({"quotas": {"vc-a": 16}, "seen": [1.5, 2.0]}, path)
+    >>> load_state(path)
+    {'quotas': {'vc-a': 16}, 'seen': [1.5, 2.0]}
+    >>> _ = path.write_bytes(b"not a checkpoint")
+    >>> load_state(path)
+    Traceback (most recent call last):
+    ...
+    dprobe.models.checkpoint.CheckpointError: ...state.ckpt: not a checkpoint (not torch's format)
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+from dprobe.errors import UsageError
+
+
+class CheckpointError(UsageError):
+    """A checkpoint cannot be read as a state, or does not fit the model's settings."""
+
+
+def save_state(state: Any, path: str | Path) -> None:
+    """Write ``state`` to ``path`` atomically (temporary file, fsync, rename)."""
+    import torch
+
+    path = Path(path)
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tmp.open("wb") as f:
+        f.write(buf.getvalue())
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+def load_state(path: str | Path) -> Any:
+    """The state written to ``path`` by :func:`save_state`, read as data only.
+
+    ``CheckpointError`` if the file is not such a state; ``OSError`` if it cannot be read.
+    """
+    import torch
+
+    raw = Path(path).read_bytes()
+    try:
+        return torch.load(io.BytesIO(raw), weights_only=True)
+    except pickle.UnpicklingError as exc:
+        why = (
+            "it names Python objects other than plain data and tensors, and is not run"
+            if "Unsupported global" in str(exc)
+            else "not torch's format"
+        )
+        raise CheckpointError(f"{path}: not a checkpoint ({why})") from exc
+    except Exception as exc:
+        raise CheckpointError(f"{path}: not a checkpoint (corrupt or cut short)") from exc
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message, or its type when it has none."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

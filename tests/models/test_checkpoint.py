@@ -1,0 +1,65 @@
+"""Checkpoints are data: a file that would run code is refused, a corrupt one named."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+import torch
+
+from dprobe.errors import UsageError
+from dprobe.models.checkpoint import CheckpointError, load_state, save_state
+from dprobe.models.forecast.baselines import LastValue
+from dprobe.models.plan_loop import PlanLoop
+
+RAN: list[str] = []
+
+
+class _RunsCode:
+    """Unpickling this calls RAN.append: what a crafted checkpoint would do."""
+
+    def __reduce__(self):
+        return (RAN.append, ("ran",))
+
+
+def _loop() -> PlanLoop:
+    return PlanLoop(LastValue())
+
+
+def test_a_plan_loop_checkpoint_round_trips(tmp_path: Path) -> None:
+    loop = _loop()
+    path = tmp_path / "plan-loop.ckpt"
+    loop.save(path)
+    again = _loop()
+    assert again.load(path)
+    assert again.state_dict() == loop.state_dict()
+    assert not _loop().load(tmp_path / "missing.ckpt")
+
+
+def test_a_checkpoint_that_would_run_code_is_refused(tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    torch.save({"quotas": _RunsCode()}, buf)
+    path = tmp_path / "plan-loop.ckpt"
+    path.write_bytes(buf.getvalue())
+    with pytest.raises(CheckpointError, match="not run"):
+        _loop().load(path)
+    assert RAN == []
+
+
+@pytest.mark.parametrize("content", [b"", b"junk", b"PK\x03\x04 cut"])
+def test_a_corrupt_checkpoint_is_one_line_naming_the_file(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "state.ckpt"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError) as info:
+        load_state(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+    assert isinstance(info.value, UsageError) and info.value.exit_code == 2
+
+
+def test_save_is_atomic_and_leaves_no_temporary_file(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "state.ckpt"
+    save_state({"a": [1, 2]}, path)
+    save_state({"a": [3]}, path)
+    assert load_state(path) == {"a": [3]}
+    assert sorted(p.name for p in path.parent.iterdir()) == ["state.ckpt"]
