@@ -115,6 +115,7 @@ def chart(results: Sequence[CellResult], path: str | Path, title: str = "") -> P
     ax.legend(fontsize=8)
     fig.tight_layout()
     out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
     plt.close(fig)
     return out

@@ -1,4 +1,4 @@
-"""Helpers shared by the sub-commands: settings loading and the "not built yet" stub."""
+"""Helpers shared by the sub-commands: settings loading."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import os
 from typing import Any, TypeVar
 
 from dprobe.config import load
-from dprobe.errors import UsageError
 
 S = TypeVar("S")
 
@@ -24,8 +23,3 @@ def settings(cls: type[S], args: argparse.Namespace, **cli: Any) -> S:
     config = getattr(args, "config", None) or os.environ.get("DPROBE_CONFIG")
     values = {"bootstrap": getattr(args, "bootstrap", None), **cli}
     return load(cls, cli=values, file=config)
-
-
-def not_built(name: str) -> int:
-    """Refuse a sub-command whose implementation has not landed yet (exit 2)."""
-    raise UsageError(f"'dprobe {name}' is not available in this version yet")

@@ -39,7 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--format", required=True, choices=["demand-csv", "helios-vc"], dest="fmt")
     p.add_argument("--json", action="store_true", help="print one JSON document (rows) on stdout")
-    p.add_argument("--out", default="dprobe-evaluate", metavar="DIR", help="folder for PNG plots")
+    p.add_argument(
+        "--out",
+        default="dprobe-out/evaluate",
+        metavar="DIR",
+        help="folder for the PNG plots and summary.json (default dprobe-out/evaluate)",
+    )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument(
         "--test-start",

@@ -124,9 +124,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=1, help="parallel processes (1)")
     p.add_argument(
         "--chart",
-        default="dprobe-simulate.png",
+        default="dprobe-out/simulate.png",
         metavar="PNG",
-        help="bar chart path (default dprobe-simulate.png; '' for none)",
+        help="bar chart path (default dprobe-out/simulate.png; '' for none)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
@@ -208,7 +208,11 @@ def run(args: argparse.Namespace) -> int:
         if r.unfinished:
             say(f"warning: {r.policy}/{r.mode}: {r.unfinished} jobs never finished")
     if args.chart:
-        say(f"chart: {chart(results, args.chart, title=f'Queueing delay ({source})')}")
+        try:
+            drawn = chart(results, args.chart, title=f"Queueing delay ({source})")
+        except OSError as exc:
+            raise UsageError(f"--chart {args.chart}: {exc.strerror or exc}") from None
+        say(f"chart written to {drawn}")
     if args.json:
         json.dump(rows(results), sys.stdout)
         sys.stdout.write("\n")
