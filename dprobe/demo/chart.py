@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dprobe.demo.record import Recording
-from dprobe.demo.summary import duration_label
+from dprobe.event_line import format_duration
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def render(series: list[TenantSeries], path: Path, *, horizon_s: float | None,
     panels = max(1, len(series))
     fig, axes = plt.subplots(panels, 1, figsize=(11, 2.4 * panels + 0.8), sharex=True,
                              squeeze=False)  # fmt: skip
-    label = f"forecast {duration_label(horizon_s)} ahead" if horizon_s else "forecast"
+    label = f"forecast {format_duration(horizon_s)} ahead" if horizon_s else "forecast"
     for ax, s in zip(axes[:, 0], series, strict=False):
         if s.demand:
             ax.step([when(t) for t, _ in s.demand], [v for _, v in s.demand], where="post",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from dprobe.demo.record import Recording
+from dprobe.event_line import format_duration
 
 
 @dataclass(frozen=True)
@@ -115,19 +116,6 @@ def summarize(rec: Recording, *, snapshots: int = 0) -> Summary:
     )
 
 
-def duration_label(seconds: float) -> str:
-    """``600 -> '10m'``, ``3600 -> '1h'``, ``90 -> '90s'``.
-
-    >>> duration_label(600), duration_label(21600), duration_label(45)
-    ('10m', '6h', '45s')
-    """
-    if seconds >= 3600 and seconds % 3600 == 0:
-        return f"{seconds / 3600:g}h"
-    if seconds >= 60 and seconds % 60 == 0:
-        return f"{seconds / 60:g}m"
-    return f"{seconds:g}s"
-
-
 def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
 
@@ -145,7 +133,7 @@ def format_summary(s: Summary) -> list[str]:
         f"{s.snapshots} snapshots taken, {s.lost_snapshots} lost{late}"
     )
     if s.horizons:
-        horizons = ", ".join(duration_label(h) for h in s.horizons)
+        horizons = ", ".join(format_duration(h) for h in s.horizons)
         lines.append(f"forecasts: {s.forecasts} recorded (horizons {horizons})")
     else:
         lines.append("forecasts: 0 recorded (the worker published none)")
@@ -162,7 +150,7 @@ def format_summary(s: Summary) -> list[str]:
     for e in s.errors:
         ratio = "" if math.isnan(e.ratio) else f" = {e.ratio:.2f} x"
         lines.append(
-            f"forecast error {duration_label(e.horizon_s)}: MAE {e.mae:.2f} GPUs over "
+            f"forecast error {format_duration(e.horizon_s)}: MAE {e.mae:.2f} GPUs over "
             f"{e.pairs} forecasts vs last value {e.last_value_mae:.2f}{ratio}; "
             f"p90 covers {100 * e.p90_coverage:.0f} %"
         )
