@@ -5,7 +5,7 @@ Example:
     >>> ev = ScalingEvent(event_id="e1", plan_id="p7", ts=1.7e9, time="", tenant="vc-a",
     ...     action="scale_up", current_quota_gpus=8, target_quota_gpus=16, delta_gpus=8,
     ...     forecast=Forecast(horizon_s=3600, p50=12, p90=15.5), reason="forecast_above_quota",
-    ...     message="p90 above quota", model=ModelInfo(name="mmoe", version="3"))
+    ...     message="p90 above quota", model=ModelInfo(name="dprobe-mmoe", version="3"))
     >>> print(format_line(ev))
     2023-11-14T22:13:20Z vc-a scale_up 8 -> 16 GPUs (+8) forecast 1h p50 12.0 p90 15.5 \
 reason=forecast_above_quota plan=p7 "p90 above quota"

@@ -129,7 +129,7 @@ def scaling_event(draw: st.DrawFn) -> schema.ScalingEvent:
         forecast=schema.Forecast(horizon_s=3600.0, p50=draw(gpus), p90=draw(gpus)),
         reason=draw(st.sampled_from(["forecast_above_quota", "forecast_below_quota"])),
         message=draw(st.text(max_size=80)),
-        model=schema.ModelInfo(name="mmoe", version="1"),
+        model=schema.ModelInfo(name="dprobe-mmoe", version="1"),
     )
 
 

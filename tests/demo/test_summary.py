@@ -38,7 +38,7 @@ def event(tenant: str, end: float, target: float, eid: str, plan: str = "p1") ->
         forecast=Forecast(horizon_s=600.0, p50=target - 1, p90=target),
         reason="forecast_above_quota",
         message="",
-        model=ModelInfo(name="mmoe", version="1"),
+        model=ModelInfo(name="dprobe-mmoe", version="1"),
         window_end=end,
     )
 
