@@ -12,7 +12,11 @@ from.
   windows (a reference without learning, also in the baselines module).
 
 Settings are passed to the model's constructor by name, so a test or a benchmark can make
-a smaller one: ``make_forecaster("holt-winters", season_s=3600.0)``.
+a smaller one: ``make_forecaster("holt-winters", season_s=3600.0)``. With
+``calibrate=True`` the model comes wrapped in
+:class:`~dprobe.models.forecast.calibration.Calibrated` (online-calibrated p90, same name,
+p50 untouched; ``calibration`` passes settings to the wrapper): what the worker, the
+simulator and ``dprobe evaluate`` use by default.
 
 Example:
     >>> f = make_forecaster("recent-peak")
@@ -23,10 +27,13 @@ Example:
     {600.0: (6.0, 9.0)}
     >>> canonical_name("mmoe")
     'dprobe-mmoe'
+    >>> make_forecaster("last-value", calibrate=True).version
+    '1+cal1'
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 MMOE = "dprobe-mmoe"
@@ -51,10 +58,27 @@ def canonical_name(name: str) -> str:
     return name
 
 
-def make_forecaster(name: str, *, seed: int = 0, **settings: Any) -> Any:
+def make_forecaster(
+    name: str,
+    *,
+    seed: int = 0,
+    calibrate: bool = False,
+    calibration: Mapping[str, Any] | None = None,
+    **settings: Any,
+) -> Any:
     """A fresh forecaster called ``name`` (see module doc), ``settings`` passed to its
-    constructor (``seed`` only to the models that draw random numbers); ``ValueError`` if
-    the name is unknown, ``TypeError`` for a setting the model does not have."""
+    constructor (``seed`` only to the models that draw random numbers), wrapped in the
+    online p90 calibration when ``calibrate``; ``ValueError`` if the name is unknown,
+    ``TypeError`` for a setting the model does not have."""
+    model = _make(name, seed=seed, **settings)
+    if not calibrate:
+        return model
+    from dprobe.models.forecast.calibration import Calibrated
+
+    return Calibrated(model, **dict(calibration or {}))
+
+
+def _make(name: str, *, seed: int, **settings: Any) -> Any:
     name = canonical_name(name)
     if name == MMOE:
         from dprobe.models.forecast.multitask import MultiTaskForecaster

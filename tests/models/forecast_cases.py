@@ -64,9 +64,10 @@ SMALL_SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
-def small(name: str, seed: int = 0) -> Forecaster:
-    """The registered forecaster ``name``, made small for unit tests."""
-    return make_forecaster(name, seed=seed, **SMALL_SETTINGS.get(name, {}))
+def small(name: str, seed: int = 0, *, calibrated: bool = False) -> Forecaster:
+    """The registered forecaster ``name``, made small for unit tests (wrapped in the online
+    p90 calibration, default settings, when ``calibrated``)."""
+    return make_forecaster(name, seed=seed, calibrate=calibrated, **SMALL_SETTINGS.get(name, {}))
 
 
 def small_mmoe(seed: int = 0) -> MultiTaskForecaster:

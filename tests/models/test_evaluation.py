@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
-from dprobe.models.forecast.baselines import LastValue, MovingAverage, SeasonalNaive
+from dprobe.models.forecast.baselines import LastValue, MovingAverage, RecentPeak, SeasonalNaive
 from dprobe.models.forecast.evaluation import rolling_origin
 
 from .forecast_cases import STEP, win
@@ -86,3 +87,35 @@ def test_horizon_shorter_than_a_window_is_not_scored() -> None:
     windows = [win("a", i, float(i % 2)) for i in range(30)]
     res = rolling_origin(windows, [LastValue()], [STEP / 4, STEP], test_start=10 * STEP)
     assert [r.horizon_s for r in res.rows] == [STEP]
+
+
+def test_p90_coverage_and_pinball_match_hand_computation() -> None:
+    from dprobe.models.forecast.evaluation import pinball_p90
+
+    ys = [0.0, 2.0, 1.0, 5.0, 4.0, 4.0, 9.0]
+    windows = [win("a", i, y) for i, y in enumerate(ys)]
+    model = RecentPeak(k=2)  # p90 = the higher of the last two windows
+    (row,) = rolling_origin(windows, [model], [STEP], test_start=3 * STEP).rows
+    pairs = [(max(ys[i - 1], ys[i]), ys[i + 1]) for i in range(2, 6)]  # (p90, actual)
+    assert row.p90_coverage == pytest.approx(sum(y <= q for q, y in pairs) / 4)  # 2 of 4
+    losses = [0.9 * (y - q) if y > q else 0.1 * (q - y) for q, y in pairs]
+    assert row.pinball_p90 == pytest.approx(sum(losses) / 4)
+    assert pinball_p90(5.0, 2.0) == pytest.approx(2.7)
+    assert not row.calibrated and row.p90_coverage_uncalibrated is None
+
+
+def test_a_calibrated_model_is_also_scored_as_its_uncalibrated_self() -> None:
+    from dprobe.models.forecast.calibration import Calibrated
+
+    rng = random.Random(5)
+    ys = [float(rng.randint(0, 20)) for _ in range(400)]
+    windows = [win("a", i, y) for i, y in enumerate(ys)]
+    plain = rolling_origin(windows, [LastValue()], [STEP, 6 * STEP], test_start=200 * STEP)
+    cal = rolling_origin(
+        windows, [Calibrated(LastValue())], [STEP, 6 * STEP], test_start=200 * STEP
+    )
+    for p, c in zip(plain.rows, cal.rows, strict=True):
+        assert c.calibrated and c.mae == p.mae  # p50 untouched
+        assert c.p90_coverage_uncalibrated == pytest.approx(p.p90_coverage)
+        assert c.pinball_p90_uncalibrated == pytest.approx(p.pinball_p90)
+        assert 0.85 <= c.p90_coverage <= 0.95

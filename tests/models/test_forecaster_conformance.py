@@ -1,5 +1,6 @@
 """One conformance test over every forecaster of the registry (the river habit): the
-contract's invariants, for every name the worker, the simulator and evaluate accept."""
+contract's invariants, for every name the worker, the simulator and evaluate accept, each
+plain and wrapped in the online p90 calibration (what they run by default)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ from .forecast_cases import SMALL_SETTINGS, STEP, small, wave, win
 
 HORIZONS = [600.0, 1800.0, 3600.0, 7200.0]
 NAMES = sorted(FORECASTERS)
+CASES = [
+    pytest.param(name, calibrated, id=f"{name}{'+calibrated' if calibrated else ''}")
+    for name in NAMES
+    for calibrated in (False, True)
+]
 
 
 def test_small_settings_name_only_registered_forecasters() -> None:
@@ -55,16 +61,16 @@ def _roundtrip(state: dict) -> dict:
     return torch.load(buf, weights_only=True)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_follows_the_protocol(name: str) -> None:
-    m = small(name)
+@pytest.mark.parametrize(("name", "calibrated"), CASES)
+def test_follows_the_protocol(name: str, calibrated: bool) -> None:
+    m = small(name, calibrated=calibrated)
     assert isinstance(m, Forecaster)
     assert m.name == name
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_inputs_are_not_mutated(name: str) -> None:
-    m = small(name)
+@pytest.mark.parametrize(("name", "calibrated"), CASES)
+def test_inputs_are_not_mutated(name: str, calibrated: bool) -> None:
+    m = small(name, calibrated=calibrated)
     stream = _stream(60)
     before = copy.deepcopy(stream)
     horizons = list(HORIZONS)
@@ -75,14 +81,14 @@ def test_inputs_are_not_mutated(name: str) -> None:
     assert horizons == HORIZONS
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_state_round_trip_gives_identical_forecasts(name: str) -> None:
+@pytest.mark.parametrize(("name", "calibrated"), CASES)
+def test_state_round_trip_gives_identical_forecasts(name: str, calibrated: bool) -> None:
     stream = _stream(120)
-    m = small(name)
+    m = small(name, calibrated=calibrated)
     for w in stream[:160]:
         m.learn_one(w)
     state = _roundtrip(m.state_dict())
-    m2 = small(name)
+    m2 = small(name, calibrated=calibrated)
     m2.load_state_dict(state)
     for tenant in ("vc-a", "vc-b", "never-seen"):
         assert m2.forecast(tenant, HORIZONS) == m.forecast(tenant, HORIZONS)
@@ -94,27 +100,27 @@ def test_state_round_trip_gives_identical_forecasts(name: str) -> None:
         assert m2.forecast(tenant, HORIZONS) == m.forecast(tenant, HORIZONS)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_state_dict_is_a_copy(name: str) -> None:
-    m = small(name)
+@pytest.mark.parametrize(("name", "calibrated"), CASES)
+def test_state_dict_is_a_copy(name: str, calibrated: bool) -> None:
+    m = small(name, calibrated=calibrated)
     stream = _stream(60)
     for w in stream[:60]:
         m.learn_one(w)
     state = m.state_dict()
-    snapshot = small(name)
+    snapshot = small(name, calibrated=calibrated)
     snapshot.load_state_dict(copy.deepcopy(state))
     expected = snapshot.forecast("vc-a", HORIZONS)
     for w in stream[60:]:
         m.learn_one(w)  # must not change the state already handed out
-    again = small(name)
+    again = small(name, calibrated=calibrated)
     again.load_state_dict(state)
     assert again.forecast("vc-a", HORIZONS) == expected
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_same_seed_same_output(name: str) -> None:
+@pytest.mark.parametrize(("name", "calibrated"), CASES)
+def test_same_seed_same_output(name: str, calibrated: bool) -> None:
     stream = _stream(100)
-    a, b = small(name), small(name)
+    a, b = small(name, calibrated=calibrated), small(name, calibrated=calibrated)
     outs = []
     for m in (a, b):
         out = []
@@ -125,9 +131,9 @@ def test_same_seed_same_output(name: str) -> None:
     assert outs[0] == outs[1]
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_tenant_appearing_mid_stream(name: str) -> None:
-    m = small(name)
+@pytest.mark.parametrize(("name", "calibrated"), CASES)
+def test_tenant_appearing_mid_stream(name: str, calibrated: bool) -> None:
+    m = small(name, calibrated=calibrated)
     _check_forecast(m.forecast("vc-new", HORIZONS), HORIZONS)  # before anything is learned
     for w in wave("vc-a", 80):
         m.learn_one(w)
@@ -141,9 +147,9 @@ def test_tenant_appearing_mid_stream(name: str) -> None:
     assert fc[600.0][0] == pytest.approx(20.0, rel=0.25)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_missing_windows_are_tolerated(name: str) -> None:
-    m = small(name)
+@pytest.mark.parametrize(("name", "calibrated"), CASES)
+def test_missing_windows_are_tolerated(name: str, calibrated: bool) -> None:
+    m = small(name, calibrated=calibrated)
     rng = random.Random(7)
     kept = [n for n in range(200) if rng.random() > 0.3 and not 90 <= n < 110]
     for n in kept:
@@ -153,9 +159,9 @@ def test_missing_windows_are_tolerated(name: str) -> None:
     assert fc[600.0][0] == pytest.approx(12.0, rel=0.1)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_late_and_repeated_windows_do_not_break_it(name: str) -> None:
-    m = small(name)
+@pytest.mark.parametrize(("name", "calibrated"), CASES)
+def test_late_and_repeated_windows_do_not_break_it(name: str, calibrated: bool) -> None:
+    m = small(name, calibrated=calibrated)
     for n in range(20):
         m.learn_one(win("vc-a", n, 10.0))
     before = m.forecast("vc-a", HORIZONS)
@@ -164,9 +170,9 @@ def test_late_and_repeated_windows_do_not_break_it(name: str) -> None:
     assert m.forecast("vc-a", HORIZONS) == before
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_accepts_real_tenant_windows(name: str) -> None:
-    m = small(name)
+@pytest.mark.parametrize(("name", "calibrated"), CASES)
+def test_accepts_real_tenant_windows(name: str, calibrated: bool) -> None:
+    m = small(name, calibrated=calibrated)
     for n in range(10):
         m.learn_one(
             TenantWindow(
@@ -188,13 +194,13 @@ def test_accepts_real_tenant_windows(name: str) -> None:
     assert p50 == pytest.approx(16.0, rel=0.1)  # demand = running + pending
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n != MMOE])
-def test_baseline_state_is_json(name: str) -> None:
-    m = small(name)
+@pytest.mark.parametrize(("name", "calibrated"), [c for c in CASES if c.values[0] != MMOE])
+def test_baseline_state_is_json(name: str, calibrated: bool) -> None:
+    m = small(name, calibrated=calibrated)
     for w in _stream(30):
         m.learn_one(w)
     state = json.loads(json.dumps(m.state_dict()))
-    m2 = small(name)
+    m2 = small(name, calibrated=calibrated)
     m2.load_state_dict(state)
     assert m2.forecast("vc-a", HORIZONS) == m.forecast("vc-a", HORIZONS)
 
@@ -218,11 +224,13 @@ def test_mmoe_checkpoint_file_warm_start(tmp_path) -> None:
     assert other.tenants() == []  # left fresh
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_window_length_is_inferred_when_windows_do_not_state_it(name: str) -> None:
+@pytest.mark.parametrize(("name", "calibrated"), CASES)
+def test_window_length_is_inferred_when_windows_do_not_state_it(
+    name: str, calibrated: bool
+) -> None:
     from types import SimpleNamespace
 
-    m = small(name)
+    m = small(name, calibrated=calibrated)
     ends = [300.0 * i for i in range(1, 40)]
     for i, end in enumerate(ends):
         m.learn_one(
@@ -234,6 +242,6 @@ def test_window_length_is_inferred_when_windows_do_not_state_it(name: str) -> No
     _check_forecast(fc, [300.0, 3600.0])
     assert 9.0 <= fc[300.0][0] <= 12.0
     state = _roundtrip(m.state_dict())
-    again = small(name)
+    again = small(name, calibrated=calibrated)
     again.load_state_dict(state)
     assert again.forecast("a", [300.0]) == m.forecast("a", [300.0])
