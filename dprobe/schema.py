@@ -7,6 +7,10 @@ infinities, negative sizes, utilisation outside 0-100, missing or wrongly typed 
 an unknown version, or a message larger than ``max_bytes``. Unknown extra fields are
 ignored, so a newer producer can add optional fields without breaking older workers.
 
+Versions: every contract is at ``v`` 1 (:data:`SCHEMA_VERSION`) except the TenantWindow,
+at ``v`` 2 (:data:`WINDOW_VERSION`: the optional job ``flow``); a window of ``v`` 1 still
+decodes, as a TenantWindow without a flow.
+
 Example:
     >>> snap = HostSnapshot(host="gpu-1", ts=1.7e9, interval_s=1.0, seq=0, gpus=(), procs=())
     >>> raw = encode(snap)
@@ -21,15 +25,18 @@ Example:
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import re
-from typing import Annotated, Any, Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar, Union
 
 import msgspec
 
 from dprobe.errors import UsageError
 
 SCHEMA_VERSION: Final = 1
+WINDOW_VERSION: Final = 2  # TenantWindow: v2 added the optional ``flow``
+MAX_FLOW_EDGES: Final = 15  # bucket edges of a JobFlow (so at most 16 buckets)
 DEFAULT_MAX_BYTES: Final = 1_048_576  # a HostSnapshot of 8 GPUs x 64 processes is ~15 KiB
 
 # Field types shared by the contracts. Bounds make NaN, +-inf and absurd values fail.
@@ -150,8 +157,50 @@ class LevelCounts(_Part, frozen=True, kw_only=True):
     EX: Count = 0
 
 
-class TenantWindow(_Msg, frozen=True, kw_only=True):
-    """Topic ``dprobe.features``, key = tenant: one closed event-time window of one tenant."""
+class LevelGpus(_Part, frozen=True, kw_only=True):
+    """GPUs per utilisation level (the predicted level of queued jobs)."""
+
+    L1: Gpus = 0.0
+    L2: Gpus = 0.0
+    L3: Gpus = 0.0
+    EX: Gpus = 0.0
+
+
+FlowEdges = Annotated[tuple[PositiveS, ...], msgspec.Meta(min_length=1, max_length=MAX_FLOW_EDGES)]
+GpuBuckets = Annotated[tuple[Gpus, ...], msgspec.Meta(max_length=MAX_FLOW_EDGES + 1)]
+CountBuckets = Annotated[tuple[Count, ...], msgspec.Meta(max_length=MAX_FLOW_EDGES + 1)]
+
+
+class JobFlow(_Part, frozen=True, kw_only=True):
+    """A tenant's job book summarised at the end of a window, and its flow in the window.
+
+    Buckets are ``[0, e0), [e0, e1), ..., [e_last, inf)`` over ``edges_s`` (seconds), so
+    every bucket list has ``len(edges_s) + 1`` entries. At the window's end:
+    ``running_by_age`` (GPUs of running jobs by time since their start),
+    ``pending_by_level`` (GPUs of queued jobs by their predicted level) and
+    ``pending_by_wait`` (by time since their submit). In the window: jobs and GPUs
+    ``submitted``, ``started`` and ``finished`` (finish or cancel), and
+    ``finished_by_duration`` (jobs that finished after running, by run time).
+    """
+
+    edges_s: FlowEdges
+    running_by_age: GpuBuckets
+    pending_by_level: LevelGpus
+    pending_by_wait: GpuBuckets
+    submitted_jobs: Count
+    submitted_gpus: Gpus
+    started_jobs: Count
+    started_gpus: Gpus
+    finished_jobs: Count
+    finished_gpus: Gpus
+    finished_by_duration: CountBuckets
+
+
+class TenantWindow(_Msg, frozen=True, kw_only=True, tag=WINDOW_VERSION):
+    """Topic ``dprobe.features``, key = tenant: one closed event-time window of one tenant.
+
+    ``flow`` (``v`` 2) summarises the tenant's jobs when a scheduler reports them.
+    """
 
     tenant: Id
     window_start: EpochS
@@ -167,6 +216,11 @@ class TenantWindow(_Msg, frozen=True, kw_only=True):
     quota_gpus: Gpus | None = None
     samples: Count = 0
     lost_snapshots: Count = 0
+    flow: JobFlow | None = None
+
+
+class _TenantWindowV1(TenantWindow, frozen=True, kw_only=True, tag=1):
+    """Decoding only: a window of ``v`` 1 (no ``flow``), upgraded to a TenantWindow."""
 
 
 class Forecast(_Part, frozen=True, kw_only=True):
@@ -230,6 +284,8 @@ class DeadLetter(_Msg, frozen=True, kw_only=True):
 Message = HostSnapshot | JobEvent | TenantWindow | ScalingEvent | DeadLetter
 M = TypeVar("M", HostSnapshot, JobEvent, TenantWindow, ScalingEvent, DeadLetter)
 
+# Older versions each contract still decodes (upgraded on decode).
+_OLDER: dict[type, tuple[type, ...]] = {TenantWindow: (_TenantWindowV1,)}
 _encoder = msgspec.json.Encoder()
 _decoders: dict[type, msgspec.json.Decoder[Any]] = {}
 _VERSION_RE = re.compile(rb'"v"\s*:\s*(-?[0-9.eE+]+)')
@@ -260,13 +316,14 @@ def decode(raw: bytes | None, kind: type[M], *, max_bytes: int = DEFAULT_MAX_BYT
         )
     dec = _decoders.get(kind)
     if dec is None:
-        dec = _decoders[kind] = msgspec.json.Decoder(kind | _NoVersion)
+        accepted = (kind, *_OLDER.get(kind, ()), _NoVersion)
+        dec = _decoders[kind] = msgspec.json.Decoder(Union[accepted])  # noqa: UP007
     try:
         msg = dec.decode(raw)
     except msgspec.ValidationError as exc:
         text = str(exc)
         if text.startswith("Invalid value") and text.endswith("- at `$.v`"):
-            raise _unknown_version(raw) from None
+            raise _unknown_version(raw, kind) from None
         raise SchemaError(_field_message(text)) from None
     except msgspec.DecodeError as exc:
         where = _non_finite_path(raw)
@@ -274,16 +331,35 @@ def decode(raw: bytes | None, kind: type[M], *, max_bytes: int = DEFAULT_MAX_BYT
             raise SchemaError(f"non-finite number (NaN or Infinity) (at {where})") from None
         raise SchemaError(f"not valid JSON: {exc}", "malformed_json") from None
     if isinstance(msg, _NoVersion):
-        raise _unknown_version(raw)
+        raise _unknown_version(raw, kind)
+    if isinstance(msg, _TenantWindowV1):
+        msg = _upgrade_window(msg)
     _check_consistency(msg)
     return msg
 
 
-def _unknown_version(raw: bytes) -> SchemaError:
+def versions_of(kind: type) -> tuple[int, ...]:
+    """Schema versions ``decode`` accepts for ``kind``, newest (the one written) first.
+
+    >>> versions_of(TenantWindow), versions_of(JobEvent)
+    ((2, 1), (1,))
+    """
+    kinds = (kind, *_OLDER.get(kind, ()))
+    return tuple(int(t.__struct_config__.tag) for t in kinds)  # type: ignore[attr-defined]
+
+
+def _upgrade_window(old: TenantWindow) -> TenantWindow:
+    """The current TenantWindow of a decoded older one (same fields, no ``flow``)."""
+    fields = {f: getattr(old, f) for f in TenantWindow.__struct_fields__ if f != "flow"}
+    return TenantWindow(**fields)
+
+
+def _unknown_version(raw: bytes, kind: type) -> SchemaError:
     m = _VERSION_RE.search(raw)
     found = m.group(1).decode() if m else "?"
+    reads = "/".join(f"v{v}" for v in sorted(versions_of(kind)))
     return SchemaError(
-        f"unknown schema version {found} (this build reads v{SCHEMA_VERSION}) (at $.v)",
+        f"unknown schema version {found} (this build reads {reads}) (at $.v)",
         "unknown_version",
     )
 
@@ -346,6 +422,8 @@ def _check_consistency(msg: Message) -> None:
             raise SchemaError(
                 "window_end must be after window_start (at $.window_end)", "inconsistent"
             )
+        if msg.flow is not None:
+            _check_flow(msg.flow)
     elif isinstance(msg, ScalingEvent):
         if abs(msg.target_quota_gpus - msg.current_quota_gpus - msg.delta_gpus) > 1e-6:
             raise SchemaError(
@@ -355,6 +433,18 @@ def _check_consistency(msg: Message) -> None:
         if (msg.action == "scale_up") != (msg.delta_gpus > 0):
             raise SchemaError(
                 f"action {msg.action} disagrees with delta_gpus (at $.action)", "inconsistent"
+            )
+
+
+def _check_flow(flow: JobFlow) -> None:
+    edges = flow.edges_s
+    if any(b <= a for a, b in itertools.pairwise(edges)):
+        raise SchemaError("edges_s must increase (at $.flow.edges_s)", "inconsistent")
+    for name in ("running_by_age", "pending_by_wait", "finished_by_duration"):
+        if len(getattr(flow, name)) != len(edges) + 1:
+            raise SchemaError(
+                f"{name} must have len(edges_s) + 1 = {len(edges) + 1} buckets (at $.flow.{name})",
+                "inconsistent",
             )
 
 

@@ -86,6 +86,34 @@ job_event = st.builds(
 
 
 @st.composite
+def job_flow(draw: st.DrawFn) -> schema.JobFlow:
+    edges = draw(
+        st.lists(
+            st.floats(1.0, 1e6, allow_nan=False),
+            min_size=1,
+            max_size=schema.MAX_FLOW_EDGES,
+            unique=True,
+        ).map(sorted)
+    )
+    n = len(edges) + 1
+    return schema.JobFlow(
+        edges_s=tuple(edges),
+        running_by_age=tuple(draw(st.lists(gpus, min_size=n, max_size=n))),
+        pending_by_level=schema.LevelGpus(
+            L1=draw(gpus), L2=draw(gpus), L3=draw(gpus), EX=draw(gpus)
+        ),
+        pending_by_wait=tuple(draw(st.lists(gpus, min_size=n, max_size=n))),
+        submitted_jobs=draw(counts),
+        submitted_gpus=draw(gpus),
+        started_jobs=draw(counts),
+        started_gpus=draw(gpus),
+        finished_jobs=draw(counts),
+        finished_gpus=draw(gpus),
+        finished_by_duration=tuple(draw(st.lists(counts, min_size=n, max_size=n))),
+    )
+
+
+@st.composite
 def tenant_window(draw: st.DrawFn) -> schema.TenantWindow:
     start = draw(st.floats(0, 4e9 - 3600, allow_nan=False))
     return schema.TenantWindow(
@@ -105,6 +133,7 @@ def tenant_window(draw: st.DrawFn) -> schema.TenantWindow:
         quota_gpus=draw(st.none() | gpus),
         samples=draw(counts),
         lost_snapshots=draw(counts),
+        flow=draw(st.none() | job_flow()),
     )
 
 

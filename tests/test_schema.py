@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -25,7 +26,7 @@ def test_valid_objects_round_trip_exactly(kind: type, data: st.DataObject) -> No
     back = schema.decode(raw, kind)
     assert back == msg
     assert schema.encode(back) == raw
-    assert json.loads(raw)["v"] == schema.SCHEMA_VERSION
+    assert json.loads(raw)["v"] == schema.versions_of(kind)[0]
 
 
 def _paths(node: Any, path: str = "$") -> list[tuple[str, Any]]:
@@ -112,7 +113,10 @@ def test_every_invalid_mutation_is_rejected_naming_the_field(
         _set(doc, f"$.{field}", None, delete=True)
         raw, expect_path = json.dumps(doc).encode(), field
     elif mutation == "version":
-        doc["v"] = data.draw(st.sampled_from([0, 2, 99, "1", None, 1.5]))
+        accepted = schema.versions_of(kind)
+        doc["v"] = data.draw(
+            st.sampled_from([v for v in (0, 1, 2, 3, 99, "1", None, 1.5) if v not in accepted])
+        )
         raw, expect_path = json.dumps(doc).encode(), "$.v"
     else:
         if mutation == "negative":
@@ -193,3 +197,63 @@ def test_dead_letter_keeps_raw_bytes_and_reason() -> None:
     assert (dl.reason, dl.partition, dl.offset) == ("malformed_json", 3, 9)
     assert base64.b64decode(dl.raw) == raw[:100]
     assert schema.decode(schema.encode(dl), schema.DeadLetter) == dl
+
+
+def _v1(window: schema.TenantWindow) -> bytes:
+    """``window`` as a producer of schema v1 wrote it: ``v`` 1 and no ``flow``."""
+    doc = json.loads(schema.encode(window))
+    doc["v"] = 1
+    doc.pop("flow", None)
+    return json.dumps(doc).encode()
+
+
+@given(window=tenant_window())
+@settings(max_examples=100)
+def test_a_window_of_the_previous_version_still_decodes(window: schema.TenantWindow) -> None:
+    old = schema.decode_window(_v1(window))
+    assert type(old) is schema.TenantWindow
+    assert old == msgspec.structs.replace(window, flow=None)
+    assert json.loads(schema.encode(old))["v"] == schema.WINDOW_VERSION
+
+
+def test_window_versions_and_an_inconsistent_flow() -> None:
+    assert schema.versions_of(schema.TenantWindow) == (2, 1)
+    assert schema.versions_of(schema.HostSnapshot) == (1,)
+    doc = {
+        "v": 2,
+        "tenant": "a",
+        "window_start": 0,
+        "window_end": 60,
+        "hosts": 0,
+        "gpus_busy": 0,
+        "instances": 0,
+        "util_sum": 0,
+        "level_counts": {},
+        "effective_demand_gpus": 0,
+        "pending_gpus": 0,
+        "running_gpus": 0,
+        "flow": {
+            "edges_s": [60, 600],
+            "running_by_age": [0, 0, 0],
+            "pending_by_level": {},
+            "pending_by_wait": [0, 0],
+            "submitted_jobs": 0,
+            "submitted_gpus": 0,
+            "started_jobs": 0,
+            "started_gpus": 0,
+            "finished_jobs": 0,
+            "finished_gpus": 0,
+            "finished_by_duration": [0, 0, 0],
+        },
+    }
+    with pytest.raises(schema.SchemaError, match=r"\$\.flow\.pending_by_wait") as err:
+        schema.decode_window(json.dumps(doc).encode())
+    assert err.value.reason == "inconsistent"
+    doc["flow"]["pending_by_wait"] = [0, 0, 0]
+    doc["flow"]["edges_s"] = [600, 60]
+    with pytest.raises(schema.SchemaError, match=r"\$\.flow\.edges_s"):
+        schema.decode_window(json.dumps(doc).encode())
+    doc["v"] = 7
+    with pytest.raises(schema.SchemaError, match="reads v1/v2") as err:
+        schema.decode_window(json.dumps(doc).encode())
+    assert err.value.reason == "unknown_version"
