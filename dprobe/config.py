@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 import tomllib
@@ -224,12 +225,44 @@ class WorkerSettings:
     metrics_port: int = 9402
     max_message_bytes: int = 1_048_576
 
+    # DProbe's multi-level demand and the job flow (assumptions; docs/worker.md)
+    plan_quantile: str = "p90"
+    level_l1_max_util_pct: float = 25.0
+    level_l1_max_mem_bytes: float = 3e9
+    level_l3_min_util_pct: float = 70.0
+    level_l3_min_sm_util_pct: float = 70.0
+    level_ex_min_mem_frac: float = 0.9
+    level_weights: tuple[float, ...] = (0.3, 0.5, 0.7, 1.0)
+    profile_pending: bool = True
+    unknown_pending_level: str = "EX"
+    flow_edges_s: tuple[float, ...] = (60.0, 240.0, 960.0, 3840.0, 15360.0, 61440.0, 245760.0)
     def __post_init__(self) -> None:
         if self.window_s <= 0 or self.grace_s < 0:
             raise ConfigError("worker.window_s must be > 0 and worker.grace_s >= 0")
         if self.batch_max < 1 or self.batch_within_s <= 0:
             raise ConfigError("worker.batch_max must be >= 1 and worker.batch_within_s > 0")
 
+        _check_demand_settings(self)
+
+
+def _check_demand_settings(s: WorkerSettings) -> None:
+    """Validate the worker's multi-level demand, planner quantile and job flow settings."""
+    if s.plan_quantile not in ("p50", "p90"):
+        raise ConfigError("worker.plan_quantile must be p50 or p90")
+    if s.unknown_pending_level not in ("L1", "L2", "L3", "EX"):
+        raise ConfigError("worker.unknown_pending_level must be L1, L2, L3 or EX")
+    if len(s.level_weights) != 4 or any(not 0 <= w <= 1 for w in s.level_weights):
+        raise ConfigError("worker.level_weights: four weights (L1,L2,L3,EX), each within [0, 1]")
+    pcts = (s.level_l1_max_util_pct, s.level_l3_min_util_pct, s.level_l3_min_sm_util_pct)
+    if any(not 0 <= x <= 100 for x in pcts) or not 0 < s.level_ex_min_mem_frac <= 1:
+        raise ConfigError(
+            "worker.level_*_pct must be within [0, 100] and level_ex_min_mem_frac within (0, 1]"
+        )
+    if s.level_l1_max_mem_bytes < 0:
+        raise ConfigError("worker.level_l1_max_mem_bytes must be >= 0")
+    e = s.flow_edges_s
+    if not 1 <= len(e) <= 15 or e[0] <= 0 or any(b <= a for a, b in itertools.pairwise(e)):
+        raise ConfigError("worker.flow_edges_s: 1 to 15 increasing edges > 0 (seconds)")
 
 @dataclass(frozen=True)
 class ArchiveSettings:

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 from dprobe.models.levels import LEVELS, Level, LevelSettings, classify
 from dprobe.models.profiler import JobProfiler
+from dprobe.models.profiles import shipped_profiles
+from dprobe.schema import JobEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,40 @@ def pending_level(
         family=job.family, batch_size=job.batch_size, amp=job.amp, params_m=job.params_m
     )
     return unknown_pending_level if est.source == "fallback" else est.level
+
+
+def pending_job_of(ev: JobEvent) -> PendingJob:
+    """The queued job a scheduler's JobEvent describes (GPUs and model attributes)."""
+    return PendingJob(
+        gpus=float(ev.gpus),
+        family=ev.model,
+        batch_size=ev.batch_size,
+        amp=ev.amp,
+        params_m=ev.params_m,
+    )
+
+
+def predicted_level(ev: JobEvent, profiler: JobProfiler | None) -> Level | None:
+    """The level the profiler predicts for the job of ``ev``; ``None`` when it cannot
+    (no profiler, or only its fallback), so the caller's unknown level applies.
+
+    >>> ev = JobEvent(ts=0, event="submit", job="j", tenant="a", gpus=1, model="NeuMF",
+    ...               batch_size=256, amp=True)
+    >>> predicted_level(ev, default_profiler()), predicted_level(ev, None)
+    ('L1', None)
+    """
+    if profiler is None:
+        return None
+    job = pending_job_of(ev)
+    est = profiler.estimate(
+        family=job.family, batch_size=job.batch_size, amp=job.amp, params_m=job.params_m
+    )
+    return None if est.source == "fallback" else est.level
+
+
+def default_profiler(levels: LevelSettings | None = None) -> JobProfiler:
+    """The job profiler fitted on the profile table shipped with dprobe."""
+    return JobProfiler(levels=levels).fit(shipped_profiles())
 
 
 def estimate_demand(

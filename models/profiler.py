@@ -7,7 +7,9 @@ not public; this implementation (every rule below is an **assumption** and a set
 
 1. **Runtime metrics win**: a running instance with live metrics is levelled from them
    (:func:`~dprobe.models.levels.classify`); its expected utilisation is what it shows.
-2. **Known family**: the expected GPU util and memory are interpolated over
+2. **Known family** (the name matched case-insensitively, else the longest family
+   whose name, letters and digits only, begins the job's: ``vgg16`` is ``VGG``,
+   ``mobilenet_v2`` is ``MobileNetV2``): the expected GPU util and memory are interpolated over
    ``log2(batch size)`` between the family's profiles of the same precision (AMP or not;
    the other precision when that one was never profiled), clamped at the ends.
 3. **Unseen family**: a regressor learned on every profile predicts util and
@@ -67,6 +69,11 @@ def _attrs(batch_size: float | None, amp: bool | None, params_m: float | None) -
         1.0 if amp else 0.0,
         math.log10(params_m + 0.01) if params_m is not None else math.nan,
     ]
+
+
+def _norm(name: str) -> str:
+    """``"MobileNet_V2"`` -> ``"mobilenetv2"``."""
+    return "".join(c for c in name.lower() if c.isalnum())
 
 
 class JobProfiler:
@@ -132,7 +139,7 @@ class JobProfiler:
         params_m: float | None = None,
     ) -> JobEstimate:
         """Level and expected footprint of a job from its attributes only (pending jobs)."""
-        rows = self._families.get(family.lower(), []) if family else []
+        rows = self._family_rows(family) if family else []
         if rows:
             util, mem = self._interpolate(rows, batch_size, amp)
             return self._make(util, mem, "family")
@@ -175,6 +182,18 @@ class JobProfiler:
         return est
 
     # -- internals ----------------------------------------------------------------------
+    def _family_rows(self, family: str) -> list[Profile]:
+        rows = self._families.get(family.lower())
+        if rows:
+            return rows
+        name = _norm(family)
+        best = max(
+            (f for f in self._families if name.startswith(_norm(f)) and _norm(f)),
+            key=lambda f: len(_norm(f)),
+            default=None,
+        )
+        return self._families[best] if best is not None else []
+
     def _make(self, util: float, mem_mb: float, source: Source) -> JobEstimate:
         util = min(max(util, 0.0), 100.0)
         level = classify(

@@ -28,7 +28,7 @@ from dprobe.models.forecast.registry import make_forecaster
 from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
 from dprobe.models.planner import PlannerSettings
 from dprobe.sinks.worker_stats import WorkerStats
-from dprobe.streams import codec
+from dprobe.streams import codec, demand_settings
 from dprobe.streams.deadletter import DeadLetters
 from dprobe.streams.ingest import Ingest
 from dprobe.streams.planning import Planning
@@ -65,7 +65,13 @@ class WorkerApp:
 
 
 def window_settings(s: WorkerSettings) -> WindowSettings:
-    return WindowSettings(window_s=s.window_s, grace_s=s.grace_s, source_idle_s=s.source_idle_s)
+    return WindowSettings(
+        window_s=s.window_s,
+        grace_s=s.grace_s,
+        source_idle_s=s.source_idle_s,
+        levels=demand_settings.level_settings(s),
+        flow=demand_settings.flow_settings(s),
+    )
 
 
 def plan_settings(s: WorkerSettings) -> PlanLoopSettings:
@@ -74,7 +80,7 @@ def plan_settings(s: WorkerSettings) -> PlanLoopSettings:
         capacity_gpus=s.capacity_gpus,
         horizon_s=s.plan_horizon_s,
         guaranteed_gpus=s.guaranteed_gpus,
-        planner=PlannerSettings(node_gpus=s.node_gpus),
+        planner=PlannerSettings(node_gpus=s.node_gpus, quantile=s.plan_quantile),  # type: ignore[arg-type]
     )
 
 
@@ -162,6 +168,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         stats=stats,
         checkpoint=Path(s.data_dir) / "plan-loop.ckpt",
     )
+        level_of=demand_settings.job_level_of(s),
 
     async def guarded(handler: Any, event: Any) -> None:
         """Run one record's handler; a bug never stalls the partition: the record goes

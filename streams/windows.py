@@ -16,7 +16,8 @@ is late: it is counted and dropped.
 Table layout (one changelog-backed table, values are msgspec JSON):
 
 - ``w|TENANT|START``: the window state of :mod:`dprobe.streams.state.window_agg`;
-- ``j|TENANT``: the tenant's job book (:mod:`dprobe.streams.state.job_book`);
+- ``j|TENANT``: the tenant's job book (:mod:`dprobe.streams.state.job_book`), each job
+  with the level the injected ``level_of`` predicts for it when it is first seen;
 - ``p|PARTITION``: the partition's :class:`~dprobe.streams.state.partition.PartitionState`
   (watermark sources, open windows, closed and reported progress) in its stored form;
   ``upto`` is the progress last reported to the planning stage (every window ending at
@@ -30,7 +31,8 @@ content depends only on the log, never on where a batch happens to end.
 Commit order (written down once, relied on for exactly-once *effects*): on close, every
 TenantWindow of that window start is produced and its delivery awaited; then the
 partition state (closed_end, open index) is written; then the window states are
-deleted. A crash before the partition state is written re-emits identical windows on
+deleted; then the job books drop what the closed windows used. A crash before the
+partition state is written re-emits identical windows on
 replay (same state, same inputs); after it, replayed partials of those windows are late.
 Window states record the last ``seq`` applied per host, so a replayed partial is never
 added twice. Faust flushes the producer (changelog included) before committing source
@@ -41,10 +43,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dprobe import schema
+from dprobe.models.job_flow import job_flow, pending_effective_gpus
+from dprobe.models.levels import Level
 from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec, table_io
 from dprobe.streams.deadletter import DeadLetters
@@ -112,6 +116,7 @@ class Windows:
         deadletter: DeadLetters,
         on_window: Any = None,
         on_progress: Any = None,
+        level_of: Callable[[schema.JobEvent], Level | None] | None = None,
     ) -> None:
         self.table = table
         self.features = features_topic
@@ -121,6 +126,7 @@ class Windows:
         self.deadletter = deadletter
         self.on_window = on_window
         self.on_progress = on_progress
+        self.level_of = level_of
         self.newest_source_ts = 0.0  # highest progress any samples partition reported here
 
     async def on_updates(self, events: Sequence[Any]) -> None:
@@ -177,7 +183,10 @@ class Windows:
 
     def _on_job(self, ev: schema.JobEvent, ps: PartitionState, batch: _Batch) -> None:
         key = _jkey(ev.tenant)
-        batch.set(key, job_book.apply(batch.get(key) or job_book.initial(), ev))
+        level = None
+        if self.level_of is not None and ev.event in ("submit", "start"):
+            level = self.level_of(ev)
+        batch.set(key, job_book.apply(batch.get(key) or job_book.initial(), ev, level=level))
         ps.note_job(ev.tenant, ev.ts)
 
     async def _write_partition(self, ps: PartitionState, batch: _Batch) -> None:
@@ -192,8 +201,8 @@ class Windows:
             tenants = ps.tenants_open_at(start)
             for t in ps.job_tenants:
                 if t not in tenants:
-                    pending, running = job_book.totals(batch.get(_jkey(t)) or job_book.initial())
-                    if pending or running:
+                    book = batch.get(_jkey(t)) or job_book.initial()
+                    if job_book.has_jobs_at(book, start, start + w):
                         tenants.add(t)
             sent = [await self._emit(tenant, start, batch) for tenant in sorted(tenants)]
             forwarded = []
@@ -209,6 +218,12 @@ class Windows:
             await self._write_partition(ps, batch)
             for tenant in sorted(tenants):
                 await batch.delete(_wkey(tenant, start))
+            for t in ps.job_tenants:
+                book = batch.get(_jkey(t))
+                if book is not None:
+                    pruned = job_book.prune(book, start + w)
+                    if pruned is not book:
+                        batch.set(_jkey(t), pruned)
         # Every window ending at or before the watermark is out: say so, after them. From
         # now on a partial for such a window is late, so the report stays true.
         upto = math.floor(watermark / w) * w if math.isfinite(watermark) else -math.inf
@@ -222,8 +237,24 @@ class Windows:
     ) -> tuple[Any, schema.TenantWindow]:
         """Send one closed window; returns (delivery future, window)."""
         state = batch.get(_wkey(tenant, start)) or initial(tenant, start)
-        book = batch.get(_jkey(tenant)) or job_book.initial()
-        pending, running = job_book.totals(book)
-        window = result(state, self.cfg, pending_gpus=pending, scheduled_running_gpus=running)
+        book = batch.get(_jkey(tenant))
+        if book is None:
+            window = result(state, self.cfg)
+        else:
+            end = start + self.cfg.window_s
+            active = job_book.active_at(book, end)
+            flow_cfg = self.cfg.flow
+            window = result(
+                state,
+                self.cfg,
+                pending_gpus=float(sum(j.gpus for j in active if j.start_ts is None)),
+                scheduled_running_gpus=float(sum(j.gpus for j in active if j.start_ts is not None)),
+                pending_effective_gpus=pending_effective_gpus(
+                    active, self.cfg.levels, flow_cfg.unknown_level
+                ),
+                flow=job_flow(
+                    active, job_book.events_in(book, start, end), end=end, settings=flow_cfg
+                ),
+            )
         fut = await self.features.send(key=tenant.encode(), value=schema.encode(window))
         return fut, window

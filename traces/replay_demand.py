@@ -12,7 +12,8 @@ demand point (running R, pending P, quota Q GPUs of one tenant) becomes both:
   idle. Helios has no per-GPU utilisation, so "whole GPU" is an assumption.
 - **pending**: one synthetic job per tenant, ``TENANT/pending``, re-``submit``-ted with
   ``gpus = P`` whenever P changes, so the worker's job book reports ``pending_gpus = P``
-  and ``effective_demand_gpus = R + pending_weight * P``.
+  and ``effective_demand_gpus = R + w * P`` (the job carries no model attributes, so ``w``
+  is the weight of the worker's ``unknown_pending_level``, EX = 1.0 by default).
 
 A value holds until the tenant's next point: between points, snapshots repeat it every
 ``tick_s`` (one per point when the series is as fine as the tick, as Helios minutes are

@@ -19,6 +19,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grace", type=float, dest="grace_s", help="lateness allowed in s (default 10)")
     p.add_argument("--partitions", type=int, help="partitions of topics the worker creates (4)")
     p.add_argument("--data-dir", help="local state folder (default ~/.cache/dprobe/worker)")
+    for flag, dest, text in DEMAND_FLAGS:
+        p.add_argument(flag, dest=dest, metavar="VALUE", help=text)
+
+
+# Multi-level demand, planner quantile and job flow (docs/worker.md); values are text,
+# converted and checked by dprobe.config like the environment's.
+DEMAND_FLAGS = (
+    ("--plan-quantile", "plan_quantile", "forecast quantile quotas follow: p50 or p90 (p90)"),
+    ("--level-weights", "level_weights", "GPUs per instance of L1,L2,L3,EX (0.3,0.5,0.7,1.0)"),
+    ("--level-l1-max-util-pct", "level_l1_max_util_pct", "L1: GPU util below (25)"),
+    ("--level-l1-max-mem-bytes", "level_l1_max_mem_bytes", "L1: GPU memory below (3e9)"),
+    ("--level-l3-min-util-pct", "level_l3_min_util_pct", "L3: GPU util above (70)"),
+    ("--level-l3-min-sm-util-pct", "level_l3_min_sm_util_pct", "L3: SM util above (70)"),
+    ("--level-ex-min-mem-frac", "level_ex_min_mem_frac", "EX: memory share at least (0.9)"),
+    ("--profile-pending", "profile_pending", "level queued jobs with the profiler (true)"),
+    (
+        "--unknown-pending-level",
+        "unknown_pending_level",
+        "level of a queued job never levelled (EX)",
+    ),
+    ("--flow-edges-s", "flow_edges_s", "job-flow bucket edges in s (60,240,...,245760)"),
+)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         grace_s=args.grace_s,
         partitions=args.partitions,
         data_dir=args.data_dir,
+        **{dest: getattr(args, dest) for _, dest, _ in DEMAND_FLAGS},
     )
     asyncio.set_event_loop(asyncio.new_event_loop())
     return run_worker(s, loglevel=args.log_level)

@@ -24,10 +24,13 @@ Window semantics (what each TenantWindow field means):
 - the level of a sample uses the device utilisation of its GPU as "GPU util" and the
   process's own SM utilisation as "SM util" (assumption: the paper does not say how it
   splits a shared GPU's utilisation between processes);
-- ``pending_gpus`` / ``running_gpus`` come from the scheduler's job events when known;
-  ``running_gpus`` is at least ``gpus_busy``; ``effective_demand_gpus`` adds pending GPUs
-  times ``pending_weight`` (assumption: a queued job needs its GPUs whole, weight 1.0,
-  unless a job profiler levels it).
+- ``pending_gpus`` / ``running_gpus`` come from the scheduler's job events when known
+  (the jobs queued and running at the window's end); ``running_gpus`` is at least
+  ``gpus_busy``; ``effective_demand_gpus`` adds the pending GPUs weighted by the level the
+  job profiler predicts for each queued job (``pending_effective_gpus``; by default every
+  pending GPU counts at the weight of ``flow.unknown_level``, EX = 1.0: assumption, a
+  queued job never levelled needs its GPUs whole);
+- ``flow`` is the job flow of the window (:mod:`dprobe.models.job_flow`), when known.
 
 Example:
     >>> from dprobe.schema import Gpu, HostSnapshot, Proc
@@ -52,8 +55,9 @@ from typing import Any
 
 import msgspec
 
+from dprobe.models.job_flow import FlowSettings
 from dprobe.models.levels import LEVELS, LevelSettings, classify
-from dprobe.schema import HostSnapshot, LevelCounts, TenantWindow
+from dprobe.schema import HostSnapshot, JobFlow, LevelCounts, TenantWindow
 
 _LEVEL_INDEX = {lvl: i for i, lvl in enumerate(LEVELS)}
 _SUMS = ("instance_s", "gpu_s", "util_sum", "weighted_s")
@@ -67,8 +71,8 @@ class WindowSettings:
     window_s: float = 60.0
     grace_s: float = 10.0
     source_idle_s: float = 30.0
-    pending_weight: float = 1.0
     levels: LevelSettings = field(default_factory=LevelSettings)
+    flow: FlowSettings = field(default_factory=FlowSettings)
 
 
 class Partial(msgspec.Struct, frozen=True, array_like=True):
@@ -193,9 +197,17 @@ def result(
     pending_gpus: float = 0.0,
     scheduled_running_gpus: float = 0.0,
     quota_gpus: float | None = None,
+    pending_effective_gpus: float | None = None,
+    flow: JobFlow | None = None,
 ) -> TenantWindow:
-    """The TenantWindow of a closed window. Same state and inputs, same window."""
+    """The TenantWindow of a closed window. Same state and inputs, same window.
+
+    ``pending_effective_gpus`` (the pending GPUs weighted by predicted level) defaults
+    to every pending GPU at the weight of ``cfg.flow.unknown_level``.
+    """
     w = cfg.window_s
+    if pending_effective_gpus is None:
+        pending_effective_gpus = cfg.levels.weight(cfg.flow.unknown_level) * pending_gpus
     gpus_busy = state["gpu_s"] / MICRO / w
     running = max(gpus_busy, scheduled_running_gpus)
     lv = state["levels"]
@@ -208,10 +220,11 @@ def result(
         instances=state["instance_s"] / MICRO / w,
         util_sum=state["util_sum"] / MICRO,
         level_counts=LevelCounts(L1=lv[0], L2=lv[1], L3=lv[2], EX=lv[3]),
-        effective_demand_gpus=state["weighted_s"] / MICRO / w + cfg.pending_weight * pending_gpus,
+        effective_demand_gpus=state["weighted_s"] / MICRO / w + pending_effective_gpus,
         pending_gpus=float(pending_gpus),
         running_gpus=float(running),
         quota_gpus=quota_gpus,
         samples=state["samples"],
         lost_snapshots=state["lost"],
+        flow=flow,
     )

@@ -1,0 +1,73 @@
+"""The worker's demand settings (levels, planner quantile, job flow): from the CLI, the
+environment and the TOML file, checked, and carried into the window stage and planner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dprobe.config import ConfigError, WorkerSettings, load
+from dprobe.models.job_flow import DEFAULT_EDGES_S
+from dprobe.streams.app import plan_settings, window_settings
+from dprobe.streams.demand_settings import job_level_of
+
+
+def test_defaults_are_the_papers_levels_and_the_documented_edges() -> None:
+    s = WorkerSettings()
+    cfg = window_settings(s)
+    assert (cfg.levels.weight("L1"), cfg.levels.weight("EX")) == (0.3, 1.0)
+    assert cfg.levels.l1_max_util_pct == 25.0 and cfg.levels.l3_min_sm_util_pct == 70.0
+    assert cfg.flow.edges_s == DEFAULT_EDGES_S == s.flow_edges_s
+    assert cfg.flow.unknown_level == "EX"
+    assert plan_settings(s).planner.quantile == "p90"
+    assert job_level_of(s) is not None
+
+
+def test_every_source_sets_them(tmp_path: Path) -> None:
+    toml = tmp_path / "w.toml"
+    toml.write_text("[worker]\nlevel_weights = [0.2, 0.4, 0.6, 1.0]\nflow_edges_s = [30, 300]\n")
+    s = load(
+        WorkerSettings,
+        cli={"plan_quantile": "p50"},
+        env={
+            "DPROBE_WORKER_UNKNOWN_PENDING_LEVEL": "L2",
+            "DPROBE_WORKER_PROFILE_PENDING": "0",
+            "DPROBE_WORKER_LEVEL_L3_MIN_UTIL_PCT": "80",
+        },
+        file=toml,
+    )
+    cfg = window_settings(s)
+    assert cfg.levels.weight("L3") == 0.6 and cfg.levels.l3_min_util_pct == 80.0
+    assert cfg.flow.edges_s == (30.0, 300.0) and cfg.flow.unknown_level == "L2"
+    assert plan_settings(s).planner.quantile == "p50"
+    assert job_level_of(s) is None
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"DPROBE_WORKER_PLAN_QUANTILE": "p75"}, "plan_quantile"),
+        ({"DPROBE_WORKER_UNKNOWN_PENDING_LEVEL": "L4"}, "unknown_pending_level"),
+        ({"DPROBE_WORKER_LEVEL_WEIGHTS": "0.3,0.5"}, "level_weights"),
+        ({"DPROBE_WORKER_LEVEL_WEIGHTS": "0.3,0.5,0.7,2"}, "level_weights"),
+        ({"DPROBE_WORKER_FLOW_EDGES_S": "60,30"}, "flow_edges_s"),
+        ({"DPROBE_WORKER_LEVEL_EX_MIN_MEM_FRAC": "0"}, "level_ex_min_mem_frac"),
+    ],
+)
+def test_bad_values_name_the_setting(env: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        load(WorkerSettings, env=env)
+
+
+def test_the_worker_command_has_a_flag_for_each() -> None:
+    import argparse
+
+    from dprobe.commands.worker import DEMAND_FLAGS, add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["--plan-quantile", "p50", "--flow-edges-s", "10,100"])
+    assert (args.plan_quantile, args.flow_edges_s) == ("p50", "10,100")
+    fields = set(WorkerSettings.__dataclass_fields__)
+    assert {dest for _, dest, _ in DEMAND_FLAGS} <= fields
