@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from dprobe.models.planner import PlanInput, Planner, TenantState
 from dprobe.schema import LevelCounts, TenantWindow
 from dprobe.sim.cluster import VC, Node
+from dprobe.sim.flow import SimFlow
 
 if TYPE_CHECKING:
     from dprobe.sim.engine import Simulator
@@ -154,33 +155,49 @@ class PlannerQuota:
         return moves
 
 
-def window_of(sim: Simulator, vc: VC, now: float) -> TenantWindow:
+def window_of(sim: Simulator, vc: VC, now: float, flow: SimFlow | None = None) -> TenantWindow:
     """The VC's demand window ending now, as the stream worker would publish it
-    (instantaneous running and waiting GPUs at the window's end)."""
+    (instantaneous running and waiting GPUs at the window's end).
+
+    With ``flow`` (called once per tick, after :meth:`SimFlow.advance`), the window also
+    carries the job flow since the last tick, and its effective demand weighs waiting
+    GPUs by the level the profiler predicts for each job; running jobs count whole GPUs
+    (the simulator has no utilisation to level them by).
+    """
+    start = max(0.0, now - sim.s.interval_s)
+    job_flow, pending_eff = None, float(vc.pending_gpus)
+    if flow is not None:
+        job_flow, pending_eff = flow.window(sim, vc, now, start=start)
     return TenantWindow(
         tenant=vc.name,
-        window_start=max(0.0, now - sim.s.interval_s),
+        window_start=start,
         window_end=now,
         hosts=sum(1 for n in vc.nodes.values() if n.jobs),
         gpus_busy=float(vc.running_gpus),
         instances=float(len(vc.running)),
         util_sum=0.0,
         level_counts=LevelCounts(),
-        effective_demand_gpus=float(vc.running_gpus + vc.pending_gpus),
+        effective_demand_gpus=float(vc.running_gpus) + pending_eff,
         pending_gpus=float(vc.pending_gpus),
         running_gpus=float(vc.running_gpus),
         quota_gpus=float(vc.quota_gpus),
         samples=1,
+        flow=job_flow,
     )
 
 
-def learned_forecast(model: Any, horizons: tuple[float, ...]) -> Forecast:
+def learned_forecast(
+    model: Any, horizons: tuple[float, ...], flow: SimFlow | None = None
+) -> Forecast:
     """Feed the model this tick's window of each VC, then forecast: the largest p50 and p90
-    over ``horizons`` (the quota must cover demand until the next plan and at the horizon)."""
+    over ``horizons`` (the quota must cover demand until the next plan and at the horizon).
+    The windows carry the job flow (``flow``, a fresh :class:`SimFlow` by default)."""
+    tracker = flow or SimFlow()
 
     def forecast(sim: Simulator, now: float) -> dict[str, tuple[float, float]]:
+        tracker.advance(sim, now)
         for vc in sim.vcs.values():
-            model.learn_one(window_of(sim, vc, now))
+            model.learn_one(window_of(sim, vc, now, tracker))
         result = {}
         for name in sim.vcs:
             out = model.forecast(name, list(horizons)).values()

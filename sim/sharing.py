@@ -1,17 +1,24 @@
 """Optional GPU sharing: two low-level 1-GPU jobs of one VC may share a GPU, each slowed to
-its measured co-location speed (Lucid's ``colocate_info.csv``: speed of each job of a pair
-running together, relative to running alone).
+its measured co-location speed (Lucid's ``colocate_info.csv``: speed of each job of a
+pair running together, relative to running alone).
 
-Assumptions (settings): only 1-GPU jobs whose model is in ``low_level`` share; at most
-two jobs per GPU; a waiting job shares only when it cannot get a GPU of its own; the
-speed of a pair is the mean measured speed of that model pair (capped at 1), else the
-median of the whole table. Trace model names match table names by normalised prefix
-(``vgg16`` -> ``VGG``, ``mobilenet_v2`` -> ``MobileNetV2``).
+Assumptions (settings): only 1-GPU jobs of a low level share: by default those whose
+level the job profiler predicts from their model name is in ``share_levels`` (L1 or L2;
+the same estimate the worker and the simulator's windows use for pending jobs, see
+:func:`~dprobe.models.demand.predicted_level`; a model the profiler cannot level does
+not share), or, when ``low_level`` names models, exactly those; at most two jobs per
+GPU; a waiting job shares only when it cannot get a GPU of its own; the speed of a pair
+is the mean measured speed of that model pair (capped at 1), else the median of the
+whole table. Trace model names match table names by normalised prefix (``vgg16`` ->
+``VGG``, ``mobilenet_v2`` -> ``MobileNetV2``).
 
 Example:
     >>> sh = Sharing({("vgg", "vgg"): 0.8}, low_level={"vgg16"}, default_speed=0.9)
     >>> sh.speed("vgg16", "vgg16"), sh.speed("vgg16", "alexnet")
     (0.8, 0.9)
+    >>> by_level = Sharing({}, default_speed=0.9)
+    >>> by_level.shares_model("vgg16"), by_level.shares_model("resnet50")  # L2, L3
+    (True, False)
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dprobe.errors import UsageError
+from dprobe.models.demand import default_profiler
+from dprobe.models.levels import Level, LevelSettings
 
 if TYPE_CHECKING:
     from dprobe.sim.cluster import VC
@@ -44,14 +53,20 @@ class Sharing:
         self,
         speeds: dict[tuple[str, str], float],
         *,
-        low_level: Iterable[str],
+        low_level: Iterable[str] | None = None,
         default_speed: float,
+        share_levels: Iterable[Level] = ("L1", "L2"),
+        levels: LevelSettings | None = None,
     ) -> None:
         self._speeds = {(norm(a), norm(b)): min(1.0, v) for (a, b), v in speeds.items()}
         self._table = sorted({k for pair in self._speeds for k in pair}, key=len, reverse=True)
-        self.low_level = frozenset(low_level)
+        self.low_level = None if low_level is None else frozenset(low_level)
+        self.share_levels = frozenset(share_levels)
+        self.levels = levels
         self.default_speed = min(1.0, default_speed)
         self._cache: dict[tuple[str, str], float] = {}
+        self._shares: dict[str, bool] = {}
+        self._profiler = default_profiler(levels) if self.low_level is None else None
 
     def _match(self, model: str) -> str | None:
         m = norm(model)
@@ -66,8 +81,20 @@ class Sharing:
             self._cache[key] = self.default_speed if v is None else v
         return self._cache[key]
 
+    def shares_model(self, model: str) -> bool:
+        """Whether a 1-GPU job of ``model`` is low-level enough to share (see module doc)."""
+        if self.low_level is not None:
+            return model in self.low_level
+        if model not in self._shares:
+            assert self._profiler is not None
+            est = self._profiler.estimate(family=model) if model else None
+            self._shares[model] = (
+                est is not None and est.source != "fallback" and est.level in self.share_levels
+            )
+        return self._shares[model]
+
     def can_share(self, job: SimJob) -> bool:
-        return job.gpus == 1 and job.model in self.low_level
+        return job.gpus == 1 and self.shares_model(job.model)
 
     # --- engine hooks ------------------------------------------------------------------
     def on_start_alone(self, sim: Simulator, job: SimJob) -> None:
@@ -111,9 +138,12 @@ class Sharing:
         sim.reschedule(partner)
 
 
-def load_colocation(path: str | Path, low_level: Iterable[str]) -> Sharing:
+def load_colocation(
+    path: str | Path, low_level: Iterable[str] | None = None, **kw: object
+) -> Sharing:
     """A :class:`Sharing` from a ``colocate_info.csv``-style file
-    (``model1,speed1,model2,speed2`` columns at least)."""
+    (``model1,speed1,model2,speed2`` columns at least); ``low_level`` None: jobs share by
+    predicted level; ``kw``: more :class:`Sharing` settings."""
     p = Path(path)
     sums: dict[tuple[str, str], list[float]] = defaultdict(list)
     try:
@@ -138,4 +168,5 @@ def load_colocation(path: str | Path, low_level: Iterable[str]) -> Sharing:
         speeds,
         low_level=low_level,
         default_speed=statistics.median(x for v in sums.values() for x in v),
+        **kw,  # type: ignore[arg-type]
     )

@@ -117,9 +117,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--share-models",
-        default="vgg16,mobilenet_v2",
+        default="",
         metavar="M1,M2",
-        help="with --colocate: models of low-level 1-GPU jobs that may share",
+        help="with --colocate: models of 1-GPU jobs that may share (default: those the job "
+        "profiler levels L1 or L2)",
     )
     p.add_argument("--workers", type=int, default=1, help="parallel processes (1)")
     p.add_argument(
@@ -175,7 +176,8 @@ def run(args: argparse.Namespace) -> int:
     if args.colocate is not None:
         from dprobe.sim.sharing import load_colocation
 
-        sharing = load_colocation(args.colocate, [m for m in args.share_models.split(",") if m])
+        names = [m for m in args.share_models.split(",") if m]
+        sharing = load_colocation(args.colocate, names or None)
     settings = SimSettings(
         interval_s=args.interval,
         horizon_s=args.horizon,
