@@ -18,10 +18,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from dprobe.models.levels import LevelSettings
 from dprobe.models.profiler import JobProfiler
-from dprobe.models.profiles import Profile
+from dprobe.models.profiles import Profile, load_profiles, shipped_profiles
 
 
 @dataclass(frozen=True)
@@ -95,3 +97,42 @@ def leave_one_row_out(
         ok += est.level == true_level(p, judge)
         n += 1
     return ok / n if n else 0.0
+
+
+LUCID_TABLE = Path("lucid-profiles") / "single_data.csv"
+
+
+def lucid_lofo(
+    folders: Sequence[str | Path] = (), *, levels: LevelSettings | None = None
+) -> tuple[str, dict[str, Any]]:
+    """LOFO accuracy on the Lucid profiles: ``(one line, summary dict)``.
+
+    The table is ``lucid-profiles/single_data.csv`` under the first of ``folders`` that
+    holds one (a public traces folder); else the shipped summary of the same
+    measurements (``models/data/profiles.csv``).
+
+    >>> line, summary = lucid_lofo([])
+    >>> line.startswith("profiler level accuracy, leave one family out"), summary["table"]
+    (True, 'shipped')
+    """
+    table = next(
+        (Path(f) / LUCID_TABLE for f in folders if (Path(f) / LUCID_TABLE).is_file()), None
+    )
+    rows = load_profiles(table) if table is not None else shipped_profiles()
+    res = leave_one_family_out(rows, levels=levels)
+    name = str(table) if table is not None else "shipped"
+    where = f"Lucid {name}" if table is not None else "the shipped Lucid summary"
+    line = (
+        f"profiler level accuracy, leave one family out ({where}): "
+        f"{res.accuracy:.3f} ({round(res.accuracy * res.n)}/{res.n} profiles, "
+        f"{len(res.per_family)} families); majority level {res.majority_accuracy:.3f}"
+    )
+    summary = {
+        "table": name,
+        "accuracy": res.accuracy,
+        "n": res.n,
+        "families": len(res.per_family),
+        "majority_accuracy": res.majority_accuracy,
+        "util_mae": res.util_mae,
+    }
+    return line, summary

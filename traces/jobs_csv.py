@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -126,6 +126,29 @@ def _number(text: str, col: str, name: str, line: int) -> float:
     if not math.isfinite(value):
         raise UsageError(f"{name}:{line}: {col} must be finite, got {text.strip()!r}")
     return value
+
+
+def write_jobs(records: Iterable[JobRecord], path: str | Path) -> int:
+    """Write ``records`` as a ``jobs-csv`` file in seconds (``submit_time_s,duration_s``
+    header, read back whatever the time unit); returns the number of jobs written.
+
+    >>> import tempfile, pathlib
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "jobs.csv"
+    >>> write_jobs([JobRecord("1", "vc_a", 2, 90.0, 30.5, "bert", 0)], out)
+    1
+    >>> [(j.submit_s, j.duration_s) for j in read_jobs(out)]
+    [(90.0, 30.5)]
+    """
+    n = 0
+    with Path(path).open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["job_id", "user", "num_gpu", "submit_time_s", "duration_s", "model_name"])
+        for r in records:
+            w.writerow(
+                [r.job_id, r.tenant, r.num_gpu, repr(r.submit_s), repr(r.duration_s), r.model_name]
+            )
+            n += 1
+    return n
 
 
 def read_vc_nodes(source: str | Path) -> dict[str, int]:

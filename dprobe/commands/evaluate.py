@@ -37,7 +37,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--trace", required=True, metavar="PATH", help="a trace file or a folder of them"
     )
-    p.add_argument("--format", required=True, choices=["demand-csv", "helios-vc"], dest="fmt")
+    p.add_argument(
+        "--format", required=True, choices=["demand-csv", "helios-vc", "jobs-csv"], dest="fmt"
+    )
+    p.add_argument(
+        "--time-unit",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="jobs-csv: seconds per time unit of submit_time/duration (default 60: minutes)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document (rows) on stdout")
     p.add_argument(
         "--out",
@@ -132,8 +141,6 @@ def _horizons(text: str) -> list[float]:
 
 def run(args: argparse.Namespace) -> int:
     from dprobe.models.forecast.evaluation import rolling_origin
-    from dprobe.traces.demand_series import read_trace
-    from dprobe.traces.demand_windows import to_windows
 
     if args.window_s <= 0:
         raise UsageError("--window-s must be > 0")
@@ -148,8 +155,7 @@ def run(args: argparse.Namespace) -> int:
     err = sys.stderr
 
     t0 = time.monotonic()
-    points = (p for p in read_trace(args.trace, args.fmt) if p.ts < test_end)
-    windows = list(to_windows(points, args.window_s))
+    windows = _read_windows(args, test_end)
     if not windows:
         raise UsageError(f"{args.trace}: no data (before --test-end)")
     models = _models(args)
@@ -208,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
                 save_checkpoint(m, args.save_checkpoint)
     if not args.no_plots:
         _plots(
+    profiler = _profiler_accuracy(args, err)
             args,
             result=result,
             windows=windows,
@@ -233,10 +240,42 @@ def _table(rows: list[Any]) -> str:
     lines.append("MASE = MAE / MAE of last value (same pairs); under = share of p50 below actual")
     return "\n".join(lines)
 
+            profiler=profiler,
 
 def _plots(
     args: argparse.Namespace,
     *,
+def _read_windows(args: argparse.Namespace, test_end: float) -> list[Any]:
+    """The trace's windows ending before ``test_end``: demand series are averaged per
+    window; a jobs trace gives each window's demand and job flow (traces/job_windows.py)."""
+    if args.fmt == "jobs-csv":
+        from dprobe.traces.job_windows import job_windows
+        from dprobe.traces.jobs_csv import read_jobs
+
+        jobs = read_jobs(args.trace, time_unit_s=args.time_unit)
+        return [w for w in job_windows(jobs, args.window_s) if w.window_end <= test_end]
+    from dprobe.traces.demand_series import read_trace
+    from dprobe.traces.demand_windows import to_windows
+
+    points = (p for p in read_trace(args.trace, args.fmt) if p.ts < test_end)
+    return list(to_windows(points, args.window_s))
+
+
+def _profiler_accuracy(args: argparse.Namespace, err: Any) -> dict[str, Any]:
+    """Level accuracy of the job profiler on the Lucid profiles, leave one family out
+    (models/profiler_eval.py), printed as one line. The table is looked for under
+    DPROBE_TRACE_DIR, then beside the trace's folder (a public traces folder)."""
+    import os
+
+    from dprobe.models.profiler_eval import lucid_lofo
+
+    trace = Path(args.trace).resolve()
+    folders: list[str | Path] = [os.environ.get("DPROBE_TRACE_DIR", ""), *trace.parents[:2]]
+    line, summary = lucid_lofo([f for f in folders if f])
+    print(line, file=err)
+    return summary
+
+
     result: Any,
     windows: list[Any],
     horizons: list[float],
@@ -267,3 +306,5 @@ def _plots(
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"plots and summary.json written to {out}/ ({len(paths)} PNG)", file=err)
+    profiler: dict[str, Any] | None = None,
+        "profiler_lofo": profiler,
