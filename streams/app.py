@@ -161,6 +161,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         deadletter=deadletters,
         on_window=forward,
         on_progress=progress,
+        level_of=demand_settings.job_level_of(s),
     )
     planning = Planning(
         loop=PlanLoop(make_forecaster(s.model, seed=s.seed), plan_settings(s)),
@@ -168,7 +169,6 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         stats=stats,
         checkpoint=Path(s.data_dir) / "plan-loop.ckpt",
     )
-        level_of=demand_settings.job_level_of(s),
 
     async def guarded(handler: Any, event: Any) -> None:
         """Run one record's handler; a bug never stalls the partition: the record goes

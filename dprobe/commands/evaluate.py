@@ -197,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
     if not result.rows:
         raise UsageError("no forecast could be scored: the test span is shorter than the horizons")
     print(f"evaluated {len(windows)} windows in {time.monotonic() - t0:.1f} s", file=err)
+    profiler = _profiler_accuracy(args, err)
 
     table = _table(result.rows)
     if args.json:
@@ -214,7 +215,6 @@ def run(args: argparse.Namespace) -> int:
                 save_checkpoint(m, args.save_checkpoint)
     if not args.no_plots:
         _plots(
-    profiler = _profiler_accuracy(args, err)
             args,
             result=result,
             windows=windows,
@@ -222,29 +222,11 @@ def run(args: argparse.Namespace) -> int:
             names=[m.name for m in models],
             split=split,
             err=err,
+            profiler=profiler,
         )
     return 0
 
 
-def _table(rows: list[Any]) -> str:
-    head = (
-        f"{'model':16s} {'horizon':>8s} {'MAE':>8s} {'RMSE':>8s} {'MASE':>7s} "
-        f"{'under':>6s} {'p90 under':>9s} {'n':>6s}"
-    )
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(
-            f"{r.model:16s} {r.horizon_s / 60:>6g}m {r.mae:8.3f} {r.rmse:8.3f} {r.mase:7.3f} "
-            f"{r.under_rate:6.3f} {r.p90_under_rate:9.3f} {r.n:6d}"
-        )
-    lines.append("MASE = MAE / MAE of last value (same pairs); under = share of p50 below actual")
-    return "\n".join(lines)
-
-            profiler=profiler,
-
-def _plots(
-    args: argparse.Namespace,
-    *,
 def _read_windows(args: argparse.Namespace, test_end: float) -> list[Any]:
     """The trace's windows ending before ``test_end``: demand series are averaged per
     window; a jobs trace gives each window's demand and job flow (traces/job_windows.py)."""
@@ -276,12 +258,31 @@ def _profiler_accuracy(args: argparse.Namespace, err: Any) -> dict[str, Any]:
     return summary
 
 
+def _table(rows: list[Any]) -> str:
+    head = (
+        f"{'model':16s} {'horizon':>8s} {'MAE':>8s} {'RMSE':>8s} {'MASE':>7s} "
+        f"{'under':>6s} {'p90 under':>9s} {'n':>6s}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(
+            f"{r.model:16s} {r.horizon_s / 60:>6g}m {r.mae:8.3f} {r.rmse:8.3f} {r.mase:7.3f} "
+            f"{r.under_rate:6.3f} {r.p90_under_rate:9.3f} {r.n:6d}"
+        )
+    lines.append("MASE = MAE / MAE of last value (same pairs); under = share of p50 below actual")
+    return "\n".join(lines)
+
+
+def _plots(
+    args: argparse.Namespace,
+    *,
     result: Any,
     windows: list[Any],
     horizons: list[float],
     names: list[str],
     split: str,
     err: Any,
+    profiler: dict[str, Any] | None = None,
 ) -> None:
     from dprobe.commands import evaluate_plots as plots
 
@@ -303,8 +304,7 @@ def _profiler_accuracy(args: argparse.Namespace, err: Any) -> dict[str, Any]:
         "fit_span": result.fit_span,
         "test_span": result.test_span,
         "rows": [vars(r) for r in result.rows],
+        "profiler_lofo": profiler,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"plots and summary.json written to {out}/ ({len(paths)} PNG)", file=err)
-    profiler: dict[str, Any] | None = None,
-        "profiler_lofo": profiler,
