@@ -23,6 +23,10 @@ As described for DProbe (Zhou et al., Euro-Par 2024) and implemented here:
   passed to a FIFO replay buffer; every ``train_every`` new rows the model takes
   ``steps_per_train`` Adam steps on random batches of ``batch_size`` rows; forecasts use
   an exponential moving average of the weights (``ema_decay``);
+- **job-aware inputs** (``job_inputs``): where windows carry the tenant's job flow, the
+  inputs also hold what :class:`~dprobe.models.forecast.job_aware.JobAware` (learned
+  alongside) expects at each horizon: its p50's change from now and its p90's spread,
+  scaled, and a flag that a flow was there (all 0 without one);
 - warm start: :meth:`state_dict` / :meth:`load_state_dict` (weights, optimizer, buffer,
   histories, random state), saved with :func:`save_checkpoint`.
 
@@ -58,6 +62,7 @@ import torch
 
 from dprobe.models.checkpoint import CheckpointError, first_line, load_state, save_state
 from dprobe.models.forecast.features import TenantHistory, n_features, origin_features
+from dprobe.models.forecast.job_aware import JobAware, job_features, n_job_features
 from dprobe.models.forecast.mmoe_net import N_TREND_CLASSES, MMoENet, pinball
 from dprobe.models.forecast.replay import ReplayBuffer
 from dprobe.models.forecast.target import demand_of, first_windows
@@ -96,7 +101,7 @@ class MultiTaskForecaster:
     """The DProbe multi-task MMoE predictor behind the Forecaster contract (see module doc)."""
 
     name = "dprobe-mmoe"
-    version = "2"
+    version = "3"
 
     def __init__(
         self,
@@ -129,6 +134,7 @@ class MultiTaskForecaster:
         combine_halflife: float = 5000.0,
         combine_min_rows: int = 200,
         combine_penalty: float = 0.01,
+        job_inputs: bool = True,
         utc_offset_s: float = 0.0,
         seed: int = 0,
     ) -> None:
@@ -160,6 +166,7 @@ class MultiTaskForecaster:
         self.combine_halflife = combine_halflife
         self.combine_min_rows = combine_min_rows
         self.combine_penalty = combine_penalty
+        self.job_inputs = job_inputs
         self.utc_offset_s = utc_offset_s
         self.seed = seed
         self._horizons = tuple(float(h) for h in horizons_s)
@@ -182,6 +189,10 @@ class MultiTaskForecaster:
     # -- construction -------------------------------------------------------------------
     def _reset(self) -> None:
         self._n_feat = n_features(self.k_lags, len(self._horizons))
+        self._jobs: JobAware | None = None
+        if self.job_inputs:
+            self._jobs = JobAware()
+            self._n_feat += n_job_features(len(self._horizons))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             self._net = MMoENet(
@@ -237,6 +248,8 @@ class MultiTaskForecaster:
     # -- the contract -------------------------------------------------------------------
     def learn_one(self, window: Any) -> None:
         """Add one closed window; label matured rows; train every ``train_every`` rows."""
+        if self._jobs is not None:
+            self._jobs.learn_one(window)
         tenant = str(window.tenant)
         hist = self._hist.get(tenant)
         if hist is None:
@@ -268,6 +281,8 @@ class MultiTaskForecaster:
         x, y, scale = origin_features(
             hist, k_lags=self.k_lags, horizon_steps=steps, utc_offset_s=self.utc_offset_s
         )
+        if self._jobs is not None:
+            x = np.concatenate([x, job_features(self._jobs, window, self._horizons, y, scale)])
         origins = self._origins[tenant]
         self._score_matured(origins, steps, n, demand)
         while origins and origins[0][0] + max(steps) <= n:
@@ -478,6 +493,7 @@ class MultiTaskForecaster:
                 "waiting": dict(self._waiting),
                 "new_rows": self._new_rows,
                 "steps": self._steps,
+                "jobs": self._jobs.state_dict() if self._jobs is not None else None,
             }
         )
 
@@ -513,6 +529,8 @@ class MultiTaskForecaster:
         self._waiting = {t: list(v) for t, v in state.get("waiting", {}).items()}
         self._new_rows = int(state["new_rows"])
         self._steps = int(state["steps"])
+        if self._jobs is not None and state.get("jobs") is not None:
+            self._jobs.load_state_dict(state["jobs"])
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))

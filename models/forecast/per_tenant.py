@@ -59,6 +59,10 @@ class PerTenantForecaster:
         """Point forecast ``steps`` windows ahead of the last one learned (value ``last``)."""
         return last
 
+    def observe(self, state: dict[str, Any], window: Any) -> None:
+        """See the whole window before :meth:`update` (for models that use more than its
+        demand); called only for a window newer than the last one learned."""
+
     # -- the contract -------------------------------------------------------------------
     def learn_one(self, window: Any) -> None:
         """Learn one closed window of one tenant (its demand = running + pending GPUs)."""
@@ -94,6 +98,7 @@ class PerTenantForecaster:
             state["mad"] = (1 - a) * state["mad"] + a * change
         else:
             gap = 1
+        self.observe(state["m"], window)
         self.update(state["m"], idx, y, gap)
         state["idx"], state["y"] = idx, y
         state["n"] += 1

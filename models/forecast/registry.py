@@ -9,7 +9,10 @@ from.
 - ``last-value``, ``moving-average``, ``holt-winters``, ``seasonal-naive``: the baselines
   of :mod:`dprobe.models.forecast.baselines`;
 - ``recent-peak``: p50 = the last window's demand, p90 = the highest of the last ``k``
-  windows (a reference without learning, also in the baselines module).
+  windows (a reference without learning, also in the baselines module);
+- ``job-aware``: demand from the tenant's jobs, what still runs + what waits + what
+  arrives and still runs (:mod:`~dprobe.models.forecast.job_aware`; windows without a
+  job flow are forecast as the last value).
 
 Settings are passed to the model's constructor by name, so a test or a benchmark can make
 a smaller one: ``make_forecaster("holt-winters", season_s=3600.0)``. With
@@ -44,6 +47,7 @@ FORECASTERS = (
     "holt-winters",
     "seasonal-naive",
     "recent-peak",
+    "job-aware",
 )
 
 
@@ -84,6 +88,10 @@ def _make(name: str, *, seed: int, **settings: Any) -> Any:
         from dprobe.models.forecast.multitask import MultiTaskForecaster
 
         return MultiTaskForecaster(seed=seed, **settings)
+    if name == "job-aware":
+        from dprobe.models.forecast.job_aware import JobAware
+
+        return JobAware(**settings)
     from dprobe.models.forecast import baselines
 
     classes: dict[str, type[Any]] = {

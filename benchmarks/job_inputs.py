@@ -1,0 +1,82 @@
+"""Do the job-aware inputs pay? The multi-task model with and without them, per seed.
+
+On a jobs trace (Philly/Chronus by default: ``$DPROBE_TRACE_DIR/philly-chronus``), the
+windows ``dprobe evaluate --format jobs-csv`` builds (demand and job flow per tenant) are
+fed to: last value, the job-aware forecaster, and the multi-task model with
+``job_inputs`` on and off, every model with its p90 calibrated online as the worker runs
+it. Printed per seed and horizon: p90 pinball loss (GPUs), p90 coverage and MASE of p50,
+then the change of the pinball loss that the job inputs bring (median over seeds).
+
+    .venv/bin/python benchmarks/job_inputs.py --test-start 1970-01-08            # test
+    .venv/bin/python benchmarks/job_inputs.py --test-start 1970-01-05 \\
+        --test-end 1970-01-08                                                     # validation
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+from dprobe.models.forecast.evaluation import rolling_origin
+from dprobe.models.forecast.registry import make_forecaster
+from dprobe.traces.job_windows import job_windows
+from dprobe.traces.jobs_csv import read_jobs
+
+HORIZONS = (600.0, 3600.0, 21600.0)
+
+
+def _ts(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
+def main() -> None:
+    default = Path(os.environ.get("DPROBE_TRACE_DIR", "")) / "philly-chronus"
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--trace", default=str(default / "trace_job_Philly_MIX1.csv"))
+    p.add_argument("--time-unit", type=float, default=60.0, help="seconds per trace unit")
+    p.add_argument("--test-start", required=True, help="ISO date: the scored span starts")
+    p.add_argument("--test-end", default=None, help="ISO date: windows after it are dropped")
+    p.add_argument("--seeds", default="0,1,2")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    end = _ts(args.test_end) if args.test_end else float("inf")
+    jobs = read_jobs(args.trace, time_unit_s=args.time_unit)
+    windows = [w for w in job_windows(jobs, 600.0) if w.window_end <= end]
+    gains: dict[float, list[float]] = {h: [] for h in HORIZONS[1:]}
+    print(f"{len(windows)} windows; test from {args.test_start}")
+    print(f"{'seed':>4s} {'model':>22s} {'horizon':>8s} {'pinball':>8s} {'cover':>6s} {'MASE':>6s}")
+    for seed in (int(s) for s in args.seeds.split(",")):
+        pinball: dict[tuple[bool, float], float] = {}
+        for inputs in (False, True):
+            mmoe = make_forecaster("dprobe-mmoe", seed=seed, calibrate=True, job_inputs=inputs)
+            others = [make_forecaster(n, calibrate=True) for n in ("last-value", "job-aware")]
+            models = [*others, mmoe] if inputs else [mmoe]
+            res = rolling_origin(windows, models, HORIZONS, test_start=_ts(args.test_start))
+            for r in res.rows:
+                label = r.model if r.model != "dprobe-mmoe" else f"dprobe-mmoe jobs={inputs}"
+                print(
+                    f"{seed:4d} {label:>22s} {r.horizon_s / 60:>7g}m {r.pinball_p90:8.3f} "
+                    f"{r.p90_coverage:6.3f} {r.mase:6.3f}"
+                )
+                if r.model == "dprobe-mmoe":
+                    pinball[(inputs, r.horizon_s)] = r.pinball_p90
+        for h, g in gains.items():
+            g.append(pinball[(True, h)] / pinball[(False, h)] - 1.0)
+    for h, g in gains.items():
+        print(
+            f"job inputs change the multi-task model's pinball p90 at {h / 3600:g} h by "
+            f"{statistics.median(g):+.1%} (median of {len(g)} seeds; "
+            f"{', '.join(f'{x:+.1%}' for x in g)})"
+        )
+
+
+if __name__ == "__main__":
+    main()
