@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dprobe.models.checkpoint import load_state, save_state
+from dprobe.models.checkpoint import CheckpointError, first_line, load_state, save_state
 from dprobe.models.forecast.base import Forecaster
 from dprobe.models.forecast.target import demand_of
 from dprobe.models.planner import PlanInput, Planner, PlannerSettings, TenantState, ceil_to_node
@@ -270,11 +270,20 @@ class PlanLoop:
         """Warm-start from a checkpoint written by :meth:`save`; False when there is none.
 
         The file is read as data only (never as code);
-        :class:`~dprobe.models.checkpoint.CheckpointError` if it is not such a checkpoint.
+        :class:`~dprobe.models.checkpoint.CheckpointError` if it is not such a checkpoint,
+        or one of another forecaster or settings (the loop is then left as it was).
         """
         if not path.exists():
             return False
-        self.load_state_dict(load_state(path))
+        state = load_state(path)
+        fresh = self.state_dict()
+        try:
+            self.load_state_dict(state)
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
+            self.load_state_dict(fresh)  # nothing half-loaded stays
+            raise CheckpointError(
+                f"{path}: does not fit this forecaster or its settings ({first_line(exc)})"
+            ) from exc
         return True
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dprobe import schema
+from dprobe.models.checkpoint import CheckpointError
 from dprobe.models.plan_loop import PlanLoop
 from dprobe.sinks.worker_stats import TenantView, WorkerStats
 from dprobe.streams import codec
@@ -39,8 +40,11 @@ class Planning:
         self.stats = stats
         self.checkpoint = checkpoint
         self.journal = checkpoint.with_name(checkpoint.name + ".journal")
-        if loop.load(checkpoint):
-            log.info("forecaster and planner resumed from %s", checkpoint)
+        try:
+            if loop.load(checkpoint):
+                log.info("forecaster and planner resumed from %s", checkpoint)
+        except CheckpointError as exc:
+            log.warning("%s: starting with a fresh forecaster and planner", exc)
         self._replay_journal()
         self._refresh_views()
 

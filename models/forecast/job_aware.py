@@ -13,7 +13,8 @@ finished with their run times), per tenant and learned online:
   worth ``prior_gpu_h`` GPU-hours of exposure);
 - an **arrival rate** of GPUs by hour of week (an exponential average per hour slot,
   ``arrival_alpha``), shrunk towards the tenant's overall rate until a slot has been seen
-  ``prior_slot_windows`` times;
+  ``prior_slot_windows`` times, and blended with the rate of the last hours (forgotten
+  with a half-life of ``recent_halflife_h``) by ``recent_weight``: jobs come in bursts;
 
 and from them, the expected demand at horizon ``h`` (the middle of the target window):
 
@@ -117,6 +118,8 @@ class JobAware(PerTenantForecaster):
         prior_gpu_h: float = 50.0,
         arrival_alpha: float = 0.1,
         prior_slot_windows: float = 3.0,
+        recent_halflife_h: float = 2.0,
+        recent_weight: float = 0.5,
         tail_factor: float = 2.0,
         spread_z: float = 1.2816,
         spread_alpha: float = 0.05,
@@ -126,10 +129,14 @@ class JobAware(PerTenantForecaster):
             raise ValueError("runtime_halflife_h must be > 0, the priors >= 0")
         if not 0 < arrival_alpha <= 1 or not tail_factor > 1:
             raise ValueError("arrival_alpha must be in (0, 1], tail_factor > 1")
+        if not recent_halflife_h > 0 or not 0 <= recent_weight <= 1:
+            raise ValueError("recent_halflife_h must be > 0, recent_weight in [0, 1]")
         self.runtime_halflife_h = runtime_halflife_h
         self.prior_gpu_h = prior_gpu_h
         self.arrival_alpha = arrival_alpha
         self.prior_slot_windows = prior_slot_windows
+        self.recent_halflife_h = recent_halflife_h
+        self.recent_weight = recent_weight
         self.tail_factor = tail_factor
         # all tenants' finished GPUs and GPU-seconds of exposure by run-time bucket
         self._pool: dict[str, Any] = {"edges": [], "fin": [], "expo": []}
@@ -144,6 +151,7 @@ class JobAware(PerTenantForecaster):
             "rate": [0.0] * WEEK_HOURS,  # GPUs submitted per second, by hour of week
             "seen": [0] * WEEK_HOURS,
             "mean_rate": 0.0,
+            "recent_rate": 0.0,
             "n_rate": 0,
             "gpus_per_job": 1.0,
             "n_jobs": 0,
@@ -175,6 +183,9 @@ class JobAware(PerTenantForecaster):
         state["n_rate"] += 1
         # the overall rate: a plain mean over the first 100 windows, then forgotten slowly
         state["mean_rate"] += (rate - state["mean_rate"]) / min(state["n_rate"], 100)
+        keep = 0.5 ** (step / (self.recent_halflife_h * HOUR_S))
+        recent = state.get("recent_rate", 0.0)
+        state["recent_rate"] = rate if state["n_rate"] == 1 else keep * recent + (1 - keep) * rate
         if flow.submitted_jobs > 0:  # a plain mean over the first 20 windows, then forgotten
             state["n_jobs"] += 1
             size = float(flow.submitted_gpus) / flow.submitted_jobs
@@ -257,7 +268,9 @@ class JobAware(PerTenantForecaster):
     def _rate(self, m: dict[str, Any], slot: int) -> float:
         seen = m["seen"][slot]
         w = seen / (seen + self.prior_slot_windows) if seen else 0.0
-        return float(w * m["rate"][slot] + (1 - w) * m["mean_rate"])
+        weekly = w * m["rate"][slot] + (1 - w) * m["mean_rate"]
+        recent = m.get("recent_rate", m["mean_rate"])
+        return float((1 - self.recent_weight) * weekly + self.recent_weight * recent)
 
     # -- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -63,3 +63,18 @@ def test_save_is_atomic_and_leaves_no_temporary_file(tmp_path: Path) -> None:
     save_state({"a": [3]}, path)
     assert load_state(path) == {"a": [3]}
     assert sorted(p.name for p in path.parent.iterdir()) == ["state.ckpt"]
+
+
+def test_a_checkpoint_of_other_settings_leaves_the_loop_as_it_was(tmp_path: Path) -> None:
+    from dprobe.models.forecast.multitask import MultiTaskForecaster
+
+    path = tmp_path / "plan-loop.ckpt"
+    PlanLoop(MultiTaskForecaster(k_lags=3)).save(path)
+    loop = PlanLoop(MultiTaskForecaster(k_lags=4))
+    before = loop.state_dict()
+    with pytest.raises(CheckpointError, match="does not fit"):
+        loop.load(path)
+    after = loop.state_dict()
+    assert after.keys() == before.keys()
+    assert after["planned_upto"] == before["planned_upto"]
+    assert loop.forecaster.forecast("vc-a", [600.0]) == {600.0: (0.0, 0.0)}

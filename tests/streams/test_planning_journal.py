@@ -7,6 +7,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
+
 from dprobe.models.forecast.baselines import LastValue
 from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
 from dprobe.schema import decode_scaling_event
@@ -56,3 +58,14 @@ async def test_a_killed_planner_takes_back_the_windows_it_had_not_planned(tmp_pa
         await second.on_message(raw)
     got = {decode_scaling_event(v).event_id for _, _, v in events.sent}
     assert got == {decode_scaling_event(v).event_id for _, _, v in whole.sent}
+
+
+def test_a_corrupt_checkpoint_starts_planning_fresh_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "ckpt").write_bytes(b"not a checkpoint")
+    with caplog.at_level("WARNING", logger="dprobe.streams.planning"):
+        planning = _planning(tmp_path, FakeTopic())
+    assert planning.loop.forecaster.forecast("vc-a", [60.0]) == {60.0: (0.0, 0.0)}
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "not a checkpoint" in warnings[0] and "fresh" in warnings[0]
