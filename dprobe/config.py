@@ -214,6 +214,7 @@ class WorkerSettings:
     batch_max: int = 500
     batch_within_s: float = 0.1
     model: str = "dprobe-mmoe"
+    calibrate: bool = True  # online-calibrated p90 (models/forecast/calibration.py)
     seed: int = 0
     capacity_gpus: int = 64
     node_gpus: int = 8
@@ -224,7 +225,6 @@ class WorkerSettings:
     metrics_addr: str = "127.0.0.1"
     metrics_port: int = 9402
     max_message_bytes: int = 1_048_576
-
     # DProbe's multi-level demand and the job flow (assumptions; docs/worker.md)
     plan_quantile: str = "p90"
     level_l1_max_util_pct: float = 25.0
@@ -236,12 +236,12 @@ class WorkerSettings:
     profile_pending: bool = True
     unknown_pending_level: str = "EX"
     flow_edges_s: tuple[float, ...] = (60.0, 240.0, 960.0, 3840.0, 15360.0, 61440.0, 245760.0)
+
     def __post_init__(self) -> None:
         if self.window_s <= 0 or self.grace_s < 0:
             raise ConfigError("worker.window_s must be > 0 and worker.grace_s >= 0")
         if self.batch_max < 1 or self.batch_within_s <= 0:
             raise ConfigError("worker.batch_max must be >= 1 and worker.batch_within_s > 0")
-
         _check_demand_settings(self)
 
 
@@ -263,6 +263,7 @@ def _check_demand_settings(s: WorkerSettings) -> None:
     e = s.flow_edges_s
     if not 1 <= len(e) <= 15 or e[0] <= 0 or any(b <= a for a, b in itertools.pairwise(e)):
         raise ConfigError("worker.flow_edges_s: 1 to 15 increasing edges > 0 (seconds)")
+
 
 @dataclass(frozen=True)
 class ArchiveSettings:

@@ -61,8 +61,13 @@ def make_quota(mode: str, jobs: list[Any], settings: SimSettings) -> QuotaMode:
         return ReactiveQuota()
     planner = Planner(settings.planner)
     if mode == "predictive":
-        model = make_forecaster(settings.forecaster, seed=settings.seed)
         horizons = tuple(sorted({settings.interval_s, settings.horizon_s}))
+        model = make_forecaster(
+            settings.forecaster,
+            seed=settings.seed,
+            calibrate=settings.calibrate,
+            calibration={"horizons_s": horizons},
+        )
         return PlannerQuota("predictive", learned_forecast(model, horizons), planner)
     if mode == "oracle":
         return PlannerQuota("oracle", OracleDemand(jobs, settings.horizon_s), planner)

@@ -27,7 +27,9 @@ class SimSettings:
     - ``guarantee_fraction``: share of a VC's static quota (whole nodes, rounded down) it
       never lends;
     - ``preempt_overhead_s``: work lost by a preempted job (0: checkpoints are free);
-    - ``forecaster``: the model of the predictive mode (see :mod:`dprobe.models.forecast.registry`).
+    - ``forecaster``: the model of the predictive mode (see :mod:`dprobe.models.forecast.registry`);
+    - ``calibrate``: its p90 calibrated online at the horizons the planner asks for
+      (:mod:`dprobe.models.forecast.calibration`), as the worker does by default.
     """
 
     node_gpus: int = 8
@@ -36,6 +38,7 @@ class SimSettings:
     guarantee_fraction: float = 0.5
     preempt_overhead_s: float = 0.0
     forecaster: str = "dprobe-mmoe"
+    calibrate: bool = True
     seed: int = 0
     policy: PolicySettings = field(default_factory=PolicySettings)
     planner: PlannerSettings = field(default_factory=PlannerSettings)

@@ -54,6 +54,13 @@ def broker_credentials(k: KafkaSettings) -> Any:
     return faust.SSLCredentials(ssl_ctx)
 
 
+def forecaster(s: WorkerSettings) -> Any:
+    """The worker's forecaster: ``s.model``, its p90 calibrated online at the planning
+    horizon unless ``s.calibrate`` is off (:mod:`dprobe.models.forecast.calibration`)."""
+    calibration = {"horizons_s": (s.plan_horizon_s,)}
+    return make_forecaster(s.model, seed=s.seed, calibrate=s.calibrate, calibration=calibration)
+
+
 @dataclass
 class WorkerApp:
     """The app and the handles tests and the exporter need."""
@@ -164,7 +171,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         level_of=demand_settings.job_level_of(s),
     )
     planning = Planning(
-        loop=PlanLoop(make_forecaster(s.model, seed=s.seed), plan_settings(s)),
+        loop=PlanLoop(forecaster(s), plan_settings(s)),
         events_topic=scaling_events,
         stats=stats,
         checkpoint=Path(s.data_dir) / "plan-loop.ckpt",

@@ -6,7 +6,10 @@ windows in time order, and from every --origin-stride-th window in the test span
 forecasts 10 min, 1 h and 6 h ahead. Windows before --test-start only fit (warm up) the
 models; online models keep learning from windows that have closed during the test span,
 never from the future. Metrics per model and horizon: MAE, RMSE, MASE against last value,
-and the under-provisioning rate (p50 below actual). PNG plots go to --out.
+the under-provisioning rate (p50 below actual), p90 coverage (share of actuals at or below
+p90) and the p90 pinball loss. Every model's p90 is calibrated online (as the worker does)
+and its uncalibrated p90 is scored beside it ("before"); --no-calibration scores the
+models without the calibration layer. PNG plots go to --out.
 
 Examples:
     dprobe evaluate --trace traces/helios-earth-vcs --format helios-vc \\
@@ -74,6 +77,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--models", default=",".join(MODEL_NAMES), help="models to evaluate")
     p.add_argument("--seed", type=int, default=0, help="seed of the multi-task model")
+    p.add_argument(
+        "--no-calibration",
+        action="store_true",
+        help="score the models' own p90 only (default: p90 calibrated online, before/after)",
+    )
     p.add_argument("--warm-start", metavar="FILE", help="multi-task model checkpoint to start from")
     p.add_argument(
         "--save-checkpoint", metavar="FILE", help="write the multi-task model at the end"
@@ -96,7 +104,7 @@ def _iso(ts: float) -> str:
 
 def _models(args: argparse.Namespace) -> list[Any]:
     from dprobe.models.forecast.baselines import LastValue
-    from dprobe.models.forecast.registry import MMOE, canonical_name, make_forecaster
+    from dprobe.models.forecast.registry import FORECASTERS, MMOE, canonical_name, make_forecaster
 
     def canonical(name: str) -> str | None:
         try:
@@ -105,10 +113,10 @@ def _models(args: argparse.Namespace) -> list[Any]:
             return None
 
     wanted = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = sorted({m for m in wanted if canonical(m) not in MODEL_NAMES})
+    unknown = sorted({m for m in wanted if canonical(m) not in FORECASTERS})
     if unknown:
         raise UsageError(
-            f"--models: unknown {', '.join(unknown)} (choose from {', '.join(MODEL_NAMES)})"
+            f"--models: unknown {', '.join(unknown)} (choose from {', '.join(FORECASTERS)})"
         )
     names = [canonical_name(m) for m in wanted]
     # last value is the MASE reference: always there, always first
@@ -126,7 +134,16 @@ def _models(args: argparse.Namespace) -> list[Any]:
             except (OSError, CheckpointError) as exc:
                 raise UsageError(f"--warm-start: {exc}") from None
         models.append(model)
-    return models
+    return _calibrated(models, args)
+
+
+def _calibrated(models: list[Any], args: argparse.Namespace) -> list[Any]:
+    """Each model wrapped in the online p90 calibration, unless --no-calibration."""
+    if args.no_calibration:
+        return models
+    from dprobe.models.forecast.calibration import Calibrated
+
+    return [Calibrated(m) for m in models]
 
 
 def _horizons(text: str) -> list[float]:
@@ -211,8 +228,9 @@ def run(args: argparse.Namespace) -> int:
         from dprobe.models.forecast.multitask import MultiTaskForecaster, save_checkpoint
 
         for m in models:
-            if isinstance(m, MultiTaskForecaster):
-                save_checkpoint(m, args.save_checkpoint)
+            inner = getattr(m, "inner", m)  # the checkpoint holds the model itself
+            if isinstance(inner, MultiTaskForecaster):
+                save_checkpoint(inner, args.save_checkpoint)
     if not args.no_plots:
         _plots(
             args,
@@ -261,16 +279,30 @@ def _profiler_accuracy(args: argparse.Namespace, err: Any) -> dict[str, Any]:
 def _table(rows: list[Any]) -> str:
     head = (
         f"{'model':16s} {'horizon':>8s} {'MAE':>8s} {'RMSE':>8s} {'MASE':>7s} "
-        f"{'under':>6s} {'p90 under':>9s} {'n':>6s}"
+        f"{'under':>6s} {'p90 cover':>15s} {'pinball p90':>15s} {'n':>6s}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
             f"{r.model:16s} {r.horizon_s / 60:>6g}m {r.mae:8.3f} {r.rmse:8.3f} {r.mase:7.3f} "
-            f"{r.under_rate:6.3f} {r.p90_under_rate:9.3f} {r.n:6d}"
+            f"{r.under_rate:6.3f} {_before_after(r, 'p90_coverage'):>15s} "
+            f"{_before_after(r, 'pinball_p90'):>15s} {r.n:6d}"
         )
     lines.append("MASE = MAE / MAE of last value (same pairs); under = share of p50 below actual")
+    lines.append(
+        "p90 cover = share of actuals at or below p90 (target 0.90); pinball p90 = mean "
+        "quantile loss at 0.9 in GPUs (lower is better)"
+    )
+    if any(r.calibrated for r in rows):
+        lines.append("p90 figures read uncalibrated -> calibrated (the layer the worker runs)")
     return "\n".join(lines)
+
+
+def _before_after(row: Any, field: str) -> str:
+    """``"0.874 -> 0.901"`` for a calibrated row, the plain figure otherwise."""
+    after = getattr(row, field)
+    before = getattr(row, f"{field}_uncalibrated")
+    return f"{after:.3f}" if before is None else f"{before:.3f} -> {after:.3f}"
 
 
 def _plots(

@@ -36,24 +36,43 @@ def _label(horizon_s: float) -> str:
 
 
 def error_by_horizon(result: EvalResult, out: Path) -> list[Path]:
-    """One figure: MASE (vs last value) and MAE per model against the horizon."""
+    """One figure: MASE (vs last value), MAE, p90 coverage and p90 pinball loss per model
+    against the horizon; a calibrated model's uncalibrated p90 is drawn dashed beside it."""
     plt = _pyplot()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    (ax1, ax2), (ax3, ax4) = axes
     models = sorted({r.model for r in result.rows})
     horizons = sorted({r.horizon_s for r in result.rows})
     pos = {h: i for i, h in enumerate(horizons)}
     for name in models:
         rows = sorted((r for r in result.rows if r.model == name), key=lambda r: r.horizon_s)
         xs = [pos[r.horizon_s] for r in rows]
-        ax1.plot(xs, [r.mase for r in rows], marker="o", label=name)
+        (line,) = ax1.plot(xs, [r.mase for r in rows], marker="o", label=name)
         ax2.plot(xs, [r.mae for r in rows], marker="o", label=name)
+        ax3.plot(xs, [r.p90_coverage for r in rows], marker="o", color=line.get_color())
+        ax4.plot(xs, [r.pinball_p90 for r in rows], marker="o", color=line.get_color())
+        if any(r.calibrated for r in rows):
+            style = {"ls": "--", "marker": "x", "lw": 0.9, "color": line.get_color()}
+            ax3.plot(xs, [r.p90_coverage_uncalibrated for r in rows], **style)
+            ax4.plot(xs, [r.pinball_p90_uncalibrated for r in rows], **style)
     labels = [_label(h) for h in horizons]
     ax1.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax1.set(xlabel="horizon", ylabel="MASE vs last value (log scale)", yscale="log")
     ax2.set(xlabel="horizon", ylabel="MAE (GPUs)")
-    for ax in (ax1, ax2):
+    ax3.axhspan(0.87, 0.93, color="grey", alpha=0.15, lw=0)
+    ax3.axhline(0.9, color="grey", lw=0.8, ls="--")
+    ax3.set(xlabel="horizon", ylabel="p90 coverage (share of actuals <= p90)")
+    log = all(r.pinball_p90 > 0 for r in result.rows)  # False for NaN too
+    ax4.set(
+        xlabel="horizon",
+        ylabel="pinball loss at 0.9 (GPUs" + (", log scale)" if log else ")"),
+        yscale="log" if log else "linear",
+    )
+    for ax in (ax1, ax2, ax3, ax4):
         ax.set_xticks(range(len(horizons)), labels)
     ax1.legend(fontsize=8)
+    if any(r.calibrated for r in result.rows):
+        ax3.set_title("solid: calibrated p90; dashed: uncalibrated", fontsize=9)
     fig.suptitle("Forecast error by horizon (test span)")
     fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
@@ -71,7 +90,9 @@ def forecasts_vs_actual(
     horizon_s: float,
     models: Sequence[str],
 ) -> list[Path]:
-    """One figure per tenant: actual demand and each model's p50 (and p90 band) at ``horizon_s``."""
+    """One figure per tenant: actual demand and each model's p50 (and, for the last model,
+    the p50-p90 band as it forecast it: calibrated unless evaluate ran without) at
+    ``horizon_s``."""
     plt = _pyplot()
     out.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []

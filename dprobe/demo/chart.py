@@ -3,7 +3,8 @@
 :func:`chart_series` assembles plain series from a :class:`Recording` (tested without
 matplotlib); :func:`render` draws them. The forecast is drawn at the time it is *for*
 (made at window end ``T`` for horizon ``h`` -> plotted at ``T + h``), with its p50 line
-and a p50-p90 band, so it can be read against the demand it predicted. The quota is a
+and a p50-p90 band (the worker's p90: calibrated online by default, and then labelled so),
+so it can be read against the demand it predicted. The quota is a
 step line from the scaling events (each says the quota before and after it); a tenant no
 event moved keeps the quota the worker reports.
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dprobe.demo.record import Recording
+from dprobe.demo.summary import calibrated_p90
 from dprobe.event_line import format_duration
 
 
@@ -34,6 +36,7 @@ class TenantSeries:
     forecast: list[tuple[float, float, float]]  # (target time, p50, p90)
     quota: list[tuple[float, float]]  # (time set, GPUs)
     events: list[tuple[float, float]]  # (window end, target quota) of scaling events
+    calibrated: bool = False  # the p90 was calibrated online (scaling events say so)
 
 
 def chart_horizon(rec: Recording) -> float | None:
@@ -72,6 +75,7 @@ def quota_steps(rec: Recording, tenant: str) -> list[tuple[float, float]]:
 
 def chart_series(rec: Recording, horizon_s: float | None) -> list[TenantSeries]:
     """One :class:`TenantSeries` per tenant, tenants sorted by name."""
+    calibrated = bool(calibrated_p90(rec))
     out = []
     for tenant in rec.tenants:
         made = rec.forecasts.get(tenant, {}).get(horizon_s, {}) if horizon_s else {}
@@ -89,6 +93,7 @@ def chart_series(rec: Recording, horizon_s: float | None) -> list[TenantSeries]:
                 ),
                 quota=quota_steps(rec, tenant),
                 events=events,
+                calibrated=calibrated,
             )
         )
     return out
@@ -112,6 +117,7 @@ def render(series: list[TenantSeries], path: Path, *, horizon_s: float | None,
     fig, axes = plt.subplots(panels, 1, figsize=(11, 2.4 * panels + 0.8), sharex=True,
                              squeeze=False)  # fmt: skip
     label = f"forecast {format_duration(horizon_s)} ahead" if horizon_s else "forecast"
+    band = "p50-p90 (calibrated)" if any(s.calibrated for s in series) else "p50-p90"
     for ax, s in zip(axes[:, 0], series, strict=False):
         if s.demand:
             ax.step([when(t) for t, _ in s.demand], [v for _, v in s.demand], where="post",
@@ -122,7 +128,7 @@ def render(series: list[TenantSeries], path: Path, *, horizon_s: float | None,
                     label=f"{label}: p50")  # fmt: skip
             ax.fill_between(xs, [p50 for _, p50, _ in s.forecast],
                             [p90 for _, _, p90 in s.forecast], color="tab:blue", alpha=0.2,
-                            lw=0, label="p50-p90")  # fmt: skip
+                            lw=0, label=band)  # fmt: skip
         if s.quota:
             ax.step([when(t) for t, _ in s.quota], [v for _, v in s.quota], where="post",
                     color="tab:orange", lw=1.6, label="quota")  # fmt: skip

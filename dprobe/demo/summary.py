@@ -3,7 +3,9 @@
 Forecast error pairs each forecast made at a window end ``T`` for horizon ``h`` with the
 demand of the window that ends at ``T + h``, and compares it with the last-value
 baseline (the demand at ``T``), as ``dprobe evaluate`` does: a ratio below 1 means the
-model beat "tomorrow looks like today".
+model beat "tomorrow looks like today". p90 coverage is that of the p90 the worker
+published: calibrated online by default (the scaling events' model version then ends in
+``+cal...``; :mod:`dprobe.models.forecast.calibration`), and the line says so.
 
 Example:
     >>> rec = Recording(demand={"vc-a": {600.0: 4.0, 1200.0: 6.0, 1800.0: 5.0}},
@@ -60,6 +62,20 @@ class Summary:
     lag_peak: float | None
     lag_last: float | None
     errors: tuple[HorizonError, ...]
+    p90_calibrated: bool | None = None  # None: no scaling event said which model ran
+
+
+def calibrated_p90(rec: Recording) -> bool | None:
+    """Whether the worker's p90 was calibrated online, from its scaling events' model
+    version (``None`` without events).
+
+    >>> calibrated_p90(Recording()) is None
+    True
+    """
+    versions = {str(ev.model.version) for ev in rec.events if getattr(ev, "model", None)}
+    if not versions:
+        return None
+    return any("+cal" in v for v in versions)
 
 
 def forecast_errors(rec: Recording) -> list[HorizonError]:
@@ -113,6 +129,7 @@ def summarize(rec: Recording, *, snapshots: int = 0) -> Summary:
         lag_peak=max(lags) if lags else None,
         lag_last=lags[-1] if lags else None,
         errors=tuple(forecast_errors(rec)),
+        p90_calibrated=calibrated_p90(rec),
     )
 
 
@@ -147,11 +164,12 @@ def format_summary(s: Summary) -> list[str]:
         lines.append(f"consumer lag: peak {s.lag_peak:.0f} records, {s.lag_last:.0f} at the end")
     if not s.errors:
         lines.append("forecast error: no forecast could be scored yet")
+    p90 = "calibrated p90" if s.p90_calibrated else "p90"
     for e in s.errors:
         ratio = "" if math.isnan(e.ratio) else f" = {e.ratio:.2f} x"
         lines.append(
             f"forecast error {format_duration(e.horizon_s)}: MAE {e.mae:.2f} GPUs over "
             f"{e.pairs} forecasts vs last value {e.last_value_mae:.2f}{ratio}; "
-            f"p90 covers {100 * e.p90_coverage:.0f} %"
+            f"{p90} covers {100 * e.p90_coverage:.0f} %"
         )
     return [f"summary: {line}" for line in lines]

@@ -2,36 +2,40 @@
 
 :class:`Calibrated` wraps a forecaster of the registry and keeps its contract
 (``learn_one`` / ``forecast`` / ``state_dict`` / ``load_state_dict``). p50 is the inner
-model's, untouched; p90 is corrected so that, over recent matured forecasts, about
-``level`` (0.9) of actual demands lie at or below it. How (every choice a setting):
+model's, untouched; p90 becomes ``p50 + a x spread + b`` (never below p50), where
+``spread = inner p90 - p50`` and ``(a, b)`` are fitted online so that, over recent matured
+forecasts, about ``level`` (0.9) of actual demands lie at or below it. How (every choice
+a setting):
 
-- When the wrapper learns tenant ``a``'s window ending at ``T``, it asks the inner model
+- When the wrapper learns tenant ``t``'s window ending at ``T``, it asks the inner model
   for ``(p50, p90)`` at each calibration horizon ``h`` in ``horizons_s`` [600, 3600,
-  21600 s] and keeps them. When ``a``'s window ending at ``T + h`` arrives, that forecast
-  has *matured*: its score is ``y - p50`` (``score="residual"``, the default) or
-  ``y - p90`` (``score="quantile"``: conformalised quantile regression, which keeps the
-  inner model's own spread and shifts it). Forecasts whose target window never arrives
-  are dropped. Nothing is learned from a window before it has closed.
-- The tenant's correction ``q`` at a horizon is the conformal quantile (the
-  ``ceil(level' x (n + 1))``-th smallest) of its last ``window`` [500] scores, shrunk
-  towards the same quantile of the last ``pool_size`` [2000] scores of *all* tenants:
-  ``q = (n q_tenant + prior_n q_pool) / (n + prior_n)`` with ``prior_n`` [50], so a young
-  tenant (few matured forecasts) borrows from the others. The pool is refreshed once per
-  window end. Until ``min_scores`` [20] scores exist in the pool, p90 stays the inner one.
-- The working level ``level'`` adapts to misses (adaptive conformal inference, Gibbs &
-  Candes, NeurIPS 2021), once per horizon for all tenants: every matured forecast moves
-  it by ``adapt_gamma x (miss - (1 - level))`` [0.002], within
-  ``level +- adapt_max`` [0.07], so when the error distribution shifts, coverage
-  recovers before the window of scores has turned over.
-- Calibrated p90 = ``max(p50 + q, p50)`` (``residual``) or ``max(p90 + q, p50)``
-  (``quantile``). A requested horizon between calibrated ones gets ``q`` interpolated
-  linearly (from 0 at horizon 0 below the first); beyond the last, the last ``q``.
-  A horizon shorter than the tenant's window is not calibrated.
+  21600 s] and keeps them. When ``t``'s window ending at ``T + h`` arrives, that forecast
+  has *matured*: it keeps ``(y - p50, spread)``. Forecasts whose target window never
+  arrives are dropped. Nothing is learned from a window before it has closed.
+- For each spread weight ``a`` in ``spread_weights`` [0, 0.25, 0.5, 0.75, 1, 1.5, 2],
+  ``b_a`` is the conformal quantile (the ``ceil(level' x (n + 1))``-th smallest) of the
+  scores ``y - p50 - a x spread`` of the tenant's last ``window`` [500] matured forecasts:
+  split-conformal prediction with that score (``a = 0``: conformal residuals around p50;
+  ``a = 1``: conformalised quantile regression, the inner p90 shifted). The ``a`` kept is
+  the one whose p90 had the lowest mean pinball loss at ``level`` on those forecasts, so
+  the inner model's spread is used as far as it has paid off.
+- A young tenant borrows: ``b_a`` and the losses are shrunk towards the same figures over
+  the last ``pool_size`` [2000] matured forecasts of *all* tenants,
+  ``(n x tenant + prior_n x pool) / (n + prior_n)`` with ``prior_n`` [50]. The pool's
+  figures are refreshed once per window end. Until ``min_scores`` [20] forecasts have
+  matured anywhere, p90 stays the inner one.
+- Shifts: the window forgets; in addition the working level ``level'`` can adapt to
+  misses (adaptive conformal inference, Gibbs & Candes, NeurIPS 2021), once per horizon
+  for all tenants: every matured forecast moves it by ``adapt_gamma x (miss - (1 -
+  level))`` [0: off], within ``level +- adapt_max`` [0.07].
+- A requested horizon between calibrated ones gets ``a`` and ``b`` interpolated linearly
+  (``b`` from 0 at horizon 0 below the first); beyond the last, the last ones. A
+  calibration horizon shorter than the tenant's window is skipped.
 
-**Assumptions**: scores of one tenant are exchangeable over its last ``window`` matured
-forecasts; other tenants' scores in GPUs are a fair prior for a young tenant; one
-adaptive level per horizon fits all tenants. State is plain data (lists, floats, dicts)
-plus the inner model's own state, so checkpoints load with ``weights_only=True``.
+**Assumptions**: a tenant's scores are exchangeable over its last ``window`` matured
+forecasts; other tenants' errors in GPUs are a fair prior for a young tenant; p90 is
+affine in the inner model's spread. State is plain data (lists, floats, dicts) plus the
+inner model's own state, so checkpoints load with ``weights_only=True``.
 
 Example:
     >>> from types import SimpleNamespace as W
@@ -57,8 +61,8 @@ import numpy as np
 from dprobe.models.forecast.base import Forecaster
 from dprobe.models.forecast.target import demand_of, window_step_s
 
-SCORES = ("residual", "quantile")
 VERSION = "cal1"
+SPREAD_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 
 
 def conformal_quantile(scores: Sequence[float], level: float) -> float:
@@ -74,6 +78,38 @@ def conformal_quantile(scores: Sequence[float], level: float) -> float:
     return float(np.partition(np.asarray(scores, dtype=float), k)[k])
 
 
+def fit_affine(
+    resid: Sequence[float], spread: Sequence[float], weights: np.ndarray, level: float,
+    target: float,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Per spread weight ``a``: the smallest ``b_a`` whose p90 = ``p50 + max(a x spread +
+    b_a, 0)`` covers the ``ceil(level x (n + 1))`` forecasts conformal prediction asks for
+    (a forecast with ``resid <= 0`` is covered by any p90, since p90 >= p50), and the mean
+    pinball loss at ``target`` of that p90.
+
+    >>> b, loss = fit_affine([0.0, 0.0, 4.0, 0.0], [4.0] * 4, np.array([0.0, 1.0]), 0.75, 0.75)
+    >>> b.tolist(), loss.tolist()
+    ([4.0, 0.0], [0.75, 0.75])
+    >>> fit_affine([0.0, 0.0, 4.0, 0.0], [4.0] * 4, np.array([0.0, 1.0]), 0.5, 0.5)[0].tolist()
+    [0.0, -4.0]
+    """
+    r = np.asarray(resid, dtype=float)
+    s = np.asarray(spread, dtype=float)
+    z = r[None, :] - weights[:, None] * s[None, :]
+    n = r.size
+    up = r > 0
+    k = min(math.ceil(level * (n + 1)), n) - int(n - up.sum())  # positive residuals to cover
+    if k <= 0:  # p90 = p50 already covers enough
+        b = 0.0 - weights * (float(s.max()) if n else 0.0)
+    else:
+        zu = z[:, up]
+        b = np.partition(zu, k - 1, axis=1)[:, k - 1]
+    shift = weights[:, None] * s[None, :] + b[:, None]
+    diff = np.where(shift >= 0, z - b[:, None], r[None, :])  # y - calibrated p90
+    loss = np.where(diff >= 0, target * diff, (target - 1.0) * diff).mean(axis=1)
+    return b, loss
+
+
 class Calibrated:
     """``inner`` with its p90 calibrated online (see the module doc for the settings)."""
 
@@ -83,18 +119,18 @@ class Calibrated:
         *,
         horizons_s: Sequence[float] = (600.0, 3600.0, 21600.0),
         level: float = 0.9,
-        score: str = "residual",
+        spread_weights: Sequence[float] = SPREAD_WEIGHTS,
         window: int = 500,
         pool_size: int = 2000,
         prior_n: float = 50.0,
         min_scores: int = 20,
-        adapt_gamma: float = 0.002,
+        adapt_gamma: float = 0.0,
         adapt_max: float = 0.07,
     ) -> None:
         if not 0.0 < level < 1.0:
             raise ValueError(f"level must be within (0, 1), got {level}")
-        if score not in SCORES:
-            raise ValueError(f"score must be one of {', '.join(SCORES)}, got {score!r}")
+        if not spread_weights or any(a < 0 for a in spread_weights):
+            raise ValueError("spread_weights must be one or more weights >= 0")
         if window < 1 or pool_size < 1 or min_scores < 1 or prior_n < 0:
             raise ValueError("window, pool_size and min_scores must be >= 1, prior_n >= 0")
         if not horizons_s or any(h <= 0 for h in horizons_s):
@@ -104,7 +140,7 @@ class Calibrated:
         self.inner = inner
         self.horizons_s = tuple(sorted(float(h) for h in horizons_s))
         self.level = level
-        self.score = score
+        self.spread_weights = tuple(float(a) for a in spread_weights)
         self.window = window
         self.pool_size = pool_size
         self.prior_n = prior_n
@@ -113,14 +149,15 @@ class Calibrated:
         self.adapt_max = adapt_max
         self.name: str = inner.name
         self.version: str = f"{inner.version}+{VERSION}"
+        self._weights = np.asarray(self.spread_weights, dtype=float)
         self._reset()
 
     def _reset(self) -> None:
         nh = len(self.horizons_s)
-        # per tenant: step, last index, pending forecasts, scores per horizon, q per horizon
+        # per tenant: step, end, pending forecasts, matured (resid, spread) lists, fit
         self._tenants: dict[str, dict[str, Any]] = {}
-        self._pool: list[list[float]] = [[] for _ in range(nh)]
-        self._pool_q: list[float | None] = [None] * nh
+        self._pool: list[list[list[float]]] = [[[], []] for _ in range(nh)]
+        self._pool_fit: list[list[list[float]] | None] = [None] * nh  # [b per a, loss per a]
         self._pool_at: float | None = None
         self._levels: list[float] = [self.level] * nh
 
@@ -137,8 +174,8 @@ class Calibrated:
                 "step": window_step_s(window, default=0.0) or None,
                 "end": None,
                 "pending": [],
-                "scores": [[] for _ in self.horizons_s],
-                "q": None,
+                "matured": [[[], []] for _ in self.horizons_s],
+                "fit": None,
             }
         if st["end"] is not None and end <= st["end"]:
             return  # late or repeated: the inner model ignores it too
@@ -153,19 +190,18 @@ class Calibrated:
         if self._pool_at != end:
             self._refresh_pool()
             self._pool_at = end
-        st["q"] = self._tenant_q(st)
+        st["fit"] = self._tenant_fit(st)
         raw = self.inner.forecast(tenant, self.horizons_s)
         for i, h in enumerate(self.horizons_s):
             ahead = round(h / step)
             if ahead < 1:
                 continue
             p50, p90 = raw[h]
-            cal = self._apply(st["q"], i, p50, p90)
+            cal = p90 if st["fit"] is None else _affine(st["fit"][i], p50, p90)
             st["pending"].append([idx + ahead, i, p50, p90, cal])
 
     def _mature(self, st: dict[str, Any], idx: int, y: float) -> None:
         keep = []
-        target = 1.0 - self.level
         for item in st["pending"]:
             at, i, p50, p90, cal = item
             if at > idx:
@@ -173,70 +209,83 @@ class Calibrated:
                 continue
             if at < idx:
                 continue  # its target window never arrived
-            s = y - p50 if self.score == "residual" else y - p90
-            scores: list[float] = st["scores"][i]
-            scores.append(s)
-            if len(scores) > self.window:
-                del scores[0]
-            pool = self._pool[i]
-            pool.append(s)
-            if len(pool) > self.pool_size:
-                del pool[0]
-            miss = 1.0 if y > cal + 1e-9 else 0.0
-            lo, hi = self.level - self.adapt_max, min(self.level + self.adapt_max, 0.999)
-            lvl = self._levels[i] + self.adapt_gamma * (miss - target)
-            self._levels[i] = min(max(lvl, lo), hi)
+            for lists, cap in ((st["matured"][i], self.window), (self._pool[i], self.pool_size)):
+                lists[0].append(y - p50)
+                lists[1].append(max(p90 - p50, 0.0))
+                if len(lists[0]) > cap:
+                    del lists[0][0], lists[1][0]
+            if self.adapt_gamma > 0:
+                miss = 1.0 if y > cal + 1e-9 else 0.0
+                lo, hi = self.level - self.adapt_max, min(self.level + self.adapt_max, 0.999)
+                lvl = self._levels[i] + self.adapt_gamma * (miss - (1.0 - self.level))
+                self._levels[i] = min(max(lvl, lo), hi)
         st["pending"] = keep
 
     def _refresh_pool(self) -> None:
-        for i, pool in enumerate(self._pool):
-            ok = len(pool) >= self.min_scores
-            self._pool_q[i] = conformal_quantile(pool, self._levels[i]) if ok else None
+        for i, (resid, spread) in enumerate(self._pool):
+            if len(resid) < self.min_scores:
+                self._pool_fit[i] = None
+                continue
+            b, loss = fit_affine(resid, spread, self._weights, self._levels[i], self.level)
+            self._pool_fit[i] = [b.tolist(), loss.tolist()]
 
-    def _tenant_q(self, st: dict[str, Any]) -> list[float] | None:
+    def _tenant_fit(self, st: dict[str, Any]) -> list[list[float]] | None:
+        """Per horizon ``[a, b]``, or None while there is nothing to calibrate with."""
         out = []
-        for i, scores in enumerate(st["scores"]):
-            pool_q = self._pool_q[i]
-            n = len(scores)
-            if pool_q is None:
-                if n < self.min_scores:
-                    return None
-                out.append(conformal_quantile(scores, self._levels[i]))
-                continue
-            if n == 0:
-                out.append(pool_q)
-                continue
-            own = conformal_quantile(scores, self._levels[i])
-            out.append((n * own + self.prior_n * pool_q) / (n + self.prior_n))
+        for i, (resid, spread) in enumerate(st["matured"]):
+            pool = self._pool_fit[i]
+            n = len(resid)
+            if pool is None and n < self.min_scores:
+                return None
+            if pool is None:
+                b, loss = fit_affine(resid, spread, self._weights, self._levels[i], self.level)
+            elif n == 0:
+                b, loss = np.asarray(pool[0]), np.asarray(pool[1])
+            else:
+                own_b, own_loss = fit_affine(
+                    resid, spread, self._weights, self._levels[i], self.level
+                )
+                k = self.prior_n
+                b = (n * own_b + k * np.asarray(pool[0])) / (n + k)
+                loss = (n * own_loss + k * np.asarray(pool[1])) / (n + k)
+            j = int(np.argmin(loss))
+            out.append([float(self._weights[j]), float(b[j])])
         return out
-
-    def _apply(self, q: list[float] | None, i: int, p50: float, p90: float) -> float:
-        if q is None:
-            return p90
-        base = p50 if self.score == "residual" else p90
-        return max(base + q[i], p50)
 
     # -- forecasting ----------------------------------------------------------------------
     def forecast(self, tenant: str, horizons: Sequence[float]) -> dict[float, tuple[float, float]]:
         """``{horizon_s: (p50, calibrated p90)}`` in GPUs (p50 is the inner model's)."""
         raw = self.inner.forecast(tenant, horizons)
         st = self._tenants.get(tenant)
-        q = st["q"] if st is not None else None
-        if q is None:
+        fit = st["fit"] if st is not None else None
+        if fit is None:
             return raw
         knots = [0.0, *self.horizons_s]
-        values = [0.0, *q]
+        a_at = [fit[0][0], *(f[0] for f in fit)]
+        b_at = [0.0, *(f[1] for f in fit)]
         out: dict[float, tuple[float, float]] = {}
         for h in horizons:
             p50, p90 = raw[h]
             hh = min(max(float(h), 0.0), knots[-1])
-            qh = float(np.interp(hh, knots, values))
-            base = p50 if self.score == "residual" else p90
-            out[h] = (p50, max(base + qh, p50))
+            ab = [float(np.interp(hh, knots, a_at)), float(np.interp(hh, knots, b_at))]
+            out[h] = (p50, _affine(ab, p50, p90))
         return out
 
+    def fitted(self, tenant: str) -> dict[float, dict[str, float]]:
+        """Per calibration horizon, the spread weight ``a`` and shift ``b`` in use for
+        ``tenant`` (empty while its p90 is the inner model's).
+
+        >>> from dprobe.models.forecast.baselines import LastValue
+        >>> Calibrated(LastValue()).fitted("unseen")
+        {}
+        """
+        st = self._tenants.get(tenant)
+        if st is None or st["fit"] is None:
+            return {}
+        return {h: {"a": f[0], "b": f[1]} for h, f in zip(self.horizons_s, st["fit"], strict=True)}
+
     def levels(self) -> dict[float, float]:
-        """The adaptive working level per calibration horizon.
+        """The working level per calibration horizon (moves only with ``adapt_gamma > 0``).
 
         >>> from dprobe.models.forecast.baselines import LastValue
         >>> Calibrated(LastValue(), horizons_s=(600.0,)).levels()
@@ -257,7 +306,7 @@ class Calibrated:
                 {
                     "tenants": self._tenants,
                     "pool": self._pool,
-                    "pool_q": self._pool_q,
+                    "pool_fit": self._pool_fit,
                     "pool_at": self._pool_at,
                     "levels": self._levels,
                 }
@@ -274,10 +323,12 @@ class Calibrated:
         cal = copy.deepcopy(state["calibration"])
         if len(cal["levels"]) != len(self.horizons_s):
             raise ValueError("calibration state does not fit horizons_s")
+        if any(f is not None and len(f[0]) != len(self.spread_weights) for f in cal["pool_fit"]):
+            raise ValueError("calibration state does not fit spread_weights")
         self.inner.load_state_dict(state["inner"])
         self._tenants = {str(t): v for t, v in cal["tenants"].items()}
-        self._pool = [[float(s) for s in p] for p in cal["pool"]]
-        self._pool_q = [None if q is None else float(q) for q in cal["pool_q"]]
+        self._pool = cal["pool"]
+        self._pool_fit = cal["pool_fit"]
         self._pool_at = None if cal["pool_at"] is None else float(cal["pool_at"])
         self._levels = [float(v) for v in cal["levels"]]
 
@@ -286,3 +337,8 @@ class Calibrated:
             f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_") and k != "inner"
         )
         return f"{type(self).__name__}({self.inner!r}, {params})"
+
+
+def _affine(ab: Sequence[float], p50: float, p90: float) -> float:
+    """``p50 + max(a x (p90 - p50) + b, 0)`` for ``ab = (a, b)``."""
+    return p50 + max(ab[0] * max(p90 - p50, 0.0) + ab[1], 0.0)

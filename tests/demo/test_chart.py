@@ -66,3 +66,13 @@ def test_render_writes_a_png(tmp_path: Path) -> None:
 def test_render_without_any_data_still_writes_a_png(tmp_path: Path) -> None:
     path = render([], tmp_path / "empty.png", horizon_s=None)
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_band_is_marked_calibrated_when_the_events_say_so() -> None:
+    rec = recording()
+    assert not chart_series(rec, 600.0)[0].calibrated  # events without a model: unknown
+    rec.events.append(SimpleNamespace(tenant="vc-b", window_end=1800.0, ts=1805.0,
+                                      current_quota_gpus=4.0, target_quota_gpus=4.0,
+                                      model=SimpleNamespace(name="dprobe-mmoe",
+                                                            version="3+cal1")))  # fmt: skip
+    assert all(s.calibrated for s in chart_series(rec, 600.0))

@@ -24,7 +24,9 @@ def window(tenant: str, end: float, running: float, pending: float = 0.0) -> Sim
     )
 
 
-def event(tenant: str, end: float, target: float, eid: str, plan: str = "p1") -> ScalingEvent:
+def event(
+    tenant: str, end: float, target: float, eid: str, plan: str = "p1", version: str = "1"
+) -> ScalingEvent:
     return ScalingEvent(
         event_id=eid,
         plan_id=plan,
@@ -38,7 +40,7 @@ def event(tenant: str, end: float, target: float, eid: str, plan: str = "p1") ->
         forecast=Forecast(horizon_s=600.0, p50=target - 1, p90=target),
         reason="forecast_above_quota",
         message="",
-        model=ModelInfo(name="dprobe-mmoe", version="1"),
+        model=ModelInfo(name="dprobe-mmoe", version=version),
         window_end=end,
     )
 
@@ -120,3 +122,17 @@ def test_horizon_labels(horizon: float, label: str) -> None:
     rec.add_window(window("vc-a", 600.0, 1.0))
     rec.forecasts["vc-a"] = {horizon: {600.0: (1.0, 1.0)}}
     assert f"(horizons {label})" in "\n".join(format_summary(summarize(rec)))
+
+
+@pytest.mark.parametrize(
+    ("version", "words"), [("3+cal1", "calibrated p90 covers"), ("3", "; p90 covers")]
+)
+def test_the_coverage_line_says_whether_the_p90_was_calibrated(version: str, words: str) -> None:
+    rec = Recording()
+    for end, gpus in ((600.0, 4.0), (1200.0, 6.0)):
+        rec.add_window(window("vc-a", end, gpus))
+    rec.add_event(event("vc-a", 600.0, 7.0, "e1", version=version))  # p50 6, p90 7
+    s = summarize(rec)
+    assert s.p90_calibrated is ("+cal" in version)
+    line = next(x for x in format_summary(s) if "forecast error 10m" in x)
+    assert line.endswith(f"{words} 100 %")

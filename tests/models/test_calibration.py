@@ -127,13 +127,31 @@ def test_requested_horizons_between_calibrated_ones_are_interpolated() -> None:
     q = {h: p90 - p50 for h, (p50, p90) in fc.items()}
     assert q[3 * STEP] == pytest.approx((q[STEP] + q[5 * STEP]) / 2)
     assert q[10 * STEP] == pytest.approx(q[5 * STEP])  # beyond the last: the last
-    assert q[STEP / 2] == pytest.approx(q[STEP] / 2)  # below the first: from 0 at 0
+    fit = m.fitted("a")[STEP]  # below the first: the first spread weight, shift from 0 at 0
+    assert q[STEP / 2] == pytest.approx(fit["a"] * 1.0 + fit["b"] / 2)
 
 
-def test_quantile_score_shifts_the_inner_p90() -> None:
-    m = Calibrated(Fixed(), horizons_s=(STEP,), score="quantile", adapt_gamma=0.0)
-    hits = _coverage(m, _noise(2000, 3.0), start=500)
+def test_the_inner_spread_is_used_where_it_pays() -> None:
+    class Honest(Fixed):
+        """Knows each window's noise scale: its p90 spread is right up to a factor 2."""
+
+        sigma = 1.0
+
+        def forecast(self, tenant, horizons):
+            return dict.fromkeys(horizons, (10.0, 10.0 + 2 * self.sigma))
+
+    inner = Honest()
+    m = Calibrated(inner, horizons_s=(STEP,))
+    rng = random.Random(6)
+    hits = []
+    for n in range(3000):
+        y = 10.0 + abs(rng.gauss(0.0, inner.sigma))
+        if n > 500:
+            hits.append(y <= m.forecast("a", [STEP])[STEP][1])
+        m.learn_one(win("a", n, y))
+        inner.sigma = 1.0 if (n // 50) % 2 else 6.0  # the next window's noise
     assert 0.87 <= sum(hits) / len(hits) <= 0.93
+    assert m.fitted("a")[STEP]["a"] > 0.5  # follows the inner spread, not a constant
 
 
 def test_an_uncalibrated_state_loads_with_fresh_calibration() -> None:
@@ -150,5 +168,5 @@ def test_an_uncalibrated_state_loads_with_fresh_calibration() -> None:
 def test_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="level"):
         Calibrated(LastValue(), level=1.0)
-    with pytest.raises(ValueError, match="score"):
-        Calibrated(LastValue(), score="nope")
+    with pytest.raises(ValueError, match="spread_weights"):
+        Calibrated(LastValue(), spread_weights=())

@@ -42,8 +42,21 @@ def test_json_rows_on_stdout_and_plots(tmp_path: Path, capsys: pytest.CaptureFix
     captured = capsys.readouterr()
     rows = json.loads(captured.out)  # exactly one JSON document, nothing else
     assert {tuple(sorted(r)) for r in rows} == {
-        ("horizon_s", "mae", "mase", "model", "rmse", "under_rate")
+        (
+            "calibrated",
+            "horizon_s",
+            "mae",
+            "mase",
+            "model",
+            "p90_coverage",
+            "p90_coverage_uncalibrated",
+            "pinball_p90",
+            "pinball_p90_uncalibrated",
+            "rmse",
+            "under_rate",
+        )
     }
+    assert all(r["calibrated"] and 0 <= r["p90_coverage_uncalibrated"] <= 1 for r in rows)
     assert {(r["model"], r["horizon_s"]) for r in rows} == {
         (m, h)
         for m in ("last-value", "moving-average", "holt-winters")
@@ -133,3 +146,18 @@ def test_checkpoint_saved_by_one_run_warm_starts_the_next(tmp_path: Path, capsys
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     assert main([*base, "--warm-start", str(tmp_path / "junk.pt")]) == 2
     assert "--warm-start" in capsys.readouterr().err
+
+
+def test_no_calibration_scores_the_models_own_p90(tmp_path: Path, capsys) -> None:
+    trace = _demand_csv(tmp_path / "d.csv", n=200)
+    args = ["evaluate", "--trace", str(trace), "--format", "demand-csv", "--json", "--no-plots"]
+    assert main([*args, "--models", "last-value"]) == 0
+    calibrated = {r["horizon_s"]: r for r in json.loads(capsys.readouterr().out)}
+    assert main([*args, "--models", "last-value", "--no-calibration"]) == 0
+    captured = capsys.readouterr()
+    for r in json.loads(captured.out):
+        assert not r["calibrated"] and r["p90_coverage_uncalibrated"] is None
+        before = calibrated[r["horizon_s"]]
+        assert r["p90_coverage"] == before["p90_coverage_uncalibrated"]
+        assert r["pinball_p90"] == before["pinball_p90_uncalibrated"]
+    assert "p90 cover" in captured.err
