@@ -13,12 +13,14 @@ a setting):
   has *matured*: it keeps ``(y - p50, spread)``. Forecasts whose target window never
   arrives are dropped. Nothing is learned from a window before it has closed.
 - For each spread weight ``a`` in ``spread_weights`` [0, 0.25, 0.5, 0.75, 1, 1.5, 2],
-  ``b_a`` is the conformal quantile (the ``ceil(level' x (n + 1))``-th smallest) of the
-  scores ``y - p50 - a x spread`` of the tenant's last ``window`` [500] matured forecasts:
-  split-conformal prediction with that score (``a = 0``: conformal residuals around p50;
-  ``a = 1``: conformalised quantile regression, the inner p90 shifted). The ``a`` kept is
-  the one whose p90 had the lowest mean pinball loss at ``level`` on those forecasts, so
-  the inner model's spread is used as far as it has paid off.
+  ``b_a`` is the smallest shift whose p90 covers ``ceil(level' x (n + 1))`` of the
+  tenant's last ``window`` [500] matured forecasts: split-conformal prediction with the
+  score ``y - p50 - a x spread`` (``a = 0``: conformal residuals around p50; ``a = 1``:
+  conformalised quantile regression, the inner p90 shifted), counting a forecast with
+  ``y <= p50`` as covered whatever ``b`` is (p90 never goes below p50), which keeps a
+  mostly flat tenant from being over-covered. The ``a`` kept is the one whose p90 had the
+  lowest mean pinball loss at ``level`` on those forecasts, so the inner model's spread is
+  used as far as it has paid off.
 - A young tenant borrows: ``b_a`` and the losses are shrunk towards the same figures over
   the last ``pool_size`` [2000] matured forecasts of *all* tenants,
   ``(n x tenant + prior_n x pool) / (n + prior_n)`` with ``prior_n`` [50]. The pool's
@@ -79,9 +81,12 @@ def conformal_quantile(scores: Sequence[float], level: float) -> float:
 
 
 def fit_affine(
-    resid: Sequence[float], spread: Sequence[float], weights: np.ndarray, level: float,
+    resid: Sequence[float] | np.ndarray,
+    spread: Sequence[float] | np.ndarray,
+    weights: np.ndarray,
+    level: float,
     target: float,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray]:
     """Per spread weight ``a``: the smallest ``b_a`` whose p90 = ``p50 + max(a x spread +
     b_a, 0)`` covers the ``ceil(level x (n + 1))`` forecasts conformal prediction asks for
     (a forecast with ``resid <= 0`` is covered by any p90, since p90 >= p50), and the mean
@@ -156,7 +161,8 @@ class Calibrated:
         nh = len(self.horizons_s)
         # per tenant: step, end, pending forecasts, matured (resid, spread) lists, fit
         self._tenants: dict[str, dict[str, Any]] = {}
-        self._pool: list[list[list[float]]] = [[[], []] for _ in range(nh)]
+        # matured (resid, spread) arrays, oldest first; lists in state_dict
+        self._pool: list[list[np.ndarray]] = [_empty_pair() for _ in range(nh)]
         self._pool_fit: list[list[list[float]] | None] = [None] * nh  # [b per a, loss per a]
         self._pool_at: float | None = None
         self._levels: list[float] = [self.level] * nh
@@ -174,7 +180,7 @@ class Calibrated:
                 "step": window_step_s(window, default=0.0) or None,
                 "end": None,
                 "pending": [],
-                "matured": [[[], []] for _ in self.horizons_s],
+                "matured": [_empty_pair() for _ in self.horizons_s],
                 "fit": None,
             }
         if st["end"] is not None and end <= st["end"]:
@@ -209,11 +215,9 @@ class Calibrated:
                 continue
             if at < idx:
                 continue  # its target window never arrived
-            for lists, cap in ((st["matured"][i], self.window), (self._pool[i], self.pool_size)):
-                lists[0].append(y - p50)
-                lists[1].append(max(p90 - p50, 0.0))
-                if len(lists[0]) > cap:
-                    del lists[0][0], lists[1][0]
+            for pair, cap in ((st["matured"][i], self.window), (self._pool[i], self.pool_size)):
+                pair[0] = np.append(pair[0], y - p50)[-cap:]
+                pair[1] = np.append(pair[1], max(p90 - p50, 0.0))[-cap:]
             if self.adapt_gamma > 0:
                 miss = 1.0 if y > cal + 1e-9 else 0.0
                 lo, hi = self.level - self.adapt_max, min(self.level + self.adapt_max, 0.999)
@@ -300,12 +304,16 @@ class Calibrated:
     # -- state ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """``{"inner": inner state, "calibration": plain data}`` (a copy)."""
+        tenants = {
+            t: {**{k: v for k, v in st.items() if k != "matured"}, "matured": _lists(st["matured"])}
+            for t, st in self._tenants.items()
+        }
         return {
             "inner": self.inner.state_dict(),
             "calibration": copy.deepcopy(
                 {
-                    "tenants": self._tenants,
-                    "pool": self._pool,
+                    "tenants": tenants,
+                    "pool": _lists(self._pool),
                     "pool_fit": self._pool_fit,
                     "pool_at": self._pool_at,
                     "levels": self._levels,
@@ -326,8 +334,10 @@ class Calibrated:
         if any(f is not None and len(f[0]) != len(self.spread_weights) for f in cal["pool_fit"]):
             raise ValueError("calibration state does not fit spread_weights")
         self.inner.load_state_dict(state["inner"])
-        self._tenants = {str(t): v for t, v in cal["tenants"].items()}
-        self._pool = cal["pool"]
+        self._tenants = {
+            str(t): {**v, "matured": _arrays(v["matured"])} for t, v in cal["tenants"].items()
+        }
+        self._pool = _arrays(cal["pool"])
         self._pool_fit = cal["pool_fit"]
         self._pool_at = None if cal["pool_at"] is None else float(cal["pool_at"])
         self._levels = [float(v) for v in cal["levels"]]
@@ -342,3 +352,15 @@ class Calibrated:
 def _affine(ab: Sequence[float], p50: float, p90: float) -> float:
     """``p50 + max(a x (p90 - p50) + b, 0)`` for ``ab = (a, b)``."""
     return p50 + max(ab[0] * max(p90 - p50, 0.0) + ab[1], 0.0)
+
+
+def _empty_pair() -> list[np.ndarray]:
+    return [np.empty(0), np.empty(0)]
+
+
+def _lists(pairs: list[list[np.ndarray]]) -> list[list[list[float]]]:
+    return [[r.tolist(), s.tolist()] for r, s in pairs]
+
+
+def _arrays(pairs: list[list[Sequence[float]]]) -> list[list[np.ndarray]]:
+    return [[np.asarray(r, dtype=float), np.asarray(s, dtype=float)] for r, s in pairs]
