@@ -2,10 +2,11 @@
 
 On a jobs trace (Philly/Chronus by default: ``$DPROBE_TRACE_DIR/philly-chronus``), the
 windows ``dprobe evaluate --format jobs-csv`` builds (demand and job flow per tenant) are
-fed to: last value, the job-aware forecaster, and the multi-task model with
-``job_inputs`` on and off, every model with its p90 calibrated online as the worker runs
-it. Printed per seed and horizon: p90 pinball loss (GPUs), p90 coverage and MASE of p50,
-then the change of the pinball loss that the job inputs bring (median over seeds).
+fed to: last value, the job-aware forecaster, and the multi-task model without and with
+the job-aware inputs (``dprobe-mmoe``, ``dprobe-mmoe-jobs``), every model with its p90
+calibrated online as the worker runs it. Printed per seed and horizon: p90 pinball loss
+(GPUs), p90 coverage and MASE of p50, then the change of the pinball loss that the job
+inputs bring (median over seeds).
 
     .venv/bin/python benchmarks/job_inputs.py --test-start 1970-01-08            # test
     .venv/bin/python benchmarks/job_inputs.py --test-start 1970-01-05 \\
@@ -54,22 +55,17 @@ def main() -> None:
     print(f"{len(windows)} windows; test from {args.test_start}")
     print(f"{'seed':>4s} {'model':>22s} {'horizon':>8s} {'pinball':>8s} {'cover':>6s} {'MASE':>6s}")
     for seed in (int(s) for s in args.seeds.split(",")):
-        pinball: dict[tuple[bool, float], float] = {}
-        for inputs in (False, True):
-            mmoe = make_forecaster("dprobe-mmoe", seed=seed, calibrate=True, job_inputs=inputs)
-            others = [make_forecaster(n, calibrate=True) for n in ("last-value", "job-aware")]
-            models = [*others, mmoe] if inputs else [mmoe]
-            res = rolling_origin(windows, models, HORIZONS, test_start=_ts(args.test_start))
-            for r in res.rows:
-                label = r.model if r.model != "dprobe-mmoe" else f"dprobe-mmoe jobs={inputs}"
-                print(
-                    f"{seed:4d} {label:>22s} {r.horizon_s / 60:>7g}m {r.pinball_p90:8.3f} "
-                    f"{r.p90_coverage:6.3f} {r.mase:6.3f}"
-                )
-                if r.model == "dprobe-mmoe":
-                    pinball[(inputs, r.horizon_s)] = r.pinball_p90
+        names = ("last-value", "job-aware", "dprobe-mmoe", "dprobe-mmoe-jobs")
+        models = [make_forecaster(n, seed=seed, calibrate=True) for n in names]
+        res = rolling_origin(windows, models, HORIZONS, test_start=_ts(args.test_start))
+        pinball = {(r.model, r.horizon_s): r.pinball_p90 for r in res.rows}
+        for r in res.rows:
+            print(
+                f"{seed:4d} {r.model:>22s} {r.horizon_s / 60:>7g}m {r.pinball_p90:8.3f} "
+                f"{r.p90_coverage:6.3f} {r.mase:6.3f}"
+            )
         for h, g in gains.items():
-            g.append(pinball[(True, h)] / pinball[(False, h)] - 1.0)
+            g.append(pinball[("dprobe-mmoe-jobs", h)] / pinball[("dprobe-mmoe", h)] - 1.0)
     for h, g in gains.items():
         print(
             f"job inputs change the multi-task model's pinball p90 at {h / 3600:g} h by "

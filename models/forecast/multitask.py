@@ -23,10 +23,12 @@ As described for DProbe (Zhou et al., Euro-Par 2024) and implemented here:
   passed to a FIFO replay buffer; every ``train_every`` new rows the model takes
   ``steps_per_train`` Adam steps on random batches of ``batch_size`` rows; forecasts use
   an exponential moving average of the weights (``ema_decay``);
-- **job-aware inputs** (``job_inputs``): where windows carry the tenant's job flow, the
-  inputs also hold what :class:`~dprobe.models.forecast.job_aware.JobAware` (learned
-  alongside) expects at each horizon: its p50's change from now and its p90's spread,
-  scaled, and a flag that a flow was there (all 0 without one);
+- **job-aware inputs** (``job_inputs``, off by default; registered as
+  ``dprobe-mmoe-jobs``): where windows carry the tenant's job flow, the inputs also hold
+  what :class:`~dprobe.models.forecast.job_aware.JobAware` (learned alongside) expects at
+  each horizon: its p50's change from now and its p90's spread, scaled, and a flag that
+  a flow was there (all 0 without one). Off by default because it has not paid on
+  validation (docs/forecasting.md, "Job-aware forecasting");
 - warm start: :meth:`state_dict` / :meth:`load_state_dict` (weights, optimizer, buffer,
   histories, random state), saved with :func:`save_checkpoint`.
 
@@ -67,6 +69,7 @@ from dprobe.models.forecast.mmoe_net import N_TREND_CLASSES, MMoENet, pinball
 from dprobe.models.forecast.replay import ReplayBuffer
 from dprobe.models.forecast.target import demand_of, first_windows
 
+MMOE_JOBS = "dprobe-mmoe-jobs"  # the name of the model with job-aware inputs
 DAY_S = 86_400.0
 IGNORE = -100  # cross-entropy ignore index (a target that never arrived)
 
@@ -101,7 +104,7 @@ class MultiTaskForecaster:
     """The DProbe multi-task MMoE predictor behind the Forecaster contract (see module doc)."""
 
     name = "dprobe-mmoe"
-    version = "3"
+    version = "2"
 
     def __init__(
         self,
@@ -134,7 +137,7 @@ class MultiTaskForecaster:
         combine_halflife: float = 5000.0,
         combine_min_rows: int = 200,
         combine_penalty: float = 0.01,
-        job_inputs: bool = True,
+        job_inputs: bool = False,
         utc_offset_s: float = 0.0,
         seed: int = 0,
     ) -> None:
@@ -167,6 +170,8 @@ class MultiTaskForecaster:
         self.combine_min_rows = combine_min_rows
         self.combine_penalty = combine_penalty
         self.job_inputs = job_inputs
+        if job_inputs:  # another model, with more inputs: it says so in tables and events
+            self.name = MMOE_JOBS
         self.utc_offset_s = utc_offset_s
         self.seed = seed
         self._horizons = tuple(float(h) for h in horizons_s)

@@ -10,6 +10,8 @@ from.
   of :mod:`dprobe.models.forecast.baselines`;
 - ``recent-peak``: p50 = the last window's demand, p90 = the highest of the last ``k``
   windows (a reference without learning, also in the baselines module);
+- ``dprobe-mmoe-jobs``: the same model with the job-aware forecaster's expectations as
+  inputs (``job_inputs``);
 - ``job-aware``: demand from the tenant's jobs, what still runs + what waits + what
   arrives and still runs (:mod:`~dprobe.models.forecast.job_aware`; windows without a
   job flow are forecast as the last value).
@@ -40,8 +42,10 @@ from collections.abc import Mapping
 from typing import Any
 
 MMOE = "dprobe-mmoe"
+MMOE_JOBS = "dprobe-mmoe-jobs"
 FORECASTERS = (
     MMOE,
+    MMOE_JOBS,
     "last-value",
     "moving-average",
     "holt-winters",
@@ -84,10 +88,10 @@ def make_forecaster(
 
 def _make(name: str, *, seed: int, **settings: Any) -> Any:
     name = canonical_name(name)
-    if name == MMOE:
+    if name in (MMOE, MMOE_JOBS):
         from dprobe.models.forecast.multitask import MultiTaskForecaster
 
-        return MultiTaskForecaster(seed=seed, **settings)
+        return MultiTaskForecaster(seed=seed, job_inputs=name == MMOE_JOBS, **settings)
     if name == "job-aware":
         from dprobe.models.forecast.job_aware import JobAware
 

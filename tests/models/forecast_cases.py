@@ -9,7 +9,7 @@ from typing import Any
 
 from dprobe.models.forecast.base import Forecaster
 from dprobe.models.forecast.multitask import MultiTaskForecaster
-from dprobe.models.forecast.registry import MMOE, make_forecaster
+from dprobe.models.forecast.registry import MMOE, MMOE_JOBS, make_forecaster
 
 STEP = 600.0
 
@@ -62,6 +62,7 @@ SMALL_SETTINGS: dict[str, dict[str, Any]] = {
     "seasonal-naive": {"season_s": 6 * STEP},
     "holt-winters": {"season_s": 6 * STEP},
 }
+SMALL_SETTINGS[MMOE_JOBS] = SMALL_SETTINGS[MMOE]
 
 
 def small(name: str, seed: int = 0, *, calibrated: bool = False) -> Forecaster:
