@@ -5,7 +5,9 @@ every tenant gets a forecast at 10 min, 1 h and 6 h. The worker runs every model
 its p90 calibrated online (``make_forecaster(..., calibrate=True)``), so that is what is
 timed; ``dprobe-mmoe (uncalibrated)`` is timed too, to show what calibration adds. The
 budget (DESIGN.md §6) is 200 ms per window for 100 tenants on one core. Synthetic demand
-(daily wave + steps + noise), 10-minute windows; the models are warmed up first (replay
+(daily wave + steps + noise) with a job flow in every window (8-GPU jobs of random ages,
+a job submitted and one finished per window), so ``job-aware`` and ``dprobe-mmoe-jobs``
+do their full work; 10-minute windows; the models are warmed up first (replay
 buffer full enough to train, calibration past its first matured 6-hour forecasts), then
 each window is timed. Medians over ``--repeats`` runs are printed.
 
@@ -30,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from dprobe.models.forecast.registry import make_forecaster
+from dprobe.models.job_flow import ActiveJob, FlowEvent, job_flow
 from dprobe.schema import LevelCounts, TenantWindow
 
 STEP = 600.0
@@ -42,6 +45,10 @@ def windows_at(n: int, tenants: int, rng: random.Random) -> list[TenantWindow]:
         base = 8 + 4 * (t % 16)
         y = base * (1 + 0.3 * math.sin(2 * math.pi * n / 144 + t)) + rng.choice((0, 0, 0, 8))
         pending = rng.choice((0.0, 0.0, 0.0, 8.0))
+        end = (n + 1) * STEP
+        running = [ActiveJob(8.0, end - age, end - age) for age in _ages(y, rng)]
+        queued = [ActiveJob(pending, end - 300.0)] if pending else []
+        events = [FlowEvent("submit", 8.0), FlowEvent("finish", 8.0, run_s=rng.uniform(60, 9e4))]
         out.append(
             TenantWindow(
                 tenant=f"vc-{t:03d}",
@@ -56,9 +63,15 @@ def windows_at(n: int, tenants: int, rng: random.Random) -> list[TenantWindow]:
                 pending_gpus=pending,
                 running_gpus=y,
                 quota_gpus=float(base * 1.5),
+                flow=job_flow(running + queued, events, end=end),
             )
         )
     return out
+
+
+def _ages(gpus: float, rng: random.Random) -> list[float]:
+    """Ages (s) of the 8-GPU jobs that make up ``gpus`` running GPUs."""
+    return [rng.uniform(0.0, 2e5) for _ in range(int(gpus // 8))]
 
 
 def state_bytes(model) -> int:
@@ -104,6 +117,8 @@ def main() -> None:
         name: partial(make_forecaster, name, calibrate=True)
         for name in (
             "dprobe-mmoe",
+            "dprobe-mmoe-jobs",
+            "job-aware",
             "last-value",
             "seasonal-naive",
             "moving-average",
