@@ -10,7 +10,9 @@ finished with their run times), per tenant and learned online:
   age (so jobs still running count as well as finished ones: long jobs are not missed
   while they run), both forgotten with a half-life of ``runtime_halflife_h`` hours of the
   tenant's windows, and shrunk towards the hazard of all tenants (a cluster-wide prior
-  worth ``prior_gpu_h`` GPU-hours of exposure);
+  worth ``prior_gpu_h`` GPU-hours of exposure) and towards the hazard of the bucket below
+  (worth ``carry_gpu_h`` GPU-hours: an age that jobs seldom reach keeps the hazard of
+  the ages before it instead of a hazard of 0, which would make them run forever);
 - an **arrival rate** of GPUs by hour of week (an exponential average per hour slot,
   ``arrival_alpha``), shrunk towards the tenant's overall rate until a slot has been seen
   ``prior_slot_windows`` times, and blended with the rate of the last hours (forgotten
@@ -32,14 +34,14 @@ hazard holds beyond it); a finished job's GPUs are the mean of the jobs that fin
 the window; a job of a running-age bucket has the bucket's log-middle age (the last
 bucket: ``tail_factor`` times its lower edge); a queued job stays in demand at
 least as long as a job that starts now (``S(h)``); arrivals depend on the hour of the
-week only. A window without a flow (a demand series without jobs) is forecast as the last
-value, as :class:`~dprobe.models.forecast.baselines.LastValue` does.
+week and the rate of the last hours only. A window without a flow (a demand series
+without jobs) is forecast as the last value, as
+:class:`~dprobe.models.forecast.baselines.LastValue` does.
 
 Example: a tenant that submits nothing more and whose jobs have never been seen to end
 keeps what runs now; once jobs are seen ending after 10-40 minutes of running, what runs
 at that age drains at the hazard learned there (16 GPUs finished over 38,400 GPU-seconds
-at that age: 16 x exp(-0.00042 x 1,200 s left in the bucket) = 9.7; no job was ever seen
-to end past 40 minutes, so what gets there stays):
+at that age), and beyond 40 minutes at the hazard carried over from it:
     >>> from types import SimpleNamespace as W
     >>> from dprobe.models.job_flow import ActiveJob, FlowEvent, FlowSettings, job_flow
     >>> fs = FlowSettings(edges_s=(600.0, 2400.0))
@@ -57,7 +59,7 @@ to end past 40 minutes, so what gets there stays):
     >>> m.learn_one(window(3, finished=2))
     >>> p50, p90 = m.forecast("a", [3600.0])[3600.0]
     >>> round(p50, 1), round(p90, 1)
-    (9.7, 12.2)
+    (7.9, 10.4)
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ class JobAware(PerTenantForecaster):
         *,
         runtime_halflife_h: float = 168.0,
         prior_gpu_h: float = 50.0,
+        carry_gpu_h: float = 10.0,
         arrival_alpha: float = 0.1,
         prior_slot_windows: float = 3.0,
         recent_halflife_h: float = 2.0,
@@ -125,7 +128,7 @@ class JobAware(PerTenantForecaster):
         spread_alpha: float = 0.05,
     ) -> None:
         super().__init__(spread_z=spread_z, spread_alpha=spread_alpha)
-        if not runtime_halflife_h > 0 or prior_gpu_h < 0 or prior_slot_windows < 0:
+        if not runtime_halflife_h > 0 or min(prior_gpu_h, carry_gpu_h, prior_slot_windows) < 0:
             raise ValueError("runtime_halflife_h must be > 0, the priors >= 0")
         if not 0 < arrival_alpha <= 1 or not tail_factor > 1:
             raise ValueError("arrival_alpha must be in (0, 1], tail_factor > 1")
@@ -133,6 +136,7 @@ class JobAware(PerTenantForecaster):
             raise ValueError("recent_halflife_h must be > 0, recent_weight in [0, 1]")
         self.runtime_halflife_h = runtime_halflife_h
         self.prior_gpu_h = prior_gpu_h
+        self.carry_gpu_h = carry_gpu_h
         self.arrival_alpha = arrival_alpha
         self.prior_slot_windows = prior_slot_windows
         self.recent_halflife_h = recent_halflife_h
@@ -244,13 +248,19 @@ class JobAware(PerTenantForecaster):
 
     def _hazard(self, m: dict[str, Any]) -> list[float]:
         """Finished GPUs per GPU-second by bucket, the tenant's shrunk towards the pool's."""
-        prior = self.prior_gpu_h * HOUR_S
+        prior, carry = self.prior_gpu_h * HOUR_S, self.carry_gpu_h * HOUR_S
         edges = m["flow"]["edges"]
         pool = self._pool if self._pool["edges"] == edges else None
-        out = []
-        for b, (fin, expo) in enumerate(zip(m["fin"], m["expo"], strict=True)):
-            pool_rate = _rate(pool["fin"][b], pool["expo"][b], b, edges) if pool else 0.0
-            out.append(_rate(fin + prior * pool_rate, expo + prior, b, edges))
+        out: list[float] = []
+        for b, (own_fin, own_expo) in enumerate(zip(m["fin"], m["expo"], strict=True)):
+            fin, expo = own_fin, own_expo
+            if pool is not None and pool["expo"][b] > 0:  # the other tenants' experience
+                fin += prior * _rate(pool["fin"][b], pool["expo"][b], b, edges)
+                expo += prior
+            if b > 0:  # an age seldom seen keeps the hazard of the age below
+                fin += carry * out[-1]
+                expo += carry
+            out.append(_rate(fin, expo, b, edges))
         return out
 
     def _arrivals(self, m: dict[str, Any], end: float, ahead: float, surv: Any) -> float:
@@ -315,12 +325,12 @@ def job_features(
 
 
 def _rate(finished: float, exposure: float, b: int, edges: Sequence[float]) -> float:
-    """Hazard of bucket ``b``: finished GPUs per GPU-second, where a finished job counts
-    at least half the bucket's width of exposure (its run time lay in the bucket even if
-    no window end saw it there)."""
-    lo = 0.0 if b == 0 else float(edges[b - 1])
-    width = float(edges[b]) - lo if b < len(edges) else lo
-    exposure = max(exposure, finished * width / 2)
+    """Hazard of bucket ``b``: finished GPUs per GPU-second. Where jobs ended at ages no
+    window end saw running, each counts half the bucket's width of exposure (its run
+    time lay in the bucket)."""
+    if exposure <= 0:
+        lo = 0.0 if b == 0 else float(edges[b - 1])
+        exposure = finished * ((float(edges[b]) - lo if b < len(edges) else lo) / 2)
     return finished / exposure if exposure > 0 else 0.0
 
 
