@@ -20,7 +20,7 @@ Stored form (plain JSON data)::
 
 A book stored by an older worker (``jobs`` entries ``[status, gpus, ts]``, no ``ended`` or
 ``log``) still loads: its jobs count as submitted (and started, when running) at ``ts``,
-with no predicted level.
+with no predicted level (an entry is widened when its job's next event arrives).
 
 Example:
     >>> from dprobe.schema import JobEvent
@@ -71,11 +71,11 @@ def apply(
     ``level`` is the profiler's predicted level of the job (kept from its first event
     that carries one).
     """
-    jobs = {j: _entry(e) for j, e in book["jobs"].items()}
+    jobs = dict(book["jobs"])  # entries are replaced, never changed in place
     done = dict(book["done"])
     ended = list(book.get("ended", []))
     log = list(book.get("log", []))
-    current = jobs.get(ev.job)
+    current = _entry(jobs[ev.job]) if ev.job in jobs else None
     if ev.event in ("finish", "cancel"):
         if ev.job not in done:
             run_s = None
