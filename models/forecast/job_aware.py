@@ -102,8 +102,8 @@ def bucket_age(b: int, edges_s: Sequence[float], tail: float) -> float:
     >>> bucket_age(0, [100.0], 4.0), bucket_age(1, [100.0], 4.0)
     (50.0, 200.0)
     """
-    lo = 0.0 if b == 0 else float(edges_s[b - 1])
-    hi = float(edges_s[b]) if b < len(edges_s) else lo * tail
+    lo, hi = _bounds(b, edges_s)
+    hi = lo * tail if hi is None else hi
     return hi / 2 if lo == 0 else math.sqrt(lo * hi)
 
 
@@ -188,7 +188,7 @@ class JobAware(PerTenantForecaster):
         # the overall rate: a plain mean over the first 100 windows, then forgotten slowly
         state["mean_rate"] += (rate - state["mean_rate"]) / min(state["n_rate"], 100)
         keep = 0.5 ** (step / (self.recent_halflife_h * HOUR_S))
-        recent = state.get("recent_rate", 0.0)
+        recent = state["recent_rate"]
         state["recent_rate"] = rate if state["n_rate"] == 1 else keep * recent + (1 - keep) * rate
         if flow.submitted_jobs > 0:  # a plain mean over the first 20 windows, then forgotten
             state["n_jobs"] += 1
@@ -215,13 +215,13 @@ class JobAware(PerTenantForecaster):
         state = self._tenants.get(tenant)
         if state is None or state["m"]["flow"] is None:
             return super().forecast(tenant, horizons)
-        return {h: self._from_jobs(state, float(h)) for h in horizons}
+        hazard = self._hazard(state["m"])
+        return {h: self._from_jobs(state["m"], hazard, float(h)) for h in horizons}
 
-    def _from_jobs(self, state: dict[str, Any], h: float) -> tuple[float, float]:
-        m, tail = state["m"], self.tail_factor
+    def _from_jobs(self, m: dict[str, Any], hazard: list[float], h: float) -> tuple[float, float]:
+        tail = self.tail_factor
         flow, step = m["flow"], float(m["step"])
         edges = flow["edges"]
-        hazard = self._hazard(m)
         ahead = max(h - step / 2, 0.0)  # the middle of the target window
 
         def surv(t: float) -> float:
@@ -255,12 +255,12 @@ class JobAware(PerTenantForecaster):
         for b, (own_fin, own_expo) in enumerate(zip(m["fin"], m["expo"], strict=True)):
             fin, expo = own_fin, own_expo
             if pool is not None and pool["expo"][b] > 0:  # the other tenants' experience
-                fin += prior * _rate(pool["fin"][b], pool["expo"][b], b, edges)
+                fin += prior * _hazard_of(pool["fin"][b], pool["expo"][b], b, edges)
                 expo += prior
             if b > 0:  # an age seldom seen keeps the hazard of the age below
                 fin += carry * out[-1]
                 expo += carry
-            out.append(_rate(fin, expo, b, edges))
+            out.append(_hazard_of(fin, expo, b, edges))
         return out
 
     def _arrivals(self, m: dict[str, Any], end: float, ahead: float, surv: Any) -> float:
@@ -279,8 +279,7 @@ class JobAware(PerTenantForecaster):
         seen = m["seen"][slot]
         w = seen / (seen + self.prior_slot_windows) if seen else 0.0
         weekly = w * m["rate"][slot] + (1 - w) * m["mean_rate"]
-        recent = m.get("recent_rate", m["mean_rate"])
-        return float((1 - self.recent_weight) * weekly + self.recent_weight * recent)
+        return float((1 - self.recent_weight) * weekly + self.recent_weight * m["recent_rate"])
 
     # -- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -324,13 +323,19 @@ def job_features(
     return np.clip(out, -10.0, 10.0)
 
 
-def _rate(finished: float, exposure: float, b: int, edges: Sequence[float]) -> float:
+def _bounds(b: int, edges: Sequence[float]) -> tuple[float, float | None]:
+    """``[lo, hi)`` of bucket ``b`` over ``edges``; ``hi`` is None for the last bucket."""
+    lo = 0.0 if b == 0 else float(edges[b - 1])
+    return lo, (float(edges[b]) if b < len(edges) else None)
+
+
+def _hazard_of(finished: float, exposure: float, b: int, edges: Sequence[float]) -> float:
     """Hazard of bucket ``b``: finished GPUs per GPU-second. Where jobs ended at ages no
     window end saw running, each counts half the bucket's width of exposure (its run
-    time lay in the bucket)."""
+    time lay in the bucket; the last bucket's width taken as its lower edge)."""
     if exposure <= 0:
-        lo = 0.0 if b == 0 else float(edges[b - 1])
-        exposure = finished * ((float(edges[b]) - lo if b < len(edges) else lo) / 2)
+        lo, hi = _bounds(b, edges)
+        exposure = finished * ((hi - lo if hi is not None else lo) / 2)
     return finished / exposure if exposure > 0 else 0.0
 
 
