@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
 from dprobe.errors import UsageError
+from dprobe.schema import LEVELS, MAX_FLOW_EDGES
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -249,7 +250,7 @@ def _check_demand_settings(s: WorkerSettings) -> None:
     """Validate the worker's multi-level demand, planner quantile and job flow settings."""
     if s.plan_quantile not in ("p50", "p90"):
         raise ConfigError("worker.plan_quantile must be p50 or p90")
-    if s.unknown_pending_level not in ("L1", "L2", "L3", "EX"):
+    if s.unknown_pending_level not in LEVELS:
         raise ConfigError("worker.unknown_pending_level must be L1, L2, L3 or EX")
     if len(s.level_weights) != 4 or any(not 0 <= w <= 1 for w in s.level_weights):
         raise ConfigError("worker.level_weights: four weights (L1,L2,L3,EX), each within [0, 1]")
@@ -261,8 +262,14 @@ def _check_demand_settings(s: WorkerSettings) -> None:
     if s.level_l1_max_mem_bytes < 0:
         raise ConfigError("worker.level_l1_max_mem_bytes must be >= 0")
     e = s.flow_edges_s
-    if not 1 <= len(e) <= 15 or e[0] <= 0 or any(b <= a for a, b in itertools.pairwise(e)):
-        raise ConfigError("worker.flow_edges_s: 1 to 15 increasing edges > 0 (seconds)")
+    if (
+        not 1 <= len(e) <= MAX_FLOW_EDGES
+        or e[0] <= 0
+        or any(b <= a for a, b in itertools.pairwise(e))
+    ):
+        raise ConfigError(
+            f"worker.flow_edges_s: 1 to {MAX_FLOW_EDGES} increasing edges > 0 (seconds)"
+        )
 
 
 @dataclass(frozen=True)
