@@ -84,6 +84,8 @@ class TenantState:
     ``need_gpus``: what it needs now at node granularity (0 when unknown): a job of 16 GPUs
     waiting in a tenant whose nodes are all partly busy needs 16 more, whatever the sum.
     ``max_quota_gpus``: the most it may hold (Volcano ``capability``); ``None`` = capacity.
+    ``hold_gpus``: what it is forecast to need within a borrower's expected run time (0 when
+    unknown): idle nodes up to it are not lent, so they need not be reclaimed soon after.
     """
 
     tenant: str
@@ -95,6 +97,7 @@ class TenantState:
     horizon_s: float = 600.0
     max_quota_gpus: int | None = None
     need_gpus: float = 0.0
+    hold_gpus: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -262,7 +265,7 @@ def _validate(inp: PlanInput, node: int) -> None:
             raise ValueError(f"{t.tenant}: quota and idle GPUs must be multiples of {node}")
         if t.idle_gpus > t.quota_gpus:
             raise ValueError(f"{t.tenant}: idle GPUs {t.idle_gpus} exceed its quota {t.quota_gpus}")
-        if not all(math.isfinite(x) and x >= 0 for x in (t.p50, t.p90, t.need_gpus)):
+        if not all(math.isfinite(x) and x >= 0 for x in (t.p50, t.p90, t.need_gpus, t.hold_gpus)):
             raise ValueError(f"{t.tenant}: forecasts and need must be finite and >= 0")
 
 
@@ -284,10 +287,11 @@ def _desired(s: PlannerSettings, t: TenantState, capacity: int) -> int:
 
 
 def _offer(t: TenantState, target: int, node: int) -> int:
-    """GPUs a tenant lends: down to its damped target, idle nodes only, never below guarantee."""
+    """GPUs a tenant lends: down to its damped target, idle nodes only, never below its
+    guarantee nor below what it is forecast to need within a borrower's run time."""
     if target >= t.quota_gpus:
         return 0
-    floor = max(target, ceil_to_node(t.guaranteed_gpus, node))
+    floor = max(target, ceil_to_node(t.guaranteed_gpus, node), ceil_to_node(t.hold_gpus, node))
     amount = min(t.idle_gpus, t.quota_gpus - floor)
     return max(0, amount - amount % node)
 
@@ -309,7 +313,7 @@ def _urgent(
         if w > 0:
             want[t.tenant] = w
             continue
-        keep = max(need, ceil_to_node(t.guaranteed_gpus, node))
+        keep = max(need, ceil_to_node(t.guaranteed_gpus, node), ceil_to_node(t.hold_gpus, node))
         amount = min(t.idle_gpus, t.quota_gpus - keep)
         amount = max(0, amount - amount % node)
         spare[t.tenant] = min(amount, _offer(t, damped[t.tenant], node))

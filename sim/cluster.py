@@ -27,14 +27,17 @@ Slot = list[tuple["Node", int]]
 class Node:
     """One machine of ``gpus`` GPUs; ``jobs`` maps a running job to the GPUs it holds here."""
 
-    __slots__ = ("free", "gpus", "idx", "jobs", "owner", "solo")
+    __slots__ = ("draining", "free", "gpus", "home", "idle_since", "idx", "jobs", "owner", "solo")
 
     def __init__(self, idx: int, gpus: int) -> None:
         self.idx = idx
         self.gpus = gpus
         self.free = gpus
         self.jobs: dict[Any, int] = {}
-        self.owner = ""
+        self.owner = ""  # the VC it belongs to now ("" while it moves)
+        self.home = ""  # the VC whose static quota it is part of
+        self.draining = False  # recalled home: runs what it runs, takes nothing new
+        self.idle_since = 0.0
         self.solo: list[Any] = []  # sharing: low-level jobs alone on their GPU
 
     def __repr__(self) -> str:
@@ -42,7 +45,13 @@ class Node:
 
 
 class VC:
-    """A virtual cluster: the nodes it owns now, its waiting jobs (sorted) and running set."""
+    """A virtual cluster: the nodes it owns now, its waiting jobs (sorted) and running set.
+
+    Nodes on their way to it (``in_flight``) and its own nodes draining back to it from a
+    borrower (``recalling``) count in its quota but run nothing yet; a node of its own it
+    holds but is draining away to its home (``draining``) no longer counts. ``away`` is
+    the number of its static (home) nodes that are not serving it now.
+    """
 
     def __init__(self, name: str, node_gpus: int) -> None:
         self.name = name
@@ -55,6 +64,12 @@ class VC:
         self.running_gpus = 0
         self.guaranteed_nodes = 0
         self.static_nodes = 0
+        self.in_flight: dict[int, Node] = {}
+        self.recalling = 0
+        self.draining = 0
+        self.away = 0
+        self._away_acc = 0.0
+        self._away_since = 0.0
 
     # --- nodes -----------------------------------------------------------------
     def add_node(self, node: Node) -> None:
@@ -67,7 +82,33 @@ class VC:
             raise ValueError(f"node {node.idx} is busy; only idle nodes move")
         del self.nodes[node.idx]
         self.by_free[node.free].discard(node.idx)
+        if node.draining:
+            node.draining = False
+            self.draining -= 1
         node.owner = ""
+
+    def drain(self, node: Node) -> None:
+        """Recalled by its home: ``node`` takes no new job here and leaves once idle."""
+        if not node.draining:
+            node.draining = True
+            self.draining += 1
+            self.by_free[node.free].discard(node.idx)
+
+    @property
+    def have_nodes(self) -> int:
+        """Nodes it holds or has coming: landed (not draining away), in flight, recalled."""
+        return len(self.nodes) - self.draining + len(self.in_flight) + self.recalling
+
+    def set_away(self, delta: int, now: float) -> None:
+        """``delta`` more (or fewer) of its home nodes are away from it from ``now`` on."""
+        if self.away > 0:
+            self._away_acc += now - self._away_since
+        self._away_since = now
+        self.away += delta
+
+    def away_clock(self, now: float) -> float:
+        """Total time up to ``now`` during which any of its home nodes were away."""
+        return self._away_acc + (now - self._away_since if self.away > 0 else 0.0)
 
     def idle_nodes(self) -> list[Node]:
         """Nodes that run nothing, highest id first (the ones lent first)."""
@@ -83,7 +124,7 @@ class VC:
 
     @property
     def quota_gpus(self) -> int:
-        return len(self.nodes) * self.node_gpus
+        return self.have_nodes * self.node_gpus
 
     # --- placement -------------------------------------------------------------
     def find_slot(self, gpus: int) -> Slot | None:
@@ -102,7 +143,8 @@ class VC:
     def _set_free(self, node: Node, free: int) -> None:
         self.by_free[node.free].discard(node.idx)
         node.free = free
-        self.by_free[free].add(node.idx)
+        if not node.draining:
+            self.by_free[free].add(node.idx)
 
     def allocate(self, job: Any, slot: Slot) -> None:
         for node, g in slot:
@@ -134,7 +176,7 @@ class VC:
         if gpus <= self.node_gpus:
             best: tuple[int, int, list[Any]] | None = None
             for node in self.nodes.values():
-                if (
+                if node.draining or (
                     any(not lower(j) for j in node.jobs)
                     and node.free + sum(g for j, g in node.jobs.items() if lower(j)) < gpus
                 ):
@@ -156,7 +198,7 @@ class VC:
         clearable = sorted(
             (sum(n.jobs.values()), n.idx, list(n.jobs))
             for n in self.nodes.values()
-            if all(lower(j) for j in n.jobs)
+            if not n.draining and all(lower(j) for j in n.jobs)
         )
         if len(clearable) < k:
             return None

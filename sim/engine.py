@@ -1,8 +1,16 @@
 """Event-driven cluster simulator: a heap of events, VCs owning 8-GPU nodes, one policy.
 
-Events at one instant are handled in this order: completions, LAS demotions, arrivals,
-then each touched VC schedules its queue once, then the quota step (a planning tick) sees
-that state and moves idle nodes; VCs that received nodes schedule again.
+Events at one instant are handled in this order: completions, LAS demotions, nodes that
+land after a move, arrivals, then each touched VC schedules its queue once, then the quota
+step (a planning tick) sees that state and moves idle nodes; VCs that received nodes
+schedule again.
+
+Reconfiguration costs the same in every mode: a node that changes VC serves nobody for
+``move_latency_s``. A VC's own (static) nodes are always returnable: when its waiting jobs
+need more nodes than it holds and some of its own are lent out, it recalls them at once;
+the borrower either lets the jobs on them finish (``reclaim="wait"``, it starts nothing
+new there) or preempts them (``"preempt"``: each loses its work since its last checkpoint
+and waits again); the node then moves home, with the latency.
 
 Scheduling a VC: walk its waiting jobs in policy order and start every job that fits
 now (a job that does not fit is skipped, no reservation: greedy backfilling, as the
@@ -23,17 +31,20 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dprobe.sim.cluster import VC, Node, Slot
 from dprobe.sim.jobs import SimJob
+from dprobe.sim.placement import need_nodes
 from dprobe.sim.policies import Policy
 from dprobe.sim.settings import SimSettings
 
 if TYPE_CHECKING:
     from dprobe.sim.sharing import Sharing
 
-FINISH, DEMOTE, ARRIVAL, TICK = 0, 1, 2, 3
+Move = tuple[Node, VC, VC]
+
+FINISH, DEMOTE, LAND, ARRIVAL, TICK = 0, 1, 2, 3, 4
 
 
 class QuotaMode(Protocol):
@@ -41,7 +52,7 @@ class QuotaMode(Protocol):
 
     name: str
 
-    def step(self, sim: Simulator, now: float) -> list[tuple[Node, VC, VC]]: ...
+    def step(self, sim: Simulator, now: float) -> list[Move]: ...
 
 
 class StaticQuota:
@@ -49,7 +60,7 @@ class StaticQuota:
 
     name = "static"
 
-    def step(self, sim: Simulator, now: float) -> list[tuple[Node, VC, VC]]:
+    def step(self, sim: Simulator, now: float) -> list[Move]:
         return []
 
 
@@ -74,12 +85,19 @@ class Simulator:
         g = self.s.node_gpus
         self.vcs: dict[str, VC] = {}
         idx = 0
+        self.home: dict[str, list[Node]] = {}
+        t0 = jobs[0].submit_s if jobs else 0.0
         for name in sorted(vc_nodes):
             vc = self.vcs[name] = VC(name, g)
             vc.static_nodes = vc_nodes[name]
             vc.guaranteed_nodes = math.floor(vc_nodes[name] * self.s.guarantee_fraction)
+            self.home[name] = []
             for _ in range(vc_nodes[name]):
-                vc.add_node(Node(idx, g))
+                node = Node(idx, g)
+                node.home = name
+                node.idle_since = t0
+                vc.add_node(node)
+                self.home[name].append(node)
                 idx += 1
         unknown = sorted({j.tenant for j in jobs} - set(self.vcs))
         if unknown:
@@ -87,20 +105,23 @@ class Simulator:
         self.capacity_gpus = idx * g
         self.now = 0.0
         self.next_arrival = 0
-        self._heap: list[tuple[float, int, int, SimJob | None, int]] = []
+        self._heap: list[tuple[float, int, int, Any, int]] = []
         self._seq = 0
         self._dirty: set[VC] = set()
         self._alloc = 0
         self._alloc_area = 0.0
         self._alloc_last = 0.0
         self.node_moves = 0
-        self.preemptions = 0
+        self.policy_preemptions = 0  # by the scheduling policy (SRTF, LAS): no work lost
+        self.preemptions = 0  # to reclaim a lent node: work since the last checkpoint lost
+        self.lost_gpu_s = 0.0
+        self.in_flight_gpu_s = 0.0
         self.done = 0
 
     # --- event plumbing --------------------------------------------------------
-    def _push(self, t: float, kind: int, job: SimJob | None = None, version: int = 0) -> None:
+    def _push(self, t: float, kind: int, obj: Any = None, version: int = 0) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (t, kind, self._seq, job, version))
+        heapq.heappush(self._heap, (t, kind, self._seq, obj, version))
 
     def _set_alloc(self, delta: int) -> None:
         self._alloc_area += self._alloc * (self.now - self._alloc_last)
@@ -128,13 +149,15 @@ class Simulator:
             self.now = t_next
             if top is not None and (top[0], top[1]) <= (t_arr, ARRIVAL):
                 heapq.heappop(self._heap)
-                _, kind, _, job, version = top
-                if kind == FINISH and job is not None and job.version == version:
-                    self._finish(job)
-                elif kind == DEMOTE and job is not None and job.version == version:
-                    self.progress(job)
-                    job.queue = 1
-                    self._dirty.add(self.vcs[job.tenant])
+                _, kind, _, obj, version = top
+                if kind == FINISH and obj.version == version:
+                    self._finish(obj)
+                elif kind == DEMOTE and obj.version == version:
+                    self.progress(obj)
+                    obj.queue = 1
+                    self._dirty.add(self.vcs[obj.tenant])
+                elif kind == LAND:
+                    self._land(obj, self.vcs[obj.owner])
                 elif kind == TICK:
                     moved = self._tick()
                     waiting = any(vc.pending for vc in self.vcs.values())
@@ -157,6 +180,7 @@ class Simulator:
         job.key = self.policy.key(job, self.now)
         vc.enqueue(job.key, job)
         vc.pending_gpus += job.gpus
+        job.away_mark = vc.away_clock(self.now)
         self._dirty.add(vc)
 
     def progress(self, job: SimJob) -> None:
@@ -173,7 +197,9 @@ class Simulator:
         job.placement = slot
         job.state = "running"
         job.waited_s += self.now - job.last_s
+        job.guarantee_wait_s += vc.away_clock(self.now) - job.away_mark
         job.last_s = self.now
+        job.resume_remaining_s = job.remaining_s
         if job.start_s is None:
             job.start_s = self.now
         vc.running.add(job)
@@ -196,6 +222,13 @@ class Simulator:
             self.sharing.on_stop(self, job)
         vc.release(job, job.placement)
         self._set_alloc(-sum(g for _, g in job.placement))
+        for node, _ in job.placement:
+            if not node.jobs:
+                node.idle_since = self.now
+                if node.draining:  # recalled: it goes home now that it is idle
+                    home = self.vcs[node.home]
+                    home.recalling -= 1
+                    self.move(node, vc, home)
         job.placement = []
         vc.running.discard(job)
         vc.running_gpus -= job.gpus
@@ -211,14 +244,29 @@ class Simulator:
         self.policy.on_finish(job)
         self._dirty.add(vc)
 
-    def _preempt(self, job: SimJob, vc: VC) -> None:
+    def _preempt(self, job: SimJob, vc: VC, *, lost_s: float | None = None) -> None:
+        """Stop ``job`` and queue it again. The policy's own preemptions lose
+        ``preempt_overhead_s``; a reclaim loses ``lost_s`` (its work since the checkpoint)."""
         self._stop(job, vc)
         job.state = "waiting"
-        job.remaining_s += self.s.preempt_overhead_s
+        if lost_s is None:
+            job.remaining_s += self.s.preempt_overhead_s
+            self.policy_preemptions += 1
+        else:
+            job.remaining_s += lost_s
+            self.lost_gpu_s += lost_s * job.gpus
+            self.preemptions += 1
         job.key = self.policy.key(job, self.now)
         vc.enqueue(job.key, job)
         vc.pending_gpus += job.gpus
-        self.preemptions += 1
+        job.away_mark = vc.away_clock(self.now)
+
+    def since_checkpoint(self, job: SimJob) -> float:
+        """Work ``job`` has done since its last checkpoint (it checkpoints every
+        ``checkpoint_interval_s`` of work after each (re)start); its progress must be current."""
+        done = max(0.0, job.resume_remaining_s - job.remaining_s)
+        every = self.s.checkpoint_interval_s
+        return math.fmod(done, every) if every > 0 else 0.0
 
     # --- scheduling ------------------------------------------------------------
     def _schedule_dirty(self) -> None:
@@ -227,6 +275,8 @@ class Simulator:
             self._fill(vc)
             while self.policy.preemptive and self._preempt_once(vc):
                 self._fill(vc)
+            if vc.pending and vc.away:
+                self._reclaim(vc)
 
     def _fill(self, vc: VC) -> None:
         """Start every waiting job that fits now, in policy order."""
@@ -294,11 +344,63 @@ class Simulator:
     def _tick(self) -> bool:
         moves = self.quota.step(self, self.now)
         for node, src, dst in moves:
-            src.remove_node(node)
-            dst.add_node(node)
-            self._dirty.add(dst)
-        self.node_moves += len(moves)
+            self.move(node, src, dst)
         return bool(moves)
+
+    def move(self, node: Node, src: VC, dst: VC) -> None:
+        """Move idle ``node`` from ``src`` to ``dst``; it serves ``dst`` after the move latency."""
+        src.remove_node(node)
+        if node.home == src.name:
+            src.set_away(+1, self.now)
+        self.node_moves += 1
+        latency = self.s.move_latency_s
+        if latency <= 0:
+            self._land(node, dst)
+            return
+        node.owner = dst.name
+        dst.in_flight[node.idx] = node
+        self.in_flight_gpu_s += node.gpus * latency
+        self._push(self.now + latency, LAND, node)
+
+    def _land(self, node: Node, vc: VC) -> None:
+        vc.in_flight.pop(node.idx, None)
+        vc.add_node(node)
+        node.idle_since = self.now
+        if node.home == vc.name:
+            vc.set_away(-1, self.now)
+        self._dirty.add(vc)
+        home = self.vcs[node.home]
+        if home.pending and home.away:  # it may be wanted back at once
+            self._dirty.add(home)
+
+    def _reclaim(self, vc: VC) -> None:
+        """``vc``'s waiting jobs need more nodes than it has or has coming: recall its own
+        lent nodes (idle ones first, then the least busy), up to the shortfall."""
+        short = need_nodes(vc) - vc.have_nodes
+        if short <= 0:
+            return
+        lent = [
+            n
+            for n in self.home[vc.name]
+            if n.owner
+            and n.owner != vc.name
+            and not n.draining
+            and n.idx in self.vcs[n.owner].nodes
+        ]
+        lent.sort(key=lambda n: (n.gpus - n.free, n.idx))
+        for node in lent[:short]:
+            borrower = self.vcs[node.owner]
+            if not node.jobs:
+                self.move(node, borrower, vc)
+                continue
+            borrower.drain(node)
+            vc.recalling += 1
+            if self.s.reclaim == "preempt":
+                for job in sorted(node.jobs, key=lambda j: j.idx):
+                    if job.state == "running":
+                        self.progress(job)
+                        self._preempt(job, borrower, lost_s=self.since_checkpoint(job))
+            self._dirty.add(borrower)
 
     # --- results ---------------------------------------------------------------
     @property

@@ -1,5 +1,5 @@
-"""Run a grid of (policy, mode) cells, in parallel processes when asked, with a progress
-bar on stderr.
+"""Run a grid of (policy, mode) cells, or a sweep of such grids over move latency and
+reclaim rule, in parallel processes when asked, with a progress bar on stderr.
 
 Example:
     >>> from dprobe.traces.jobs_csv import JobRecord
@@ -15,6 +15,7 @@ import multiprocessing
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import replace
 
 from tqdm import tqdm
 
@@ -39,29 +40,93 @@ def run_grid(
     progress: bool = True,
 ) -> list[CellResult]:
     """Every policy x mode cell; results in (policy, mode) input order."""
-    s = settings or SimSettings()
-    cells = sorted(((p, m) for p in policies for m in modes), key=lambda c: _COST.get(c[1], 9))
-    bar = tqdm(total=len(cells), desc="simulate", unit="run", file=sys.stderr, disable=not progress)
-    done: dict[tuple[str, str], CellResult] = {}
+    return run_sweep(
+        records,
+        vc_nodes,
+        policies,
+        modes,
+        [settings or SimSettings()],
+        sharing=sharing,
+        workers=workers,
+        progress=progress,
+    )
+
+
+def sweep_settings(
+    base: SimSettings, latencies: Sequence[float], reclaims: Sequence[str]
+) -> list[SimSettings]:
+    """``base`` at every move latency x reclaim rule, latency-major.
+
+    >>> [(s.move_latency_s, s.reclaim) for s in sweep_settings(SimSettings(), [0, 900],
+    ...                                                         ["wait", "preempt"])]
+    [(0.0, 'wait'), (0.0, 'preempt'), (900.0, 'wait'), (900.0, 'preempt')]
+    """
+    return [
+        replace(base, move_latency_s=float(lat), reclaim=rec)
+        for lat in latencies
+        for rec in reclaims
+    ]
+
+
+def run_sweep(
+    records: Sequence[JobRecord],
+    vc_nodes: dict[str, int],
+    policies: Sequence[str],
+    modes: Sequence[str],
+    variants: Sequence[SimSettings],
+    *,
+    sharing: Sharing | None = None,
+    workers: int = 1,
+    progress: bool = True,
+) -> list[CellResult]:
+    """Every variant x policy x mode cell; results in that input order. Static quotas
+    never move a node, so a static cell is run once per policy and its figures reported
+    under every variant."""
+    tasks: dict[tuple[int, str, str], SimSettings] = {}
+    for v, s in enumerate(variants):
+        for p in policies:
+            for m in modes:
+                tasks[(v, p, m)] = s
+    runs = sorted(
+        {(0 if m == "static" else v, p, m) for v, p, m in tasks},
+        key=lambda c: (_COST.get(c[2], 9), c),
+    )
+    bar = tqdm(total=len(runs), desc="simulate", unit="run", file=sys.stderr, disable=not progress)
+    done: dict[tuple[int, str, str], CellResult] = {}
     try:
         if workers <= 1:
-            for p, m in cells:
+            for v, p, m in runs:
                 bar.set_postfix_str(f"{p}/{m}")
-                done[(p, m)] = run_cell(records, vc_nodes, p, m, settings=s, sharing=sharing)
+                done[(v, p, m)] = run_cell(
+                    records, vc_nodes, p, m, settings=variants[v], sharing=sharing
+                )
                 bar.update()
         else:
             ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
             with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
                 futs = {
                     pool.submit(
-                        run_cell, list(records), vc_nodes, p, m, settings=s, sharing=sharing
-                    ): (p, m)
-                    for p, m in cells
+                        run_cell,
+                        list(records),
+                        vc_nodes,
+                        p,
+                        m,
+                        settings=variants[v],
+                        sharing=sharing,
+                    ): (v, p, m)
+                    for v, p, m in runs
                 }
                 for fut in as_completed(futs):
                     done[futs[fut]] = fut.result()
-                    bar.set_postfix_str("/".join(futs[fut]))
+                    bar.set_postfix_str("/".join(futs[fut][1:]))
                     bar.update()
     finally:
         bar.close()
-    return [done[(p, m)] for p in policies for m in modes]
+    out = []
+    for v, p, m in tasks:
+        if m == "static":
+            s = variants[v]
+            out.append(replace(done[(0, p, m)], move_latency_s=s.move_latency_s, reclaim=s.reclaim))
+        else:
+            out.append(done[(v, p, m)])
+    return out

@@ -21,9 +21,11 @@ class SimJob:
 
     __slots__ = (
         "attained_gpu_s",
+        "away_mark",
         "duration_s",
         "end_s",
         "gpus",
+        "guarantee_wait_s",
         "idx",
         "key",
         "last_s",
@@ -33,6 +35,7 @@ class SimJob:
         "pred_s",
         "queue",
         "remaining_s",
+        "resume_remaining_s",
         "shared_with",
         "speed",
         "start_s",
@@ -75,6 +78,9 @@ class SimJob:
         self.pred_s = 0.0
         self.key: tuple[float, ...] = ()
         self.waited_s = 0.0  # all time spent waiting: before the first start, after preemptions
+        self.guarantee_wait_s = 0.0  # the part of it while its VC's own nodes were away
+        self.away_mark = 0.0  # its VC's away clock when it last began to wait
+        self.resume_remaining_s = duration_s  # work left when it last (re)started
 
     def __repr__(self) -> str:
         return f"SimJob({self.name}, {self.tenant}, {self.gpus} GPU, {self.state})"

@@ -1,28 +1,37 @@
 """Quota modes: how idle nodes move between VCs at every planning tick.
 
 - ``static``: never (:class:`~dprobe.sim.engine.StaticQuota`);
-- ``reactive``: a VC with waiting jobs gets the idle nodes it needs to place them now
-  (``ceil(waiting GPUs / 8)`` minus its own idle nodes), from VCs with nothing waiting,
-  above their guarantee; the neediest VC first, from the donor with most idle nodes;
-- ``predictive``: dprobe's forecaster learns each VC's demand window and forecasts it;
-  the quota planner (:mod:`dprobe.models.planner`, unchanged) turns the forecasts, and
-  each VC's need now at node granularity (:func:`need_gpus`), into a zero-sum plan of
-  node moves;
-- ``oracle``: the same planner fed the true future demand (a ceiling for forecasting).
+- ``reactive`` (what a platform runs without dprobe: a well-tuned Kueue cohort or Slurm
+  partition script): a VC with waiting jobs borrows the idle nodes it lacks to place them
+  now (its need at node granularity minus what it holds or has coming), from VCs with
+  nothing waiting, above their guarantee, borrowed nodes first; the neediest VC first,
+  from the donor with most idle nodes; a borrowed node that stayed idle for a whole
+  planning interval in a VC with nothing waiting goes home;
+- ``predictive``: dprobe's forecaster learns each VC's demand window and forecasts it
+  one lead ahead (move latency + one interval); the quota planner
+  (:mod:`dprobe.models.planner`) turns the forecasts, each VC's need now at node
+  granularity (:func:`need_gpus`) and what it is forecast to need within a borrower's
+  run time (``hold``) into a zero-sum plan of node moves;
+- ``oracle``: the same planner fed the true future demand (``run.py`` keeps it or the
+  reactive run, whichever waited less: a ceiling by construction).
+
+The engine applies the move latency and the reclaim of lent nodes to every mode alike.
 
 Example:
     >>> from dprobe.sim.engine import Simulator
     >>> from dprobe.sim.jobs import SimJob
     >>> from dprobe.sim.policies import make_policy
+    >>> from dprobe.sim.settings import SimSettings
     >>> jobs = [SimJob(0, "a", gpus=16, submit_s=0.0, duration_s=900.0)]
-    >>> sim = Simulator(jobs, {"a": 1, "b": 2}, make_policy("fifo"), ReactiveQuota()).run()
-    >>> jobs[0].start_s, sim.node_moves  # waits for the first tick at 300 s
-    (300.0, 1)
+    >>> s = SimSettings(move_latency_s=120.0)
+    >>> sim = Simulator(jobs, {"a": 1, "b": 2}, make_policy("fifo"), ReactiveQuota(),
+    ...                 settings=s).run()
+    >>> jobs[0].start_s, sim.node_moves  # borrowed at the first tick (300 s), lands 120 s later
+    (420.0, 1)
 """
 
 from __future__ import annotations
 
-import bisect
 import heapq
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -31,6 +40,7 @@ from dprobe.models.planner import PlanInput, Planner, TenantState
 from dprobe.schema import LevelCounts, TenantWindow
 from dprobe.sim.cluster import VC, Node
 from dprobe.sim.flow import SimFlow
+from dprobe.sim.placement import need_gpus, need_nodes
 
 if TYPE_CHECKING:
     from dprobe.sim.engine import Simulator
@@ -39,58 +49,29 @@ if TYPE_CHECKING:
 Moves = list[tuple[Node, VC, VC]]
 
 
-def need_gpus(vc: VC, max_jobs: int = 512) -> int:
-    """What ``vc`` needs now in whole nodes: its busy nodes, plus new nodes for its waiting
-    jobs (the first ``max_jobs`` in queue order), packed best-fit largest first into the
-    free GPUs of busy nodes and then into new nodes; a job larger than a node takes whole
-    nodes.
-
-    >>> from dprobe.sim.cluster import Node
-    >>> from dprobe.sim.jobs import SimJob
-    >>> vc = VC("a", 8)
-    >>> for i in range(3): vc.add_node(Node(i, 8))
-    >>> for i in range(3): vc.allocate(f"run{i}", [(vc.nodes[i], 6)])  # 2 free on each
-    >>> vc.enqueue((0,), SimJob(0, "a", gpus=4, submit_s=0.0, duration_s=1.0))
-    >>> need_gpus(vc)  # 3 busy nodes + 1 new: the 4 GPUs do not fit in 2+2+2
-    32
-    """
-    g = vc.node_gpus
-    frees = sorted(n.free for n in vc.nodes.values() if n.jobs)
-    busy = len(frees)
-    new = 0
-    for size in sorted((j.gpus for _, j in vc.pending[:max_jobs]), reverse=True):
-        if size > g:
-            new += -(-size // g)
-            continue
-        k = bisect.bisect_left(frees, size)
-        if k == len(frees):
-            new += 1
-            bisect.insort(frees, g - size)
-        else:
-            bisect.insort(frees, frees.pop(k) - size)
-    return (busy + new) * g
+def lend_order(vc: VC) -> list[Node]:
+    """``vc``'s idle nodes in the order it lends them: borrowed ones first (they are not
+    its own, so lending them on never needs a reclaim), then its own, highest id first."""
+    return sorted(vc.idle_nodes(), key=lambda n: (n.home == vc.name, -n.idx))
 
 
 def _lendable(vc: VC) -> list[Node]:
-    idle = vc.idle_nodes()
-    return idle[: max(0, min(len(idle), len(vc.nodes) - vc.guaranteed_nodes))]
+    idle = lend_order(vc)
+    return idle[: max(0, min(len(idle), vc.have_nodes - vc.guaranteed_nodes))]
 
 
 class ReactiveQuota:
-    """Move idle nodes to VCs that have jobs waiting right now (see module doc)."""
+    """Borrow for jobs that wait now, return what stays idle (see module doc)."""
 
     name = "reactive"
 
     def step(self, sim: Simulator, now: float) -> Moves:
-        g = sim.s.node_gpus
         need = {}
         for vc in sim.vcs.values():
             if vc.pending:
-                n = -(-vc.pending_gpus // g) - len(vc.idle_nodes())
+                n = need_nodes(vc) - vc.have_nodes
                 if n > 0:
                     need[vc.name] = n
-        if not need:
-            return []
         offer = {vc.name: _lendable(vc) for vc in sim.vcs.values() if not vc.pending}
         recv = [(-n, name) for name, n in need.items()]
         don = [(-len(nodes), name) for name, nodes in offer.items() if nodes]
@@ -105,14 +86,23 @@ class ReactiveQuota:
                 heapq.heappush(recv, (n + 1, r))
             if offer[d]:
                 heapq.heappush(don, (-len(offer[d]), d))
+        lent = {node.idx for node, _, _ in moves}
+        for vc in sim.vcs.values():  # borrowed nodes idle a whole interval go home
+            if vc.pending:
+                continue
+            for node in vc.idle_nodes():
+                stale = now - node.idle_since >= sim.s.interval_s
+                if node.home != vc.name and stale and node.idx not in lent:
+                    moves.append((node, vc, sim.vcs[node.home]))
         return moves
 
 
-Forecast = Callable[["Simulator", float], dict[str, tuple[float, float]]]
+Forecast = Callable[["Simulator", float], dict[str, tuple[float, float, float]]]
 
 
 class PlannerQuota:
-    """Planner-driven quotas from a forecast function ``(sim, now) -> {vc: (p50, p90)}``."""
+    """Planner-driven quotas from a forecast function ``(sim, now) -> {vc: (p50, p90,
+    hold)}``: p50 and p90 of demand over the lead, ``hold`` over the lend horizon."""
 
     def __init__(self, name: str, forecast: Forecast, planner: Planner) -> None:
         self.name = name
@@ -125,7 +115,7 @@ class PlannerQuota:
         tenants = []
         forecasts = self.forecast(sim, now)
         for vc in sim.vcs.values():
-            p50, p90 = forecasts[vc.name]
+            p50, p90, hold = forecasts[vc.name]
             tenants.append(
                 TenantState(
                     vc.name,
@@ -134,8 +124,9 @@ class PlannerQuota:
                     idle_gpus=len(vc.idle_nodes()) * g,
                     p50=p50,
                     p90=p90,
-                    horizon_s=sim.s.horizon_s,
+                    horizon_s=sim.s.lead_s,
                     need_gpus=float(need_gpus(vc)),
+                    hold_gpus=hold,
                 )
             )
         plan = self.planner.plan(
@@ -146,11 +137,13 @@ class PlannerQuota:
         for d in plan.moves:
             if d.delta_gpus < 0:
                 vc = sim.vcs[d.tenant]
-                freed.extend((node, vc) for node in vc.idle_nodes()[: -d.delta_gpus // g])
+                freed.extend((node, vc) for node in lend_order(vc)[: -d.delta_gpus // g])
         moves: Moves = []
         for d in plan.moves:
             for _ in range(d.delta_gpus // g if d.delta_gpus > 0 else 0):
-                node, src = freed.pop(0)
+                # a node of the receiver's own first: it comes home rather than away
+                k = next((i for i, (n, _) in enumerate(freed) if n.home == d.tenant), 0)
+                node, src = freed.pop(k)
                 moves.append((node, src, sim.vcs[d.tenant]))
         return moves
 
@@ -187,21 +180,29 @@ def window_of(sim: Simulator, vc: VC, now: float, flow: SimFlow | None = None) -
 
 
 def learned_forecast(
-    model: Any, horizons: tuple[float, ...], flow: SimFlow | None = None
+    model: Any,
+    horizons: tuple[float, ...],
+    flow: SimFlow | None = None,
+    *,
+    hold_s: float = 0.0,
 ) -> Forecast:
     """Feed the model this tick's window of each VC, then forecast: the largest p50 and p90
-    over ``horizons`` (the quota must cover demand until the next plan and at the horizon).
-    The windows carry the job flow (``flow``, a fresh :class:`SimFlow` by default)."""
+    over ``horizons`` (the quota must cover demand until the next plan and at the lead),
+    and, as ``hold``, the largest p90 up to ``hold_s`` (0: none). The windows carry the job
+    flow (``flow``, a fresh :class:`SimFlow` by default)."""
     tracker = flow or SimFlow()
+    asked = sorted({*horizons, *([hold_s] if hold_s > 0 else [])})
 
-    def forecast(sim: Simulator, now: float) -> dict[str, tuple[float, float]]:
+    def forecast(sim: Simulator, now: float) -> dict[str, tuple[float, float, float]]:
         tracker.advance(sim, now)
         for vc in sim.vcs.values():
             model.learn_one(window_of(sim, vc, now, tracker))
         result = {}
         for name in sim.vcs:
-            out = model.forecast(name, list(horizons)).values()
-            result[name] = (max(v[0] for v in out), max(v[1] for v in out))
+            out = model.forecast(name, asked)
+            lead = [out[h] for h in horizons]
+            hold = max(v[1] for h, v in out.items() if h <= hold_s) if hold_s > 0 else 0.0
+            result[name] = (max(v[0] for v in lead), max(v[1] for v in lead), hold)
         return result
 
     return forecast
@@ -209,32 +210,41 @@ def learned_forecast(
 
 class OracleDemand:
     """True peak demand of each VC over ``(now, now + horizon]``: what is waiting now, what
-    runs and will still run, and the jobs that will arrive and still run (from the trace)."""
+    runs and will still run, and the jobs that will arrive and still run (from the trace);
+    as ``hold``, the same peak over ``hold_s`` (0: none)."""
 
-    def __init__(self, jobs: list[SimJob], horizon_s: float) -> None:
+    def __init__(self, jobs: list[SimJob], horizon_s: float, hold_s: float = 0.0) -> None:
         self.horizon_s = horizon_s
+        self.hold_s = hold_s
         self._future: dict[str, list[SimJob]] = {}
         for j in jobs:
             self._future.setdefault(j.tenant, []).append(j)
         self._next: dict[str, int] = dict.fromkeys(self._future, 0)
 
-    def __call__(self, sim: Simulator, now: float) -> dict[str, tuple[float, float]]:
-        return {vc.name: (p, p) for vc in sim.vcs.values() for p in [self._peak(vc, now)]}
+    def __call__(self, sim: Simulator, now: float) -> dict[str, tuple[float, float, float]]:
+        out = {}
+        for vc in sim.vcs.values():
+            p = self._peak(vc, now, self.horizon_s)
+            hold = self._peak(vc, now, self.hold_s) if self.hold_s > 0 else 0.0
+            out[vc.name] = (p, p, hold)
+        return out
 
-    def _peak(self, vc: VC, now: float) -> float:
+    def _peak(self, vc: VC, now: float, horizon: float) -> float:
         fut = self._future.get(vc.name, [])
         i = self._next.get(vc.name, 0)
         while i < len(fut) and fut[i].submit_s <= now:
             i += 1
         self._next[vc.name] = i
-        ends = [(j.gpus, now + j.remaining_s / j.speed - (now - j.last_s)) for j in vc.running]
         peak = float(vc.pending_gpus + vc.running_gpus)
-        end_t = now + self.horizon_s
+        end_t = now + horizon
+        running = [(now + j.remaining_s / j.speed - (now - j.last_s), j.gpus) for j in vc.running]
         k = i
+        arrived: list[tuple[float, int]] = []
         while k < len(fut) and fut[k].submit_s <= end_t:
             tau = fut[k].submit_s
-            still = sum(g for g, e in ends if e > tau)
-            arrived = sum(a.gpus for a in fut[i : k + 1] if a.submit_s + a.duration_s > tau)
-            peak = max(peak, float(vc.pending_gpus + still + arrived))
+            arrived.append((tau + fut[k].duration_s, fut[k].gpus))
+            still = sum(g for e, g in running if e > tau)
+            new = sum(g for e, g in arrived if e > tau)
+            peak = max(peak, float(vc.pending_gpus + still + new))
             k += 1
         return peak

@@ -1,15 +1,22 @@
 """Rows, table and bar chart of a simulation grid.
 
 ``reduction_vs_static`` is the percentage by which a cell's average queueing delay is
-below the static cell of the same policy (positive = better; ``None`` without a static
-cell or when static had no delay).
+below the static cell of the same policy, move latency and reclaim rule (positive =
+better; ``None`` without a static cell or when static had no delay);
+``reduction_vs_reactive`` the same against the reactive cell. ``oracle_gain_captured``
+(predictive cells only) is ``(reactive - predictive) / (reactive - oracle)``: the share of
+the oracle's gain over reactive that predictive captures (``None`` when the oracle gains
+nothing).
 
 Example:
     >>> from dprobe.sim.run import CellResult
     >>> def cell(mode, q):
-    ...     return CellResult("fifo", mode, 1, 0, 0, q, q, q, 0.5, 0, 0, 1.0, 0.1, "")
-    >>> [r["reduction_vs_static"] for r in rows([cell("static", 100.0), cell("oracle", 25.0)])]
-    [0.0, 75.0]
+    ...     return CellResult("fifo", mode, 0.0, "wait", 1, 0, 0, q, q, q, 0.5, 0, 0,
+    ...                       0.0, 0.0, 0.0, 0, 1.0, 0.1, "")
+    >>> out = rows([cell("static", 100.0), cell("reactive", 40.0), cell("predictive", 30.0),
+    ...             cell("oracle", 20.0)])
+    >>> [(r["reduction_vs_static"], r["oracle_gain_captured"]) for r in out]
+    [(0.0, None), (60.0, None), (70.0, 0.5), (80.0, None)]
 """
 
 from __future__ import annotations
@@ -23,32 +30,56 @@ from dprobe.sim.run import CellResult
 COLUMNS = (
     "policy",
     "mode",
+    "move_latency_s",
+    "reclaim",
     "avg_queue_s",
     "p95_queue_s",
     "avg_jct_s",
     "alloc_ratio",
     "node_moves",
+    "preemptions",
+    "lost_gpu_h",
+    "moves_in_flight_gpu_h",
+    "guarantee_wait_s",
     "reduction_vs_static",
+    "reduction_vs_reactive",
+    "oracle_gain_captured",
 )
+
+
+def _pct(base: float | None, value: float) -> float | None:
+    return None if not base else round(100.0 * (base - value) / base, 2)
 
 
 def rows(results: Sequence[CellResult]) -> list[dict[str, Any]]:
     """One plain row per cell, with exactly :data:`COLUMNS`."""
-    static = {r.policy: r.avg_queue_s for r in results if r.mode == "static"}
+    by = {(r.policy, r.move_latency_s, r.reclaim, r.mode): r.avg_queue_s for r in results}
     out = []
     for r in results:
-        base = static.get(r.policy)
-        red = None if not base else round(100.0 * (base - r.avg_queue_s) / base, 2)
+        key = (r.policy, r.move_latency_s, r.reclaim)
+        reactive, oracle = by.get((*key, "reactive")), by.get((*key, "oracle"))
+        captured = None
+        known = reactive is not None and oracle is not None
+        if r.mode == "predictive" and known and reactive - oracle > 1e-9:  # type: ignore[operator]
+            captured = round((reactive - r.avg_queue_s) / (reactive - oracle), 3)
         out.append(
             {
                 "policy": r.policy,
                 "mode": r.mode,
+                "move_latency_s": r.move_latency_s,
+                "reclaim": r.reclaim,
                 "avg_queue_s": round(r.avg_queue_s, 1),
                 "p95_queue_s": round(r.p95_queue_s, 1),
                 "avg_jct_s": round(r.avg_jct_s, 1),
                 "alloc_ratio": round(r.alloc_ratio, 4),
                 "node_moves": r.node_moves,
-                "reduction_vs_static": red,
+                "preemptions": r.preemptions,
+                "lost_gpu_h": round(r.lost_gpu_h, 2),
+                "moves_in_flight_gpu_h": round(r.moves_in_flight_gpu_h, 2),
+                "guarantee_wait_s": round(r.guarantee_wait_s, 1),
+                "reduction_vs_static": _pct(by.get((*key, "static")), r.avg_queue_s),
+                "reduction_vs_reactive": _pct(reactive, r.avg_queue_s),
+                "oracle_gain_captured": captured,
             }
         )
     return out
@@ -59,23 +90,39 @@ def table(results: Sequence[CellResult]) -> str:
     head = [
         "policy",
         "mode",
+        "latency s",
+        "reclaim",
         "avg queue s",
         "p95 queue s",
         "avg JCT s",
         "alloc ratio",
         "node moves",
+        "preemptions",
+        "lost GPU-h",
+        "in-flight GPU-h",
+        "guarantee wait s",
         "vs static",
+        "vs reactive",
+        "oracle gain captured",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in rows(results):
-        red = "" if r["reduction_vs_static"] is None else f"{r['reduction_vs_static']:+.2f} %"
-        if r["mode"] == "static":
-            red = "-"
+        vs_static = "-" if r["mode"] == "static" else _signed(r["reduction_vs_static"])
+        vs_reactive = "-" if r["mode"] == "reactive" else _signed(r["reduction_vs_reactive"])
+        cap = r["oracle_gain_captured"]
         lines.append(
-            f"| {r['policy']} | {r['mode']} | {_s(r['avg_queue_s'])} | {_s(r['p95_queue_s'])} | "
-            f"{_s(r['avg_jct_s'])} | {r['alloc_ratio']:.3f} | {r['node_moves']} | {red} |"
+            f"| {r['policy']} | {r['mode']} | {r['move_latency_s']:g} | {r['reclaim']} | "
+            f"{_s(r['avg_queue_s'])} | {_s(r['p95_queue_s'])} | {_s(r['avg_jct_s'])} | "
+            f"{r['alloc_ratio']:.3f} | {r['node_moves']} | {r['preemptions']} | "
+            f"{_s(r['lost_gpu_h'])} | {_s(r['moves_in_flight_gpu_h'])} | "
+            f"{_s(r['guarantee_wait_s'])} | {vs_static} | {vs_reactive} | "
+            f"{'-' if cap is None else f'{cap:.2f}'} |"
         )
     return "\n".join(lines)
+
+
+def _signed(pct: float | None) -> str:
+    return "" if pct is None else f"{pct:+.2f} %"
 
 
 def _s(x: float) -> str:
@@ -113,6 +160,52 @@ def chart(results: Sequence[CellResult], path: str | Path, title: str = "") -> P
     ax.set_ylabel("average queueing delay (s, log; 0 drawn at 0.1)")
     ax.set_title(title or "Average queueing delay by policy and quota mode")
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def sweep_chart(results: Sequence[CellResult], path: str | Path, title: str = "") -> Path:
+    """Average queueing delay against move latency: a panel per reclaim rule (rows) and
+    policy (columns), a line per quota mode; PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    policies = list(dict.fromkeys(r.policy for r in results))
+    reclaims = list(dict.fromkeys(r.reclaim for r in results))
+    modes = list(dict.fromkeys(r.mode for r in results))
+    fig, axes = plt.subplots(
+        len(reclaims),
+        len(policies),
+        figsize=(2.6 * len(policies) + 1, 2.4 * len(reclaims) + 0.8),
+        dpi=120,
+        squeeze=False,
+        sharex=True,
+    )
+    for i, rec in enumerate(reclaims):
+        for k, pol in enumerate(policies):
+            ax = axes[i][k]
+            for m in modes:
+                pts = sorted(
+                    (r.move_latency_s, max(r.avg_queue_s, 0.1))
+                    for r in results
+                    if r.policy == pol and r.reclaim == rec and r.mode == m
+                )
+                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", ms=3, label=m)
+            ax.set_yscale("log")
+            ax.set_title(f"{pol.upper()}, reclaim {rec}", fontsize=8)
+            ax.tick_params(labelsize=7)
+            if i == len(reclaims) - 1:
+                ax.set_xlabel("move latency (s)", fontsize=7)
+            if k == 0:
+                ax.set_ylabel("avg queueing delay (s, log)", fontsize=7)
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(title or "Average queueing delay against move latency", fontsize=9)
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

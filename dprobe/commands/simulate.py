@@ -2,12 +2,17 @@
 
     dprobe simulate --jobs trace_job_Philly_MIX1.csv [--vcs philly_vc.csv]
     dprobe simulate --helios DIR --days 7 --policies fifo las --json
+    dprobe simulate --jobs trace.csv --move-latency 900 --reclaim preempt
+    dprobe simulate --jobs trace.csv --sweep --workers 2
 
-Prints a table of average and p95 queueing delay, average JCT, GPU allocation ratio and
-node moves for every policy x mode, with the reduction of average queueing delay vs
-static quotas, and writes a PNG bar chart. ``--json`` prints one JSON list of rows on
-stdout and nothing else there. ``jobs-csv`` times are minutes unless ``--time-unit``
-says otherwise (or the header names ``submit_time_s`` / ``duration_s``).
+Prints a table of average and p95 queueing delay, average JCT, GPU allocation ratio,
+node moves and reconfiguration costs (preemptions, lost GPU-hours, GPU-hours in flight,
+waits for lent guaranteed nodes) for every policy x mode, with the reduction of average
+queueing delay vs static and reactive quotas, and writes a PNG chart. ``--sweep`` runs
+that grid at every move latency of ``--latencies`` x both reclaim rules. ``--json``
+prints one JSON list of rows on stdout and nothing else there. ``jobs-csv`` times are
+minutes unless ``--time-unit`` says otherwise (or the header names ``submit_time_s`` /
+``duration_s``).
 """
 
 from __future__ import annotations
@@ -29,6 +34,16 @@ def _names(values: list[str], allowed: tuple[str, ...], what: str) -> list[str]:
     bad = [v for v in out if v not in allowed]
     if bad:
         raise UsageError(f"unknown {what} {', '.join(bad)}; choose from {', '.join(allowed)}")
+    return list(dict.fromkeys(out))
+
+
+def _latencies(text: str) -> list[float]:
+    try:
+        out = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"--latencies {text!r}: need seconds separated by commas") from None
+    if not out or not all(v >= 0 and v < float("inf") for v in out):
+        raise UsageError("--latencies: need one or more finite seconds >= 0")
     return list(dict.fromkeys(out))
 
 
@@ -104,10 +119,57 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="share of each VC's static quota it never lends (0.5)",
     )
     p.add_argument(
+        "--move-latency",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds a node that changes VC serves nobody (300)",
+    )
+    p.add_argument(
+        "--reclaim",
+        choices=("wait", "preempt"),
+        default="wait",
+        help="how a VC gets its lent nodes back: wait for them to go idle, or preempt the "
+        "borrower's jobs on them (wait)",
+    )
+    p.add_argument(
+        "--checkpoint-interval",
+        type=float,
+        default=1800.0,
+        metavar="S",
+        help="jobs checkpoint every S seconds of work; a reclaim preemption loses the work "
+        "since the last one (1800; 0: nothing lost)",
+    )
+    p.add_argument(
+        "--lend-horizon",
+        type=float,
+        default=None,
+        metavar="S",
+        help="predictive and oracle modes keep idle nodes their VC is forecast to need "
+        "within S seconds (default: 3600 with --reclaim preempt, 0 with wait)",
+    )
+    p.add_argument(
+        "--no-gate",
+        action="store_true",
+        help="predictive mode: use forecasts even where they have not been paying",
+    )
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="run the grid at every --latencies value x reclaim wait and preempt",
+    )
+    p.add_argument(
+        "--latencies",
+        default="0,300,900,1800",
+        metavar="S,S",
+        help="--sweep: move latencies in seconds (0,300,900,1800)",
+    )
+    p.add_argument(
         "--forecaster",
-        default="dprobe-mmoe",
-        help="model of the predictive mode: dprobe-mmoe (alias mmoe), last-value, "
-        "moving-average, holt-winters, seasonal-naive, recent-peak (default dprobe-mmoe)",
+        default=None,
+        help="model of the predictive mode: dprobe-mmoe (alias mmoe), dprobe-mmoe-jobs, "
+        "last-value, moving-average, holt-winters, seasonal-naive, recent-peak, job-aware "
+        "(default dprobe-mmoe; with --sweep recent-peak, which is 10x faster)",
     )
     p.add_argument(
         "--colocate",
@@ -135,22 +197,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dprobe.models.forecast.registry import canonical_name
-    from dprobe.sim.grid import run_grid
+    from dprobe.sim.grid import run_sweep, sweep_settings
     from dprobe.sim.inputs import resolve_vc_nodes
-    from dprobe.sim.report import chart, rows, table
+    from dprobe.sim.report import chart, rows, sweep_chart, table
     from dprobe.sim.settings import SimSettings
     from dprobe.traces.jobs_csv import read_jobs
 
     policies = _names(args.policies, POLICIES, "policy")
     modes = _names(args.modes, MODES, "mode")
     try:
-        forecaster = canonical_name(args.forecaster)
+        forecaster = canonical_name(
+            args.forecaster or ("recent-peak" if args.sweep else "dprobe-mmoe")
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.workers < 1 or args.interval <= 0 or args.horizon <= 0:
         raise UsageError("--workers, --interval and --horizon must be > 0")
     if not 0 <= args.guarantee <= 1:
         raise UsageError("--guarantee must be within [0, 1]")
+    if not (args.move_latency >= 0 and args.checkpoint_interval >= 0):
+        raise UsageError("--move-latency and --checkpoint-interval must be >= 0")
+    if args.lend_horizon is not None and not args.lend_horizon >= 0:
+        raise UsageError("--lend-horizon must be >= 0")
+    latencies = _latencies(args.latencies) if args.sweep else [args.move_latency]
 
     def say(text: str) -> None:
         print(text, file=sys.stderr)
@@ -184,18 +253,24 @@ def run(args: argparse.Namespace) -> int:
         guarantee_fraction=args.guarantee,
         forecaster=forecaster,
         seed=args.seed,
+        move_latency_s=args.move_latency,
+        reclaim=args.reclaim,
+        checkpoint_interval_s=args.checkpoint_interval,
+        lend_horizon_s=args.lend_horizon,
+        gate=not args.no_gate,
     )
+    reclaims = ["wait", "preempt"] if args.sweep else [args.reclaim]
     say(
         f"{len(records)} jobs ({source}); {len(vc_nodes)} VCs, {sum(vc_nodes.values())} nodes; "
         f"{origin}"
     )
     t0 = time.perf_counter()
-    results = run_grid(
+    results = run_sweep(
         records,
         vc_nodes,
         policies,
         modes,
-        settings=settings,
+        sweep_settings(settings, latencies, reclaims),
         sharing=sharing,
         workers=args.workers,
         progress=True,
@@ -211,7 +286,8 @@ def run(args: argparse.Namespace) -> int:
             say(f"warning: {r.policy}/{r.mode}: {r.unfinished} jobs never finished")
     if args.chart:
         try:
-            drawn = chart(results, args.chart, title=f"Queueing delay ({source})")
+            draw = sweep_chart if args.sweep else chart
+            drawn = draw(results, args.chart, title=f"Queueing delay ({source})")
         except OSError as exc:
             raise UsageError(f"--chart {args.chart}: {exc.strerror or exc}") from None
         say(f"chart written to {drawn}")

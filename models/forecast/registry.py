@@ -72,18 +72,26 @@ def make_forecaster(
     seed: int = 0,
     calibrate: bool = False,
     calibration: Mapping[str, Any] | None = None,
+    gate: bool = False,
+    gating: Mapping[str, Any] | None = None,
     **settings: Any,
 ) -> Any:
     """A fresh forecaster called ``name`` (see module doc), ``settings`` passed to its
     constructor (``seed`` only to the models that draw random numbers), wrapped in the
-    online p90 calibration when ``calibrate``; ``ValueError`` if the name is unknown,
-    ``TypeError`` for a setting the model does not have."""
+    online p90 calibration when ``calibrate`` (settings ``calibration``) and in the
+    paying gate (:mod:`dprobe.models.forecast.gate`, settings ``gating``) when ``gate``;
+    ``ValueError`` if the name is unknown, ``TypeError`` for a setting the model does not
+    have."""
     model = _make(name, seed=seed, **settings)
-    if not calibrate:
-        return model
-    from dprobe.models.forecast.calibration import Calibrated
+    if calibrate:
+        from dprobe.models.forecast.calibration import Calibrated
 
-    return Calibrated(model, **dict(calibration or {}))
+        model = Calibrated(model, **dict(calibration or {}))
+    if gate:
+        from dprobe.models.forecast.gate import Gated
+
+        model = Gated(model, **dict(gating or {}))
+    return model
 
 
 def _make(name: str, *, seed: int, **settings: Any) -> Any:

@@ -17,7 +17,15 @@ KEYS = {
     "avg_jct_s",
     "alloc_ratio",
     "node_moves",
+    "move_latency_s",
+    "reclaim",
+    "preemptions",
+    "lost_gpu_h",
+    "moves_in_flight_gpu_h",
+    "guarantee_wait_s",
     "reduction_vs_static",
+    "reduction_vs_reactive",
+    "oracle_gain_captured",
 }
 
 
@@ -50,6 +58,8 @@ def test_json_is_one_document_with_the_contract_keys(
             "reactive",
             "--forecaster",
             "recent-peak",
+            "--move-latency",
+            "0",
             "--chart",
             str(tmp_path / "c.png"),
             "--json",
@@ -72,9 +82,35 @@ def test_json_is_one_document_with_the_contract_keys(
     assert fifo["static"]["avg_queue_s"] == 1200.0
     assert fifo["reactive"]["avg_queue_s"] == 500.0
     assert fifo["reactive"]["reduction_vs_static"] == pytest.approx(100 * 700 / 1200, abs=0.01)
-    assert fifo["reactive"]["node_moves"] == 1
+    assert fifo["reactive"]["node_moves"] == 2  # lent at 300 s, home once idle for 300 s
     assert (tmp_path / "c.png").stat().st_size > 1000
     assert "4 runs" in err
+
+
+def test_sweep_runs_every_latency_and_reclaim(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = _trace(tmp_path)
+    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv")]
+    args += ["--policies", "fifo", "--modes", "static,reactive,oracle", "--sweep"]
+    args += ["--latencies", "0,600", "--chart", str(tmp_path / "s.png"), "--json"]
+    assert main(args) == 0
+    rows = json.loads(capsys.readouterr().out)
+    cells = {(r["move_latency_s"], r["reclaim"], r["mode"]): r for r in rows}
+    assert len(rows) == len(cells) == 2 * 2 * 3
+    # b's lent node lands 600 s after the 300 s tick: the second job waits 900 s, the
+    # third starts when the first ends at 1200 s -> (0 + 900 + 1200) / 3.
+    assert cells[(0.0, "wait", "reactive")]["avg_queue_s"] == 500.0
+    assert cells[(600.0, "wait", "reactive")]["avg_queue_s"] == 700.0
+    # two moves (lent, then home once idle), each 8 GPUs x 600 s in flight
+    in_flight = cells[(600.0, "wait", "reactive")]["moves_in_flight_gpu_h"]
+    assert in_flight == pytest.approx(2 * 8 * 600 / 3600, abs=0.01)
+    assert all(
+        cells[(lat, rec, "oracle")]["avg_queue_s"] <= cells[(lat, rec, "reactive")]["avg_queue_s"]
+        for lat in (0.0, 600.0)
+        for rec in ("wait", "preempt")
+    )
+    assert (tmp_path / "s.png").stat().st_size > 1000
 
 
 def test_bad_input_names_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -58,7 +58,7 @@ def test_srtf_preempts_for_less_remaining_time() -> None:
     jobs = _jobs(TRACE)
     sim = _run("srtf", jobs)
     assert _schedule(jobs) == [(0, 160, 60), (10, 70, 10), (20, 60, 10), (30, 40, 0)]
-    assert sim.preemptions == 3
+    assert sim.policy_preemptions == 3
 
 
 def test_qssf_ranks_by_predicted_duration_times_gpus() -> None:
@@ -96,7 +96,7 @@ def test_las_two_queues_with_demotion() -> None:
     sim = _run("las", jobs, s)
     assert _schedule(jobs) == [(0, 140, 40), (20, 30, 0), (40, 70, 0)]
     assert [j.queue for j in jobs] == [1, 0, 0]
-    assert sim.preemptions == 2
+    assert sim.policy_preemptions == 2
 
 
 def test_large_jobs_take_whole_nodes_and_small_ones_best_fit() -> None:
@@ -126,4 +126,4 @@ def test_srtf_clears_whole_nodes_for_a_multi_node_job() -> None:
     )
     sim = Simulator(jobs, {"a": 2}, make_policy("srtf")).run()
     assert _schedule(jobs) == [(0, 120, 20), (0, 120, 20), (0, 120, 20), (10, 30, 0)]
-    assert sim.preemptions == 3
+    assert sim.policy_preemptions == 3

@@ -12,6 +12,9 @@ from dprobe.sim.settings import SimSettings
 from dprobe.sim.sharing import Sharing
 
 
+INSTANT = SimSettings(move_latency_s=0.0)  # nodes move at once: the planning logic alone
+
+
 def _job(i: int, tenant: str, t: float, g: int, d: float, model: str = "") -> SimJob:
     return SimJob(i, tenant, gpus=g, submit_s=t, duration_s=d, model=model)
 
@@ -20,7 +23,9 @@ def test_reactive_lends_idle_nodes_above_the_guarantee() -> None:
     # a: 1 node, b: 3 nodes, guarantee half (b keeps 1). Three 8-GPU jobs of a at 0:
     # one runs at once; at the 300 s tick a needs 2 nodes, b lends 2 (3 idle - 1 kept).
     jobs = [_job(i, "a", 0.0, 8, 1000.0) for i in range(3)]
-    sim = Simulator(jobs, {"a": 1, "b": 3}, make_policy("fifo"), ReactiveQuota()).run()
+    sim = Simulator(
+        jobs, {"a": 1, "b": 3}, make_policy("fifo"), ReactiveQuota(), settings=INSTANT
+    ).run()
     assert [j.start_s for j in jobs] == [0.0, 300.0, 300.0]
     assert sim.node_moves == 2
     assert len(sim.vcs["b"].nodes) == 1
@@ -49,7 +54,7 @@ def test_oracle_moves_a_node_before_the_job_arrives() -> None:
         return [_job(0, "a", 0.0, 8, 2000.0), _job(1, "a", 400.0, 8, 100.0)]
 
     jobs = trace()
-    s = SimSettings()
+    s = SimSettings(move_latency_s=0.0)
     quota = PlannerQuota("oracle", OracleDemand(jobs, s.horizon_s), Planner(s.planner))
     sim = Simulator(jobs, {"a": 1, "b": 2}, make_policy("fifo"), quota, settings=s).run()
     assert jobs[1].start_s == 400.0
@@ -63,7 +68,7 @@ def test_predictive_follows_the_forecaster_through_the_planner() -> None:
     # RecentPeak forecasts a's demand from its windows: at the 300 s tick a runs 8 and
     # has 8 waiting: p90 = 16 -> one node moves from b (2 nodes, guarantee 1).
     jobs = [_job(0, "a", 0.0, 8, 2000.0), _job(1, "a", 10.0, 8, 100.0)]
-    s = SimSettings()
+    s = SimSettings(move_latency_s=0.0)
     quota = PlannerQuota(
         "predictive", learned_forecast(RecentPeak(), (300.0, 600.0)), Planner(s.planner)
     )
