@@ -11,7 +11,6 @@ from dprobe.sim.quota import OracleDemand, PlannerQuota, ReactiveQuota, learned_
 from dprobe.sim.settings import SimSettings
 from dprobe.sim.sharing import Sharing
 
-
 INSTANT = SimSettings(move_latency_s=0.0)  # nodes move at once: the planning logic alone
 
 
