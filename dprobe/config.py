@@ -221,6 +221,10 @@ class WorkerSettings:
     node_gpus: int = 8
     guaranteed_gpus: int = 0
     plan_horizon_s: float = 3600.0
+    # reconfiguration costs the planner acts ahead of (assumptions; docs/planner.md)
+    move_latency_s: float = 0.0
+    lend_horizon_s: float = 0.0
+    forecast_gate: bool = True
     lag_interval_s: float = 5.0
     data_dir: Path = field(default_factory=lambda: _cache_dir("worker"))
     metrics_addr: str = "127.0.0.1"
@@ -243,7 +247,17 @@ class WorkerSettings:
             raise ConfigError("worker.window_s must be > 0 and worker.grace_s >= 0")
         if self.batch_max < 1 or self.batch_within_s <= 0:
             raise ConfigError("worker.batch_max must be >= 1 and worker.batch_within_s > 0")
+        if not (self.plan_horizon_s > 0 and self.move_latency_s >= 0 and self.lend_horizon_s >= 0):
+            raise ConfigError(
+                "worker.plan_horizon_s must be > 0, move_latency_s and lend_horizon_s >= 0"
+            )
         _check_demand_settings(self)
+
+    @property
+    def plan_lead_s(self) -> float:
+        """How far ahead plans size quotas: the planning horizon, or one move latency plus
+        one window if that is longer (capacity moved now serves only after the latency)."""
+        return max(self.plan_horizon_s, self.move_latency_s + self.window_s)
 
 
 def _check_demand_settings(s: WorkerSettings) -> None:

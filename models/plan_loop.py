@@ -60,6 +60,7 @@ class PlanLoopSettings:
 
     capacity_gpus: int = 64
     horizon_s: float = 3600.0
+    hold_s: float = 0.0  # keep idle what a tenant's p90 needs within this long (0: off)
     guaranteed_gpus: int = 0
     initial_quotas: Mapping[str, int] = field(default_factory=dict)
     tenant_ttl_windows: int = 5
@@ -162,8 +163,11 @@ class PlanLoop:
             self._quotas = _even_split(tenants, s.capacity_gpus, node)
         states = []
         h = s.horizon_s
+        asked = sorted({h, s.hold_s}) if s.hold_s > 0 else [h]
         for t in tenants:
-            p50, p90 = self.forecaster.forecast(t, [h])[h]
+            out = self.forecaster.forecast(t, asked)
+            p50, p90 = out[h]
+            hold = max(v[1] for k, v in out.items() if k <= s.hold_s) if s.hold_s > 0 else 0.0
             self._forecasts[t] = {h: (p50, p90)}
             self._outstanding[(t, at + h)] = (h, p50)
             w = self._last[t]
@@ -179,6 +183,7 @@ class PlanLoop:
                     p90=max(0.0, p90, p50),
                     horizon_s=h,
                     need_gpus=float(ceil_to_node(max(demand_of(w), 0.0), node)),
+                    hold_gpus=max(0.0, hold),
                 )
             )
         capacity = max(s.capacity_gpus, sum(st.quota_gpus for st in states))

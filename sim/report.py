@@ -59,9 +59,9 @@ def rows(results: Sequence[CellResult]) -> list[dict[str, Any]]:
         key = (r.policy, r.move_latency_s, r.reclaim)
         reactive, oracle = by.get((*key, "reactive")), by.get((*key, "oracle"))
         captured = None
-        known = reactive is not None and oracle is not None
-        if r.mode == "predictive" and known and reactive - oracle > 1e-9:  # type: ignore[operator]
-            captured = round((reactive - r.avg_queue_s) / (reactive - oracle), 3)
+        if r.mode == "predictive" and reactive is not None and oracle is not None:
+            gain = reactive - oracle
+            captured = round((reactive - r.avg_queue_s) / gain, 3) if gain > 1e-9 else None
         out.append(
             {
                 "policy": r.policy,

@@ -55,10 +55,21 @@ def broker_credentials(k: KafkaSettings) -> Any:
 
 
 def forecaster(s: WorkerSettings) -> Any:
-    """The worker's forecaster: ``s.model``, its p90 calibrated online at the planning
-    horizon unless ``s.calibrate`` is off (:mod:`dprobe.models.forecast.calibration`)."""
-    calibration = {"horizons_s": (s.plan_horizon_s,)}
-    return make_forecaster(s.model, seed=s.seed, calibrate=s.calibrate, calibration=calibration)
+    """The worker's forecaster: ``s.model``, its p90 calibrated online at the planning lead
+    (and the lend horizon) unless ``s.calibrate`` is off
+    (:mod:`dprobe.models.forecast.calibration`), each tenant's forecasts replaced by its
+    demand now while they have not been paying unless ``s.forecast_gate`` is off
+    (:mod:`dprobe.models.forecast.gate`)."""
+    lead = s.plan_lead_s
+    horizons = tuple(sorted({lead, *([s.lend_horizon_s] if s.lend_horizon_s > 0 else [])}))
+    return make_forecaster(
+        s.model,
+        seed=s.seed,
+        calibrate=s.calibrate,
+        calibration={"horizons_s": horizons},
+        gate=s.forecast_gate,
+        gating={"horizon_s": lead, "level": 0.9 if s.plan_quantile == "p90" else 0.5},
+    )
 
 
 @dataclass
@@ -85,7 +96,8 @@ def plan_settings(s: WorkerSettings) -> PlanLoopSettings:
     return PlanLoopSettings(
         window_partitions=s.partitions,
         capacity_gpus=s.capacity_gpus,
-        horizon_s=s.plan_horizon_s,
+        horizon_s=s.plan_lead_s,
+        hold_s=s.lend_horizon_s,
         guaranteed_gpus=s.guaranteed_gpus,
         planner=PlannerSettings(node_gpus=s.node_gpus, quantile=s.plan_quantile),  # type: ignore[arg-type]
     )

@@ -66,9 +66,17 @@ SMALL_SETTINGS[MMOE_JOBS] = SMALL_SETTINGS[MMOE]
 
 
 def small(name: str, seed: int = 0, *, calibrated: bool = False) -> Forecaster:
-    """The registered forecaster ``name``, made small for unit tests (wrapped in the online
-    p90 calibration, default settings, when ``calibrated``)."""
-    return make_forecaster(name, seed=seed, calibrate=calibrated, **SMALL_SETTINGS.get(name, {}))
+    """The registered forecaster ``name``, made small for unit tests; when ``calibrated``,
+    wrapped as the worker runs it: the online p90 calibration (default settings) and the
+    paying gate (scoring at 600 s, deciding after 3 scores so tests reach it)."""
+    return make_forecaster(
+        name,
+        seed=seed,
+        calibrate=calibrated,
+        gate=calibrated,
+        gating={"horizon_s": 600.0, "min_scores": 3},
+        **SMALL_SETTINGS.get(name, {}),
+    )
 
 
 def small_mmoe(seed: int = 0) -> MultiTaskForecaster:

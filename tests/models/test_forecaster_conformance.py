@@ -1,6 +1,7 @@
 """One conformance test over every forecaster of the registry (the river habit): the
 contract's invariants, for every name the worker, the simulator and evaluate accept, each
-plain and wrapped in the online p90 calibration (what they run by default)."""
+plain and wrapped in the online p90 calibration and the paying gate (what they run by
+default)."""
 
 from __future__ import annotations
 

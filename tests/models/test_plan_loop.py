@@ -118,3 +118,31 @@ def test_a_restored_loop_continues_like_the_original() -> None:
     restored = _loop()
     restored.load_state_dict(copy.deepcopy(original.state_dict()))
     assert _run(restored, messages[half:]) == _run(original, messages[half:])
+
+
+class _TwoHorizons(LastValue):
+    """p90 = demand now at the lead, a fixed 24 GPUs for vc-b further out."""
+
+    def forecast(self, tenant, horizons):  # type: ignore[no-untyped-def]
+        out = super().forecast(tenant, horizons)
+        return {
+            h: (p50, 24.0 if tenant == "vc-b" and h > 600 else p90) for h, (p50, p90) in out.items()
+        }
+
+
+def test_hold_keeps_what_a_tenant_needs_within_the_lend_horizon() -> None:
+    def events(hold_s: float) -> dict[str, float]:
+        s = PlanLoopSettings(
+            capacity_gpus=64,
+            horizon_s=600.0,
+            hold_s=hold_s,
+            initial_quotas={"vc-a": 16, "vc-b": 48},
+        )
+        loop = PlanLoop(_TwoHorizons(), s)
+        loop.on_window(_window("vc-a", W, 48.0))
+        loop.on_window(_window("vc-b", W, 0.0))
+        return {e.tenant: e.delta_gpus for e in loop.on_progress(0, W)}
+
+    # vc-a wants 32 more; vc-b, idle now, is forecast to need 24 GPUs within an hour
+    assert events(0.0) == {"vc-a": 32.0, "vc-b": -32.0}
+    assert events(3600.0) == {"vc-a": 24.0, "vc-b": -24.0}

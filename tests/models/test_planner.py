@@ -307,3 +307,26 @@ def test_waiting_jobs_come_before_capacity_kept_for_a_forecast() -> None:
     assert {d.tenant: d.reason for d in plan.moves} == {"a": "waiting_jobs", "b": "lend_idle"}
     off = Planner(PlannerSettings(urgent_first=False))
     assert off.plan(PlanInput(ts=0.0, capacity_gpus=64, tenants=tenants)).moves == ()
+
+
+def test_hold_keeps_idle_nodes_its_tenant_will_need_from_forecasts_and_waiting_jobs() -> None:
+    # b has 3 idle nodes; a wants 3 more for the forecast and 1 for jobs waiting now.
+    def plan(hold: float) -> dict[str, int]:
+        p = Planner(PlannerSettings(node_gpus=8))
+        inp = PlanInput(
+            ts=0.0,
+            capacity_gpus=48,
+            tenants=(
+                TenantState("a", quota_gpus=16, p50=40.0, p90=40.0, need_gpus=24.0),
+                TenantState(
+                    "b", quota_gpus=32, idle_gpus=24, p90=8.0, need_gpus=8.0, hold_gpus=hold
+                ),
+            ),
+        )
+        return {d.tenant: d.delta_gpus for d in p.plan(inp).decisions}
+
+    assert plan(0.0) == {"a": 24, "b": -24}
+    # b is forecast to need 24 GPUs within a borrower's run time: it keeps 2 of its 3 idle
+    # nodes, and lends the third even to a's waiting jobs only because it is beyond hold
+    assert plan(24.0) == {"a": 8, "b": -8}
+    assert plan(32.0) == {"a": 0, "b": 0}
