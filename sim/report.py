@@ -121,6 +121,37 @@ def table(results: Sequence[CellResult]) -> str:
     return "\n".join(lines)
 
 
+def sweep_table(results: Sequence[CellResult]) -> str:
+    """One line per move latency x reclaim rule x policy: each mode's average queueing
+    delay, predictive against reactive, the share of the oracle's gain it captures, and
+    the GPU-hours reactive and predictive lost to preemption (Markdown-compatible)."""
+    by = {(r.move_latency_s, r.reclaim, r.policy, r.mode): r for r in results}
+    keys = list(dict.fromkeys((r.move_latency_s, r.reclaim, r.policy) for r in results))
+    modes = ("static", "reactive", "predictive", "oracle")
+    head = ["latency s", "reclaim", "policy", *modes, "pred vs reactive", "captured"]
+    head += ["lost GPU-h reactive", "lost GPU-h predictive"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    rowmap = {(r["move_latency_s"], r["reclaim"], r["policy"], r["mode"]): r for r in rows(results)}
+    for lat, rec, pol in keys:
+        cells = [by.get((lat, rec, pol, m)) for m in modes]
+        pred = rowmap.get((lat, rec, pol, "predictive"))
+        vs = _signed(None if pred is None else _neg(pred["reduction_vs_reactive"]))
+        cap = None if pred is None else pred["oracle_gain_captured"]
+        lost = [by.get((lat, rec, pol, m)) for m in ("reactive", "predictive")]
+        lines.append(
+            f"| {lat:g} | {rec} | {pol} | "
+            + " | ".join("-" if c is None else _s(c.avg_queue_s) for c in cells)
+            + f" | {vs or '-'} | {'-' if cap is None else f'{cap:.2f}'} | "
+            + " | ".join("-" if c is None else _s(c.lost_gpu_h) for c in lost)
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def _neg(pct: float | None) -> float | None:
+    return None if pct is None else -pct
+
+
 def _signed(pct: float | None) -> str:
     return "" if pct is None else f"{pct:+.2f} %"
 

@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
     from dprobe.models.forecast.registry import canonical_name
     from dprobe.sim.grid import run_sweep, sweep_settings
     from dprobe.sim.inputs import resolve_vc_nodes
-    from dprobe.sim.report import chart, rows, sweep_chart, table
+    from dprobe.sim.report import chart, rows, sweep_chart, sweep_table, table
     from dprobe.sim.settings import SimSettings
     from dprobe.traces.jobs_csv import read_jobs
 
@@ -294,6 +294,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         json.dump(rows(results), sys.stdout)
         sys.stdout.write("\n")
+    elif args.sweep:
+        print(sweep_table(results))
     else:
         print(table(results))
     return 0

@@ -177,3 +177,19 @@ def test_an_empty_chart_path_writes_no_chart(
     )
     assert set(tmp_path.iterdir()) == before
     assert "| fifo | static |" in capsys.readouterr().out
+
+
+def test_sweep_prints_one_line_per_latency_reclaim_and_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = _trace(tmp_path)
+    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv"), "--chart", ""]
+    args += ["--policies", "fifo,sjf", "--modes", "static,reactive", "--sweep"]
+    assert main([*args, "--latencies", "0,600"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 + 2 * 2 * 2
+    # static waits 1200 s on average whatever the latency; reactive 500 s, then 700 s
+    assert lines[2].startswith("| 0 | wait | fifo | 1,200 | 500 | - | - |")
+    assert any(line.startswith("| 600 | preempt | sjf | 1,200 | 700 |") for line in lines)
+    assert main([*args, "--latencies", "0,x"]) == 2
+    assert "--latencies" in capsys.readouterr().err
