@@ -184,6 +184,7 @@ class PlanLoop:
                     horizon_s=h,
                     need_gpus=float(ceil_to_node(max(demand_of(w), 0.0), node)),
                     hold_gpus=max(0.0, hold),
+                    nominal_gpus=s.initial_quotas.get(t),
                 )
             )
         capacity = max(s.capacity_gpus, sum(st.quota_gpus for st in states))

@@ -56,6 +56,7 @@ Reason = Literal[
     "steady",  # no change wanted
     "held",  # change wanted but damped away (tolerance, window, cooldown)
     "no_donor",  # wants more, but no tenant has idle nodes to lend
+    "returned",  # raised: idle capacity it had lent came back (it is below its nominal quota)
 ]
 
 
@@ -67,6 +68,7 @@ class PlannerSettings:
     quantile: Literal["p50", "p90"] = "p90"
     headroom: float = 0.0
     urgent_first: bool = True
+    return_idle: bool = True
     damping: DampingSettings = field(default_factory=DampingSettings)
 
     def __post_init__(self) -> None:
@@ -86,6 +88,9 @@ class TenantState:
     ``max_quota_gpus``: the most it may hold (Volcano ``capability``); ``None`` = capacity.
     ``hold_gpus``: what it is forecast to need within a borrower's expected run time (0 when
     unknown): idle nodes up to it are not lent, so they need not be reclaimed soon after.
+    ``nominal_gpus``: the quota it owns (Kueue ``nominalQuota``; ``None``: not known):
+    capacity borrowed beyond it that the borrower leaves idle goes back to owners below
+    theirs (``PlannerSettings.return_idle``).
     """
 
     tenant: str
@@ -98,6 +103,7 @@ class TenantState:
     max_quota_gpus: int | None = None
     need_gpus: float = 0.0
     hold_gpus: float = 0.0
+    nominal_gpus: int | None = None
 
 
 @dataclass(frozen=True)
@@ -226,8 +232,13 @@ class Planner:
             for t in by_name
         )
         _hold_back(offer, waiting, node)
-        for r, d in _match(want, offer, below, node).items():
+        matched = _match(want, offer, below, node)
+        for r, d in matched.items():
             got[r] = got.get(r, 0) + d
+        if s.return_idle:
+            left = {t: o + min(0, matched.get(t, 0)) for t, o in offer.items()}
+            for r, d in _return_home(by_name, left, got, below, node).items():
+                got[r] = got.get(r, 0) + d
         decisions = []
         for t in by_name:
             delta = got.get(t.tenant, 0)
@@ -338,6 +349,30 @@ def _hold_back(offer: dict[str, int], gpus: int, node: int) -> None:
         gpus -= node
 
 
+def _return_home(
+    tenants: list[TenantState],
+    left: dict[str, int],
+    got: dict[str, int],
+    below: dict[str, bool],
+    node: int,
+) -> dict[str, int]:
+    """Last pass: idle capacity a borrower (quota above its ``nominal_gpus``) still offers
+    after the plan goes back to owners below their nominal quota, as a Kueue cohort
+    releases borrowed quota: the owner then has it when its demand comes back, with no
+    reclaim."""
+    owed, back = {}, {}
+    for t in tenants:
+        if t.nominal_gpus is None:
+            continue
+        after = t.quota_gpus + got.get(t.tenant, 0)
+        if after > t.nominal_gpus:
+            amount = min(left.get(t.tenant, 0), after - t.nominal_gpus)
+            back[t.tenant] = max(0, amount - amount % node)
+        elif after < t.nominal_gpus:
+            owed[t.tenant] = ceil_to_node(t.nominal_gpus - after, node)
+    return _match(owed, back, below, node)
+
+
 def _match(
     want: dict[str, int], offer: dict[str, int], below_guarantee: dict[str, bool], node: int
 ) -> dict[str, int]:
@@ -371,6 +406,8 @@ def _explain(t: TenantState, desired: int, damped: int, delta: int) -> tuple[Rea
             "waiting_jobs",
             f"{cur} -> {cur + delta} GPUs for jobs waiting now (need {t.need_gpus:.0f})",
         )
+    if delta > 0 and t.nominal_gpus is not None and cur + delta <= t.nominal_gpus and cur >= damped:
+        return "returned", f"{cur} -> {cur + delta} GPUs: idle capacity it lent came back"
     if delta > 0 and cur + delta < damped:
         return "forecast_up_partial", (
             f"{cur} -> {cur + delta} GPUs ({q}; wanted {damped}, not enough idle nodes elsewhere)"

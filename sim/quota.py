@@ -127,6 +127,7 @@ class PlannerQuota:
                     horizon_s=sim.s.lead_s,
                     need_gpus=float(need_gpus(vc)),
                     hold_gpus=hold,
+                    nominal_gpus=vc.static_nodes * g,
                 )
             )
         plan = self.planner.plan(

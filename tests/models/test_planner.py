@@ -330,3 +330,24 @@ def test_hold_keeps_idle_nodes_its_tenant_will_need_from_forecasts_and_waiting_j
     # nodes, and lends the third even to a's waiting jobs only because it is beyond hold
     assert plan(24.0) == {"a": 8, "b": -8}
     assert plan(32.0) == {"a": 0, "b": 0}
+
+
+def test_idle_borrowed_capacity_goes_back_to_its_owner() -> None:
+    # b borrowed 16 GPUs from a (nominal 32 each) and leaves them idle; nobody wants them.
+    def plan(return_idle: bool) -> dict[str, tuple[int, str]]:
+        p = Planner(PlannerSettings(node_gpus=8, return_idle=return_idle))
+        inp = PlanInput(
+            ts=0.0,
+            capacity_gpus=64,
+            tenants=(
+                TenantState("a", quota_gpus=16, p90=8.0, need_gpus=8.0, nominal_gpus=32),
+                TenantState(
+                    "b", quota_gpus=48, idle_gpus=24, p90=24.0, need_gpus=24.0, nominal_gpus=32
+                ),
+            ),
+        )
+        return {d.tenant: (d.delta_gpus, d.reason) for d in p.plan(inp).decisions}
+
+    # b keeps what its forecast wants (24) and gives back only the borrowed part (16)
+    assert plan(True) == {"a": (16, "returned"), "b": (-16, "lend_idle")}
+    assert plan(False) == {"a": (0, "held"), "b": (0, "held")}
