@@ -68,7 +68,7 @@ class PlannerSettings:
     quantile: Literal["p50", "p90"] = "p90"
     headroom: float = 0.0
     urgent_first: bool = True
-    return_idle: bool = True
+    return_idle: bool = False
     damping: DampingSettings = field(default_factory=DampingSettings)
 
     def __post_init__(self) -> None:
