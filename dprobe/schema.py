@@ -302,6 +302,8 @@ def encode(msg: Message) -> bytes:
 
 def decode(raw: bytes | None, kind: type[M], *, max_bytes: int = DEFAULT_MAX_BYTES) -> M:
     """Decode and validate ``raw`` as ``kind``; raise :class:`SchemaError` naming the field.
+    Every way ``raw`` can fail (size, JSON, UTF-8, nesting, types, values) is a
+    :class:`SchemaError`, so a caller that dead-letters those never stops on a record.
 
     >>> decode(b'{"v":1,"ts":1,"event":"submit","job":"j","tenant":"t","gpus":-1}', JobEvent)
     Traceback (most recent call last):
@@ -330,6 +332,14 @@ def decode(raw: bytes | None, kind: type[M], *, max_bytes: int = DEFAULT_MAX_BYT
         if where:
             raise SchemaError(f"non-finite number (NaN or Infinity) (at {where})") from None
         raise SchemaError(f"not valid JSON: {exc}", "malformed_json") from None
+    except UnicodeDecodeError as exc:
+        raise SchemaError(
+            f"not valid UTF-8 ({exc.reason})", "malformed_json"
+        ) from None
+    except RecursionError:
+        raise SchemaError("JSON nested too deeply", "malformed_json") from None
+    except Exception as exc:  # noqa: BLE001 - any other way bytes fail to decode is bad input
+        raise SchemaError(f"undecodable: {type(exc).__name__}", "malformed_json") from None
     if isinstance(msg, _NoVersion):
         raise _unknown_version(raw, kind)
     if isinstance(msg, _TenantWindowV1):

@@ -172,6 +172,34 @@ def test_garbage_gets_a_reason(raw: bytes, reason: str) -> None:
     assert err.value.reason == reason
 
 
+POISON = [
+    b'{"v":1,"host":"\xff\xfe","ts":1}',  # invalid UTF-8 inside a string
+    b'{"v":1,"\xc3":1}',  # ... inside a key
+    b'{"v":1,"extra":' + b"[" * 200_000 + b"]" * 200_000 + b"}",  # nested past recursion
+    b'{"v":1,"extra":' + b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"}",
+]
+
+
+@pytest.mark.parametrize("kind", [schema.HostSnapshot, schema.JobEvent, schema.TenantWindow])
+@pytest.mark.parametrize("raw", POISON, ids=["utf8-value", "utf8-key", "deep-list", "deep-obj"])
+def test_poison_records_are_schema_errors(kind: type, raw: bytes) -> None:
+    with pytest.raises(schema.SchemaError) as err:
+        schema.decode(raw, kind)
+    # where the decoder skips the bad part unread (an unknown field), the missing required
+    # fields are what it reports; either way a reason, never another exception
+    assert err.value.reason in ("malformed_json", "invalid_field")
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=st.binary(max_size=256) | st.text(max_size=128).map(str.encode))
+def test_any_bytes_decode_or_raise_a_schema_error(raw: bytes) -> None:
+    for kind in (schema.HostSnapshot, schema.JobEvent, schema.TenantWindow, schema.ScalingEvent):
+        try:
+            schema.decode(raw, kind)
+        except schema.SchemaError as exc:
+            assert exc.reason
+
+
 def test_process_on_unknown_gpu_is_inconsistent() -> None:
     g = schema.Gpu(uuid="GPU-a", index=0, util=1, mem_util=1, mem_used=1, mem_total=2, power_w=1)
     p = schema.Proc(pid=1, gpu="GPU-b", tenant="t", job="j", sm_util=1, mem_util=1, mem_used=1)
@@ -257,3 +285,9 @@ def test_window_versions_and_an_inconsistent_flow() -> None:
     with pytest.raises(schema.SchemaError, match="reads v1/v2") as err:
         schema.decode_window(json.dumps(doc).encode())
     assert err.value.reason == "unknown_version"
+
+
+def test_invalid_utf8_in_a_known_string_is_malformed_json() -> None:
+    with pytest.raises(schema.SchemaError, match="UTF-8") as err:
+        schema.decode_snapshot(POISON[0])
+    assert err.value.reason == "malformed_json"

@@ -140,7 +140,12 @@ async def test_sigkill_mid_window_then_restart_loses_and_double_counts_nothing(
 def _garbage(rng: random.Random, valid: bytes, i: int) -> tuple[bytes, str]:
     """One invalid record of a random kind, with the dead-letter reason it must get."""
     doc = json.loads(valid)
-    kind = i % 7
+    kind = i % 9
+    if kind == 7:  # invalid UTF-8 in a string: once a crash of the worker on every restart
+        return valid.replace(b'"host":"', b'"host":"\xff\xfe', 1), "malformed_json"
+    if kind == 8:  # an unknown field nested past the decoder's recursion limit
+        deep = b"[" * 100_000 + b"]" * 100_000
+        return valid[:-1] + b',"extra":' + deep + b"}", "malformed_json"
     if kind == 0:
         return b"\xff" + rng.randbytes(rng.randrange(1, 64)), "malformed_json"
     if kind == 1:
