@@ -333,9 +333,7 @@ def decode(raw: bytes | None, kind: type[M], *, max_bytes: int = DEFAULT_MAX_BYT
             raise SchemaError(f"non-finite number (NaN or Infinity) (at {where})") from None
         raise SchemaError(f"not valid JSON: {exc}", "malformed_json") from None
     except UnicodeDecodeError as exc:
-        raise SchemaError(
-            f"not valid UTF-8 ({exc.reason})", "malformed_json"
-        ) from None
+        raise SchemaError(f"not valid UTF-8 ({exc.reason})", "malformed_json") from None
     except RecursionError:
         raise SchemaError("JSON nested too deeply", "malformed_json") from None
     except Exception as exc:  # noqa: BLE001 - any other way bytes fail to decode is bad input
