@@ -230,6 +230,7 @@ class WorkerSettings:
     metrics_addr: str = "127.0.0.1"
     metrics_port: int = 9402
     max_message_bytes: int = 1_048_576
+    max_clock_skew_s: float = 300.0  # a snapshot this far ahead of its Kafka record: dead letter
     # DProbe's multi-level demand and the job flow (assumptions; docs/worker.md)
     plan_quantile: str = "p90"
     level_l1_max_util_pct: float = 25.0
@@ -247,6 +248,8 @@ class WorkerSettings:
             raise ConfigError("worker.window_s must be > 0 and worker.grace_s >= 0")
         if self.batch_max < 1 or self.batch_within_s <= 0:
             raise ConfigError("worker.batch_max must be >= 1 and worker.batch_within_s > 0")
+        if not self.max_clock_skew_s > 0:
+            raise ConfigError("worker.max_clock_skew_s must be > 0 seconds")
         if not (self.plan_horizon_s > 0 and self.move_latency_s >= 0 and self.lend_horizon_s >= 0):
             raise ConfigError(
                 "worker.plan_horizon_s must be > 0, move_latency_s and lend_horizon_s >= 0"

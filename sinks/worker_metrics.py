@@ -61,6 +61,7 @@ DEADLETTER_REASONS = (
     "unknown_version",
     "invalid_field",
     "inconsistent",
+    "clock_skew",
     "processing_error",
 )
 QUANTILES = (("0.5", 0), ("0.9", 1))  # label value, index in the (p50, p90) pair

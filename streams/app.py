@@ -160,6 +160,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         stats=stats,
         max_message_bytes=s.max_message_bytes,
         update_partitions=s.partitions,
+        max_clock_skew_s=s.max_clock_skew_s,
     )
     planning_topic = raw_topic(names.planning, partitions=1, internal=True)
     scaling_events = raw_topic(names.scaling_events)

@@ -3,7 +3,9 @@
 Records of ``dprobe.samples`` are read in batches (up to ``batch_max`` records or
 ``batch_within_s`` seconds, settings of the worker). For each record: decode and
 validate the HostSnapshot (anything invalid goes to the dead-letter topic with reason,
-partition and offset, and the stream moves on); drop a duplicate ``(host, seq)``; count
+partition and offset, and the stream moves on); reject a snapshot stamped more than
+``max_clock_skew_s`` after its Kafka record (reason ``clock_skew``); drop a duplicate
+``(host, seq)`` (neither moves event time); count
 seq gaps per host; pre-aggregate the snapshot into one partial per tenant. The partials
 of a batch go to the tenant-keyed updates topic as one message per tenant, so that topic
 carries a few messages per batch instead of one per process sample.
@@ -51,6 +53,7 @@ class Ingest:
         max_message_bytes: int,
         update_partitions: int,
         reset_after_s: float = 300.0,
+        max_clock_skew_s: float = 300.0,
     ) -> None:
         self.hosts = hosts_table
         self.updates = updates_topic
@@ -59,6 +62,7 @@ class Ingest:
         self.stats = stats
         self.max_bytes = max_message_bytes
         self.reset_after_s = reset_after_s
+        self.max_clock_skew_s = max_clock_skew_s
         self.update_partitions = update_partitions
         self.wm_step_s = min(window.window_s / 4, 0.5)
         self._source_ts: dict[int, float] = {}
@@ -96,10 +100,16 @@ class Ingest:
             except schema.SchemaError as exc:
                 await self.deadletter.send(event.value, exc, message)
                 continue
+            skew = self._skew(snap.ts, message)
+            if skew is not None:
+                await self.deadletter.send(event.value, skew, message)
+                continue
             try:
                 parts = self._observe(snap, message.partition, hosts)
             except Exception as exc:  # noqa: BLE001 - a bug, not bad input; logged there
                 await self.deadletter.processing_error(event.value, exc, message)
+                continue
+            if parts is None:  # a duplicate moves nothing, event time included
                 continue
             for part in parts:
                 by_tenant.setdefault(part.tenant, []).append(part)
@@ -120,8 +130,8 @@ class Ingest:
         snap: schema.HostSnapshot,
         partition: int,
         hosts: dict[bytes, tuple[int, dict[str, Any]]],
-    ) -> list[Partial]:
-        """Dedupe and gap-count one snapshot; its partials (none for a duplicate)."""
+    ) -> list[Partial] | None:
+        """Dedupe and gap-count one snapshot; its partials (``None`` for a duplicate)."""
         key = snap.host.encode()
         known = hosts.get(key)
         state = known[1] if known else codec.loads(self.hosts.get(key)) or seq_tracker.initial()
@@ -131,7 +141,7 @@ class Ingest:
         hosts[key] = (partition, state)
         if verdict == "duplicate":
             self.stats.duplicates += 1
-            return []
+            return None
         if verdict == "reset":
             self.stats.resets += 1
             log.warning("host %s restarted its sequence at %d", snap.host, snap.seq)
@@ -140,6 +150,20 @@ class Ingest:
         self.stats.snapshots += 1
         self.stats.process_samples += len(snap.procs)
         return split_snapshot(snap, self.window, lost=lost)
+
+    def _skew(self, ts: float, message: Any) -> schema.SchemaError | None:
+        """A snapshot stamped more than ``max_clock_skew_s`` after its Kafka record's
+        timestamp (the broker's clock where the topic uses LogAppendTime, as the topics
+        dprobe creates do) would move its partition's event time into the future and hold
+        every tenant's windows; it is rejected instead."""
+        record_ts = getattr(message, "timestamp", None)
+        if not record_ts or ts <= record_ts + self.max_clock_skew_s:
+            return None
+        return schema.SchemaError(
+            f"timestamp {ts:.3f} is {ts - record_ts:.0f} s ahead of its record's "
+            f"{record_ts:.3f} (max_clock_skew_s {self.max_clock_skew_s:g})",
+            "clock_skew",
+        )
 
     async def _advance(self, source: int, ts: float) -> None:
         """Tell every window partition how far this samples partition has been forwarded.

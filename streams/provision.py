@@ -46,7 +46,18 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
         # The internal updates topic is created here too: a consumer group that starts
         # before its topic exists is never assigned its partitions.
         missing = [t for t in (*names.external(), names.updates) if t not in existing]
-        new = [NewTopic(t, s.partitions, s.replication_factor) for t in missing]
+        # broker time on the samples topic: a host's skewed clock cannot also skew the
+        # record timestamp that ingest checks event time against (max_clock_skew_s)
+        broker_time = {"message.timestamp.type": "LogAppendTime"}
+        new = [
+            NewTopic(
+                t,
+                s.partitions,
+                s.replication_factor,
+                topic_configs=broker_time if t == names.samples else {},
+            )
+            for t in missing
+        ]
         if names.planning not in existing:
             new.append(NewTopic(names.planning, 1, s.replication_factor))
         if new:

@@ -1,0 +1,53 @@
+"""Event time that one clock cannot break: a snapshot stamped far ahead of its Kafka
+record is a dead letter and moves no progress; a duplicate never moves progress."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import msgspec
+
+from dprobe import schema
+from tests.streams.helpers import make_snapshots
+from tests.streams.test_batch_semantics import FakeTable, FakeTopic, _ingest
+
+
+def _event(offset: int, snap: schema.HostSnapshot, record_ts: float) -> Any:
+    message = SimpleNamespace(topic="samples", partition=0, offset=offset, timestamp=record_ts)
+    return SimpleNamespace(value=schema.encode(snap), message=message)
+
+
+async def test_a_snapshot_far_ahead_of_its_record_is_a_dead_letter_and_moves_nothing() -> None:
+    updates, dead = FakeTopic(2), FakeTopic()
+    ingest = _ingest(updates, FakeTable(), deadletters=dead)
+    snaps = make_snapshots(hosts=1, ticks=3)
+    events = [_event(i, s, s.ts) for i, s in enumerate(snaps)]
+    await ingest.on_snapshots(events)
+    progress = ingest._source_ts[0]
+    assert progress == snaps[-1].ts
+    ahead = msgspec.structs.replace(snaps[-1], seq=3, ts=snaps[-1].ts + 86_400.0)
+    sent_before = len(updates.sent)
+    await ingest.on_snapshots([_event(3, ahead, snaps[-1].ts + 1.0)])
+    assert len(updates.sent) == sent_before, "no partials, no progress broadcast"
+    assert ingest._source_ts[0] == progress
+    (letter,) = [schema.decode(v, schema.DeadLetter) for _, _, v in dead.sent]
+    assert letter.reason == "clock_skew" and "ahead of its record" in letter.error
+    # within the allowed skew (300 s by default) a snapshot is taken
+    near = msgspec.structs.replace(snaps[-1], seq=4, ts=snaps[-1].ts + 200.0)
+    await ingest.on_snapshots([_event(4, near, snaps[-1].ts + 1.0)])
+    assert ingest._source_ts[0] == near.ts
+
+
+async def test_a_duplicate_never_moves_progress() -> None:
+    updates = FakeTopic(2)
+    ingest = _ingest(updates, FakeTable())
+    snaps = make_snapshots(hosts=1, ticks=3)
+    await ingest.on_snapshots([_event(i, s, s.ts) for i, s in enumerate(snaps)])
+    progress = ingest._source_ts[0]
+    dup = msgspec.structs.replace(snaps[1], ts=snaps[-1].ts + 100.0)  # seq 1 again, later stamp
+    sent_before = len(updates.sent)
+    await ingest.on_snapshots([_event(3, dup, snaps[-1].ts + 100.0)])
+    assert ingest._source_ts[0] == progress
+    assert len(updates.sent) == sent_before
+    assert ingest.stats.duplicates == 1
