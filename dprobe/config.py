@@ -29,6 +29,7 @@ from typing import Any, TypeVar, get_type_hints
 
 from dprobe.errors import UsageError
 from dprobe.schema import LEVELS, MAX_FLOW_EDGES
+from dprobe.text_input import read_text
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -356,11 +357,16 @@ def load(
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    """The TOML document at ``path``; every way it can fail is one ``ConfigError`` line.
+
+    >>> _read_toml(Path("/"))
+    Traceback (most recent call last):
+    ...
+    dprobe.config.ConfigError: config file /: cannot read: Is a directory
+    """
+    text = read_text(path, max_bytes=1 << 20, error=ConfigError, what="config file ")
     try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: {exc}") from None
 

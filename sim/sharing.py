@@ -24,6 +24,8 @@ Example:
 from __future__ import annotations
 
 import csv
+import io
+import math
 import re
 import statistics
 from collections import defaultdict
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING
 from dprobe.errors import UsageError
 from dprobe.models.demand import default_profiler
 from dprobe.models.levels import Level, LevelSettings
+from dprobe.text_input import read_text
 
 if TYPE_CHECKING:
     from dprobe.sim.cluster import VC
@@ -146,21 +149,22 @@ def load_colocation(
     predicted level; ``kw``: more :class:`Sharing` settings."""
     p = Path(path)
     sums: dict[tuple[str, str], list[float]] = defaultdict(list)
+    reader = csv.DictReader(io.StringIO(read_text(p), newline=""))
     try:
-        with p.open(newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            for row in reader:
-                try:
-                    a, b = row["model1"], row["model2"]
-                    sa, sb = float(row["speed1"]), float(row["speed2"])
-                except (KeyError, TypeError, ValueError):
-                    raise UsageError(
-                        f"{p}:{reader.line_num}: need model1, speed1, model2, speed2"
-                    ) from None
-                sums[(a, b)].append(sa)
-                sums[(b, a)].append(sb)
-    except OSError as exc:
-        raise UsageError(f"{p}: cannot read: {exc.strerror or exc}") from None
+        for row in reader:
+            try:
+                a, b = row["model1"], row["model2"]
+                sa, sb = float(row["speed1"]), float(row["speed2"])
+            except (KeyError, TypeError, ValueError):
+                raise UsageError(
+                    f"{p}:{reader.line_num}: need model1, speed1, model2, speed2"
+                ) from None
+            if not (math.isfinite(sa) and math.isfinite(sb) and sa > 0 and sb > 0):
+                raise UsageError(f"{p}:{reader.line_num}: speeds must be finite and > 0")
+            sums[(a, b)].append(sa)
+            sums[(b, a)].append(sb)
+    except csv.Error as exc:
+        raise UsageError(f"{p}:{reader.line_num}: not CSV: {exc}") from None
     if not sums:
         raise UsageError(f"{p}:1: no co-location rows")
     speeds = {k: statistics.fmean(v) for k, v in sums.items()}

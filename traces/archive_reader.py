@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,8 +57,15 @@ def archive_files(path: str | Path) -> list[ArchiveFile]:
 
 
 def count_records(files: list[ArchiveFile]) -> int:
-    """Rows in ``files``, from the Parquet footers (no data read)."""
-    return sum(pq.ParquetFile(f.path).metadata.num_rows for f in files)
+    """Rows in ``files``, from the Parquet footers (no data read); an unreadable footer
+    is a ``UsageError`` naming the file."""
+    total = 0
+    for f in files:
+        try:
+            total += pq.ParquetFile(f.path).metadata.num_rows
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{f.path}: unreadable Parquet file: {exc}") from None
+    return total
 
 
 def read_archive(
@@ -75,6 +83,9 @@ def read_archive(
             except (OSError, ValueError) as exc:
                 raise UsageError(f"{f.path}: unreadable Parquet file: {exc}") from None
             d = table.to_pydict()
+            bad = next((i for i, t in enumerate(d["ts"]) if not _finite(t)), None)
+            if bad is not None:
+                raise UsageError(f"{f.path}: row {bad + 1}: ts must be a finite number")
             rank = KINDS.index(f.kind)
             rows += [
                 (ts, part, rank, off, key, value, f.kind)
@@ -85,3 +96,7 @@ def read_archive(
         rows.sort(key=lambda r: (r[0], r[1], r[2], r[3]))
         for ts, _part, _rank, _off, key, value, kind in rows:
             yield ReplayRecord(ts, kind, key, value)  # type: ignore[arg-type]
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)

@@ -78,6 +78,12 @@ class DemandPoint:
         return self.running_gpus + self.pending_gpus
 
 
+# A tenant's demand beyond this many GPUs is a typo or an attack (replay would make one
+# synthetic host per 8 GPUs); times beyond the schema's bound overflow calendar maths.
+MAX_TENANT_GPUS = 1_000_000
+MAX_TIME_S = 1e11
+
+
 def parse_ts(text: str) -> float:
     """Epoch seconds from epoch seconds or ISO-8601 text (no zone = UTC).
 
@@ -94,8 +100,8 @@ def parse_ts(text: str) -> float:
         if dt.tzinfo is None:
             dt = dt.replace(tzinfo=UTC)
         return dt.timestamp()
-    if not math.isfinite(value):
-        raise ValueError(f"non-finite time {text!r}")
+    if not math.isfinite(value) or abs(value) > MAX_TIME_S:
+        raise ValueError(f"time {text!r} is not finite or beyond {MAX_TIME_S:g} s")
     return value
 
 
@@ -110,9 +116,11 @@ def _gpus(text: str, column: str, path: Path, line: int) -> float:
         value = float(text)
     except ValueError:
         raise TraceFormatError(f"{column}: not a number: {text!r}", path=path, line=line) from None
-    if not math.isfinite(value) or value < 0:
+    if not math.isfinite(value) or not 0 <= value <= MAX_TENANT_GPUS:
         raise TraceFormatError(
-            f"{column}: must be a finite number >= 0, got {text!r}", path=path, line=line
+            f"{column}: must be a number within [0, {MAX_TENANT_GPUS}], got {text!r}",
+            path=path,
+            line=line,
         )
     return value
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO
 
 from dprobe.errors import UsageError
+from dprobe.text_input import read_text
 
 DEFAULT_TIME_UNIT_S = 60.0  # assumption: Philly/Chronus MIX times are minutes
 REQUIRED = ("job_id", "user", "num_gpu")
@@ -44,6 +45,14 @@ class JobRecord:
     duration_s: float
     model_name: str
     line: int
+
+
+# Bounds of a sane trace (the largest real ones: 2,048-GPU jobs and 50-day runs in Helios);
+# beyond them a value is a typo or an attack that would exhaust memory or never end.
+MAX_JOB_GPUS = 65_536
+MAX_DURATION_S = 366 * 86_400.0
+MAX_TIME_S = 1e11  # seconds since the epoch or the trace start: the schema's bound too
+MAX_VC_NODES = 100_000
 
 
 def iter_jobs(
@@ -101,12 +110,20 @@ def _iter(fh: IO[str], name: str, unit: float) -> Iterator[JobRecord]:
             raise UsageError(f"{name}:{line}: duplicate job_id {job_id!r}")
         seen.add(job_id)
         gpus = _number(row[cols["num_gpu"]], "num_gpu", name, line)
-        if gpus != int(gpus) or gpus < 0:
-            raise UsageError(f"{name}:{line}: num_gpu must be a whole number >= 0, got {gpus:g}")
+        if gpus != int(gpus) or not 0 <= gpus <= MAX_JOB_GPUS:
+            raise UsageError(
+                f"{name}:{line}: num_gpu must be a whole number within [0, {MAX_JOB_GPUS}], "
+                f"got {gpus:g}"
+            )
         submit = _number(row[cols[t_col]], t_col, name, line)
         duration = _number(row[cols[d_col]], d_col, name, line)
         if submit < 0 or duration <= 0:
             raise UsageError(f"{name}:{line}: need {t_col} >= 0 and {d_col} > 0")
+        if submit * scale > MAX_TIME_S or duration * scale > MAX_DURATION_S:
+            raise UsageError(
+                f"{name}:{line}: {t_col} must be at most {MAX_TIME_S:g} s and {d_col} at most "
+                f"{MAX_DURATION_S:g} s (a year), got {submit * scale:g} and {duration * scale:g}"
+            )
         yield JobRecord(
             job_id=job_id,
             tenant=tenant,
@@ -158,11 +175,7 @@ def read_vc_nodes(source: str | Path) -> dict[str, int]:
     :func:`vc_key`.
     """
     path = Path(source)
-    try:
-        text = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    reader = csv.reader(text)
+    reader = csv.reader(read_text(path).splitlines())
     header = [c.strip() for c in next(reader, [])]
     if header[:2] != ["vc", "node num"]:
         raise UsageError(f"{path}:1: expected header 'vc,node num', got {','.join(header)!r}")
@@ -175,8 +188,8 @@ def read_vc_nodes(source: str | Path) -> dict[str, int]:
             nodes = int(row[1])
         except (IndexError, ValueError):
             raise UsageError(f"{path}:{line}: node num must be a whole number") from None
-        if nodes < 0:
-            raise UsageError(f"{path}:{line}: node num must be >= 0")
+        if not 0 <= nodes <= MAX_VC_NODES:
+            raise UsageError(f"{path}:{line}: node num must be within [0, {MAX_VC_NODES}]")
         out[row[0].strip()] = nodes
     return out
 

@@ -45,8 +45,10 @@ def test_demand_csv_reads_epoch_and_iso_times_and_optional_quota(tmp_path: Path)
     ("row", "message"),
     [
         ("60,vc-a,eight", "d.csv:3: demand_gpus: not a number"),
-        ("60,vc-a,-1", "d.csv:3: demand_gpus: must be a finite number >= 0"),
-        ("60,vc-a,nan", "d.csv:3: demand_gpus: must be a finite number >= 0"),
+        ("60,vc-a,-1", "d.csv:3: demand_gpus: must be a number within [0, 1000000]"),
+        ("60,vc-a,nan", "d.csv:3: demand_gpus: must be a number within [0, 1000000]"),
+        ("60,vc-a,1e12", "d.csv:3: demand_gpus: must be a number within [0, 1000000]"),
+        ("1e300,vc-a,1", "d.csv:3: ts: not epoch seconds or ISO-8601"),
         ("yesterday,vc-a,1", "d.csv:3: ts: not epoch seconds or ISO-8601"),
         ("60,,1", "d.csv:3: tenant: empty"),
         ("60,vc-a", "d.csv:3: expected 3 fields, found 2"),

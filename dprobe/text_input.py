@@ -1,0 +1,52 @@
+"""Read a small text input file (settings, VC sizes, co-location tables) whole, turning
+every way that can fail into one :class:`~dprobe.errors.UsageError` line.
+
+A directory, an unreadable file, a file larger than ``max_bytes`` (a sparse file or a
+mistake that would exhaust memory) and bytes that are not UTF-8 (a binary or gzip file
+where text was expected) are each named with the path, and with the line for bad UTF-8.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "vcs.csv"
+    >>> _ = p.write_bytes(b"vc,node num\\nvc-a,\\xff\\n")
+    >>> read_text(p)
+    Traceback (most recent call last):
+    ...
+    dprobe.errors.UsageError: ...vcs.csv:2: not UTF-8 text (invalid start byte)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dprobe.errors import UsageError
+
+MAX_TEXT_BYTES = 64 << 20  # settings, VC and co-location files are kilobytes
+
+
+def read_text(
+    path: str | Path,
+    *,
+    max_bytes: int = MAX_TEXT_BYTES,
+    error: type[UsageError] = UsageError,
+    what: str = "",
+) -> str:
+    """The UTF-8 text of ``path``; ``error`` (one line, naming ``what`` + path) otherwise."""
+    p = Path(path)
+    name = f"{what}{p}"
+    try:
+        if p.is_dir():
+            raise error(f"{name}: cannot read: Is a directory")
+        with p.open("rb") as f:
+            raw = f.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise error(f"{name} does not exist") from None
+    except OSError as exc:
+        raise error(f"{name}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > max_bytes:
+        raise error(f"{name}: larger than {max_bytes} bytes; not a file of this kind")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise error(f"{name}:{line}: not UTF-8 text ({exc.reason})") from None

@@ -1,0 +1,94 @@
+"""Every file a command reads gives one line and exit 2 on bad input, never a traceback:
+binary, gzip, a directory, empty, truncated Parquet, and values that would exhaust memory
+or time (huge GPU counts, durations, timestamps)."""
+
+from __future__ import annotations
+
+import gzip
+import random
+from pathlib import Path
+
+import pytest
+
+from dprobe.cli import main
+from dprobe.config import WorkerSettings, load
+from dprobe.errors import UsageError
+
+JOBS_HEADER = "job_id,user,num_gpu,submit_time,duration\n"
+
+
+def _cases(tmp_path: Path) -> dict[str, Path]:
+    rng = random.Random(5)
+    out = {}
+
+    def put(name: str, data: bytes) -> None:
+        p = tmp_path / name
+        p.write_bytes(data)
+        out[name] = p
+
+    put("binary", rng.randbytes(3000))
+    put("gzip", gzip.compress(b"[worker]\nwindow_s = 60\n" * 50))
+    put("empty", b"")
+    put("nul", b"\0" * 4096)
+    put("huge-gpus", (JOBS_HEADER + "1,a,5000000,0,5\n").encode())
+    put("huge-duration", (JOBS_HEADER + "1,a,2,0,1e308\n").encode())
+    put("huge-time", (JOBS_HEADER + "1,a,2,1e300,5\n").encode())
+    d = tmp_path / "a-directory"
+    d.mkdir()
+    out["directory"] = d
+    return out
+
+
+def _commands(path: Path, tmp_path: Path) -> list[list[str]]:
+    vcs = tmp_path / "vcs.csv"
+    vcs.write_text("vc,node num\na,2\n")
+    jobs = tmp_path / "ok.csv"
+    jobs.write_text(JOBS_HEADER + "1,a,2,0,5\n")
+    sim = ["simulate", "--chart", "", "--policies", "fifo", "--modes", "static"]
+    return [
+        [*sim, "--jobs", str(path), "--nodes", "2"],
+        [*sim, "--jobs", str(jobs), "--vcs", str(path)],
+        [*sim, "--jobs", str(jobs), "--vcs", str(vcs), "--colocate", str(path)],
+        ["evaluate", "--format", "demand-csv", "--trace", str(path)],
+        ["evaluate", "--format", "jobs-csv", "--trace", str(path)],
+    ]
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["binary", "gzip", "empty", "nul", "directory", "huge-gpus", "huge-duration", "huge-time"],
+)
+def test_each_reader_answers_bad_files_in_one_line_with_exit_2(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _cases(tmp_path)[case]
+    for argv in _commands(path, tmp_path):
+        code = main(argv)
+        err = capsys.readouterr().err
+        if code == 0:  # a value that is fine for this reader (e.g. an empty config file)
+            continue
+        assert code == 2, (argv, err)
+        lines = [line for line in err.strip().splitlines() if line.strip()]
+        assert len(lines) == 1, (argv, err)
+        assert "Traceback" not in err
+    try:  # the settings file of every command (a worker would go on to connect)
+        load(WorkerSettings, file=path, env={})
+    except UsageError as exc:
+        assert "\n" not in str(exc) and str(path) in str(exc)
+
+
+def test_a_truncated_or_empty_archive_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dprobe.errors import UsageError
+    from dprobe.traces.archive_reader import archive_files, count_records, read_archive
+
+    for name, data in (("junk", b"PAR1junkjunkPAR1"), ("empty", b"")):
+        d = tmp_path / name / "samples" / "date=2023-11-14" / "hour=00"
+        d.mkdir(parents=True)
+        (d / "samples-p0-o0-o9.parquet").write_bytes(data)
+        files = archive_files(tmp_path / name)
+        with pytest.raises(UsageError, match="unreadable Parquet file"):
+            count_records(files)
+        with pytest.raises(UsageError, match="unreadable Parquet file"):
+            list(read_archive(tmp_path / name))
