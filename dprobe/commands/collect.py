@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, BinaryIO
 
 from dprobe.commands._common import settings
 from dprobe.config import CollectorSettings
@@ -79,6 +79,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print one snapshot as JSON on stdout and exit; sends nothing",
     )
+    run_group.add_argument(
+        "--output",
+        metavar="FILE|-",
+        help="write each snapshot as one JSON line to FILE ('-': stdout) instead of Kafka; "
+        "no spool, no /metrics (for checks and debugging)",
+    )
     run_group.add_argument("--max-ticks", type=int, metavar="N", help="stop after N snapshots")
     run_group.add_argument(
         "--no-send", action="store_true", help="spool only, do not connect to Kafka"
@@ -122,6 +128,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--max-ticks must be >= 1")
     if args.once:
         return asyncio.run(_once(s))
+    if args.output:
+        try:
+            out = sys.stdout.buffer if args.output == "-" else open(args.output, "ab")  # noqa: SIM115
+        except OSError as exc:
+            raise UsageError(f"--output {args.output}: {exc.strerror or exc}") from None
+        try:
+            return asyncio.run(_write_lines(s, out, args.output, args.max_ticks))
+        finally:
+            if out is not sys.stdout.buffer:
+                out.close()
     return asyncio.run(_serve(s, args))
 
 
@@ -155,6 +171,54 @@ async def _once(s: CollectorSettings) -> int:
         print(f"dprobe collect: {err}", file=sys.stderr)
     if faults:
         print(f"dprobe collect: repaired values: {', '.join(sorted(set(faults)))}", file=sys.stderr)
+    return 0
+
+
+async def _write_lines(
+    s: CollectorSettings, out: BinaryIO, output: str, max_ticks: int | None
+) -> int:
+    """Read the backend every interval; one JSON line per snapshot to ``out``."""
+    import asyncio
+    import contextlib
+    import signal
+    import socket
+
+    from dprobe.collectors.assemble import make_backend, make_clock, make_resolver
+    from dprobe.collectors.errors import BackendError
+    from dprobe.collectors.snapshot import SnapshotBuilder
+    from dprobe.schema import encode
+
+    host = s.host_id or socket.gethostname()
+    clock = make_clock(s.clock_speed)
+    backend = make_backend(s, host, clock)
+    build = SnapshotBuilder(host, make_resolver(s), lambda _field: None)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    seq = 0
+    try:
+        async with backend:
+            while not stop.is_set() and (max_ticks is None or seq < max_ticks):
+                started = clock.monotonic()
+                reading = await backend.read()
+                snap = build(reading, seq=seq, ts=clock.now(), interval_s=s.interval_s)
+                out.write(encode(snap) + b"\n")
+                out.flush()
+                for err in reading.errors:
+                    print(f"dprobe collect: {err}", file=sys.stderr)
+                seq += 1
+                wait = max(0.0, s.interval_s - (clock.monotonic() - started))
+                if max_ticks is not None and seq >= max_ticks:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=wait / max(s.clock_speed, 1e-9))
+    except BackendError as exc:
+        raise _unavailable(exc, s.backend) from None
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    print(f"dprobe collect: wrote {seq} snapshots of host {host} to {output}", file=sys.stderr)
     return 0
 
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Real-GPU check of the NVML collector (see scripts/gpu_check.py for what it checks).
+#
+# On a machine with an NVIDIA GPU and a Python 3.12 that has torch with CUDA, and no
+# internet: carry the repository with build/gpu-check/wheels (scripts/gpu-check-wheels.sh
+# builds it), then
+#
+#   scripts/gpu-check.sh [REPORT]      # default build/gpu-check/report.json
+#
+# It makes a virtual environment that sees the system's torch, installs dprobe and the
+# collector's dependencies from the wheels only, runs the check for 30 s of snapshots and
+# leaves everything it measured in REPORT. Exit 0: all checks passed; 1: a check failed;
+# 2: no usable GPU or no wheels. It takes about 2 minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+report="${1:-build/gpu-check/report.json}"
+wheels="build/gpu-check/wheels"
+venv="build/gpu-check/venv"
+py="${PYTHON:-python3}"
+mkdir -p "$(dirname "$report")"
+if ! ls "$wheels"/dprobe-*.whl >/dev/null 2>&1; then
+    echo "gpu-check: no dprobe wheel in $wheels (run scripts/gpu-check-wheels.sh where pip works)" >&2
+    exit 2
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >&2 || true
+"$py" -m venv --system-site-packages "$venv"
+"$venv/bin/python" -m pip install --quiet --no-index --find-links "$wheels" --no-deps \
+    "$wheels"/dprobe-*.whl
+"$venv/bin/python" -m pip install --quiet --no-index --find-links "$wheels" \
+    msgspec nvidia-ml-py prometheus-client "aiokafka[zstd,lz4]"
+timeout 280 "$venv/bin/python" scripts/gpu_check.py --report "$report" --seconds 30 \
+    --dprobe "$venv/bin/dprobe"

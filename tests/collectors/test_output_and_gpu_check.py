@@ -1,0 +1,74 @@
+"""``dprobe collect --output`` writes one snapshot per line; the prepared real-GPU check
+(``scripts/gpu_check.py``) reports, and passes on a machine with a GPU."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dprobe.cli import main
+from dprobe.schema import decode_snapshot
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_output_writes_one_valid_snapshot_per_line(tmp_path: Path) -> None:
+    out = tmp_path / "snaps.jsonl"
+    argv = ["collect", "--backend", "synthetic", "--tenants", "3", "--interval", "0.05"]
+    assert main([*argv, "--max-ticks", "4", "--output", str(out), "--host-id", "h1"]) == 0
+    snaps = [decode_snapshot(line) for line in out.read_bytes().splitlines()]
+    assert [s.seq for s in snaps] == [0, 1, 2, 3]
+    assert {s.host for s in snaps} == {"h1"}
+    assert all(b.ts > a.ts for a, b in itertools.pairwise(snaps))
+    assert all(s.procs for s in snaps)
+
+
+def test_output_to_an_unwritable_path_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "no-such-dir" / "x.jsonl"
+    assert (
+        main(["collect", "--backend", "synthetic", "--output", str(bad), "--max-ticks", "1"]) == 2
+    )
+    assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def test_gpu_check_without_a_gpu_says_so_in_its_report(tmp_path: Path) -> None:
+    if _cuda():
+        pytest.skip("this machine has a GPU: the gpu-marked test runs the check")
+    report = tmp_path / "report.json"
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--report", str(report)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2
+    assert "no usable GPU" in json.loads(report.read_text())["error"]
+
+
+@pytest.mark.gpu
+def test_gpu_check_passes_on_a_real_gpu(tmp_path: Path) -> None:
+    if not _cuda():
+        pytest.skip("no CUDA device here")
+    report = tmp_path / "report.json"
+    dprobe = str(Path(sys.executable).parent / "dprobe")
+    argv = [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--report", str(report)]
+    run = subprocess.run(
+        [*argv, "--dprobe", dprobe], check=False, capture_output=True, text=True, timeout=300
+    )
+    result = json.loads(report.read_text())
+    assert run.returncode == 0, result
+    assert result["passed"] and result["snapshots"] >= 25
