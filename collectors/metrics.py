@@ -67,6 +67,11 @@ class CollectorMetrics:
         )
         self.dropped = Counter(f"{p}dropped_snapshots", "Snapshots lost for good", ["reason"], **kw)
         self.kafka_up = Gauge(f"{p}kafka_up", "1 while the last delivery to Kafka succeeded", **kw)
+        self.kafka_auth_failed = Gauge(
+            f"{p}kafka_auth_failed",
+            "1 while Kafka refuses the collector's SASL credentials (it spools meanwhile)",
+            **kw,
+        )
         self.gpus = Gauge(f"{p}gpus", "GPUs in the last snapshot", **kw)
         self.processes = Gauge(f"{p}processes", "GPU processes in the last snapshot", **kw)
         self.tick_seconds = Histogram(

@@ -32,6 +32,7 @@ from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.spool import Spool
 from dprobe.config import KafkaSettings
 from dprobe.errors import UsageError
+from dprobe.kafka_auth import auth_refused, watching_auth
 
 log = logging.getLogger(__name__)
 
@@ -190,15 +191,24 @@ class KafkaSender:
 
     async def _connect(self) -> bool:
         producer = self._factory()
-        try:
-            await asyncio.wait_for(producer.start(), self.send_timeout_s)
-        except (KafkaError, OSError, TimeoutError) as exc:
-            self._failures += 1
-            self.metrics.send_errors.labels(kind="connect").inc()
-            self.metrics.kafka_up.set(0)
-            self._log_failure("Kafka at %s not reachable (%s): spooling", self.kafka.bootstrap, exc)
-            await self._stop_producer(producer)
-            return False
+        with watching_auth() as watch:
+            try:
+                await asyncio.wait_for(producer.start(), self.send_timeout_s)
+            except (KafkaError, OSError, TimeoutError) as exc:
+                self._failures += 1
+                refused = watch.failure is not None
+                self.metrics.send_errors.labels(kind="auth" if refused else "connect").inc()
+                self.metrics.kafka_up.set(0)
+                self.metrics.kafka_auth_failed.set(1 if refused else 0)
+                if refused:
+                    self._log_failure("%s: spooling", auth_refused(self.kafka))
+                else:
+                    self._log_failure(
+                        "Kafka at %s not reachable (%s): spooling", self.kafka.bootstrap, exc
+                    )
+                await self._stop_producer(producer)
+                return False
+        self.metrics.kafka_auth_failed.set(0)
         self._producer = producer
         log.info("connected to Kafka at %s", self.kafka.bootstrap)
         self._down_since = None

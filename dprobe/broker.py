@@ -62,6 +62,9 @@ class LocalBroker:
             DPROBE_KAFKA_HEAP=s.heap,
             DPROBE_KAFKA_START_TIMEOUT_S=str(int(s.start_timeout_s)),
         )
+        if s.sasl_user:
+            env["DPROBE_KAFKA_SASL_USER"] = s.sasl_user
+            env["DPROBE_KAFKA_SASL_PASSWORD"] = s.sasl_password.get() if s.sasl_password else ""
         return env
 
     def _run(self, action: str) -> subprocess.CompletedProcess[str]:

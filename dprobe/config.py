@@ -149,6 +149,9 @@ class BrokerSettings:
     lib_dir: Path = field(default_factory=lambda: _cache_dir("kafka-lib"))
     heap: str = "512m"
     start_timeout_s: float = 120.0
+    # a SASL_PLAINTEXT/SCRAM-SHA-512 client port with this one user (tests of credentials)
+    sasl_user: str = ""
+    sasl_password: Secret | None = None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ offsets is simply overwritten. So every record is in exactly one file once commi
 Example:
     >>> from pathlib import Path
     >>> from dprobe.config import ArchiveSettings
+from dprobe.kafka_auth import connect_error, watching_auth
     >>> async def main(stop):  # doctest: +SKIP
     ...     async with Archiver(ArchiveSettings(out_dir=Path("archive"))) as a:
     ...         await a.run(stop)
@@ -35,10 +36,11 @@ import warnings
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CommitFailedError
+from aiokafka.errors import CommitFailedError, KafkaConnectionError
 
 from dprobe.clock import Clock, SystemClock
 from dprobe.config import ArchiveSettings
+from dprobe.kafka_auth import connect_error, watching_auth
 from dprobe.lifecycle import AsyncService
 from dprobe.schema import HostSnapshot, JobEvent, SchemaError, decode
 from dprobe.sinks.archive_schema import KINDS, row_of
@@ -88,7 +90,12 @@ class Archiver(AsyncService):
             enable_auto_commit=False,
             auto_offset_reset="earliest",
         )
-        await self.consumer.start()
+        with watching_auth() as watch:
+            try:
+                await self.consumer.start()
+            except KafkaConnectionError as exc:
+                await self.consumer.stop()
+                raise connect_error(self.settings.kafka, exc, watch) from None
         self.consumer.subscribe(list(self.kinds), listener=_Rebalance(self))
 
     async def poll(self, timeout_ms: int = 500) -> int:

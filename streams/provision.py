@@ -18,6 +18,7 @@ from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 
 from dprobe.config import WorkerSettings
 from dprobe.errors import DprobeError
+from dprobe.kafka_auth import connect_error, watching_auth
 from dprobe.streams.topics import TopicNames
 
 log = logging.getLogger(__name__)
@@ -32,15 +33,19 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
     names = TopicNames.from_settings(s)
     admin = AIOKafkaAdminClient(**s.kafka.client_kwargs())
     for attempt in range(attempts):
-        try:
-            await admin.start()
-            break
-        except KafkaConnectionError as exc:
-            if attempt == attempts - 1:
-                raise BrokerUnreachableError(
-                    f"Kafka at {s.kafka.bootstrap} is unreachable: {exc}"
-                ) from exc
-            await asyncio.sleep(min(0.5 * 2**attempt, 5.0))
+        with watching_auth() as watch:
+            try:
+                await admin.start()
+                break
+            except KafkaConnectionError as exc:
+                if watch.failure is not None:  # not a broker still starting: do not retry
+                    await admin.close()
+                    raise connect_error(s.kafka, exc, watch) from None
+                if attempt == attempts - 1:
+                    raise BrokerUnreachableError(
+                        f"Kafka at {s.kafka.bootstrap} is unreachable: {exc}"
+                    ) from exc
+        await asyncio.sleep(min(0.5 * 2**attempt, 5.0))
     try:
         existing = set(await admin.list_topics())
         # The internal updates topic is created here too: a consumer group that starts

@@ -27,10 +27,14 @@ from pathlib import Path
 import pytest
 
 from dprobe.broker import LocalBroker
-from dprobe.config import BrokerSettings, KafkaSettings
+from dprobe.config import BrokerSettings, KafkaSettings, Secret
 
 # Fixture -> the marker every test that uses it (directly or through another fixture) gets.
-MARK_BY_FIXTURE = {"kafka_bootstrap": "integration", "trace_dir": "traces"}
+MARK_BY_FIXTURE = {
+    "kafka_bootstrap": "integration",
+    "sasl_kafka": "integration",
+    "trace_dir": "traces",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -86,6 +90,34 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     print(f"\nlocal Kafka broker ready at {broker.bootstrap} in {time.monotonic() - t0:.1f}s")
     try:
         yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def sasl_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaSettings]:
+    """Client settings of a second local broker whose client port speaks SASL_PLAINTEXT
+    with SCRAM-SHA-512 (one user, ``dprobe``), for the whole session."""
+    password = uuid.uuid4().hex
+    settings = BrokerSettings(
+        port=_free_port(),
+        controller_port=_free_port(),
+        state_dir=Path(tmp_path_factory.mktemp("sasl-broker")),
+        sasl_user="dprobe",
+        sasl_password=Secret(password),
+    )
+    broker = LocalBroker(settings)
+    t0 = time.monotonic()
+    broker.start()
+    print(f"\nlocal SASL Kafka broker ready at {broker.bootstrap} in {time.monotonic() - t0:.1f}s")
+    try:
+        yield KafkaSettings(
+            bootstrap=broker.bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="SCRAM-SHA-512",
+            sasl_username="dprobe",
+            sasl_password=Secret(password),
+        )
     finally:
         broker.stop()
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from dprobe.errors import DprobeError, UsageError
 from dprobe.event_line import format_line
+from dprobe.kafka_auth import connect_error, watching_auth
 
 if TYPE_CHECKING:
     from dprobe.config import KafkaSettings
@@ -128,11 +129,16 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
         auto_offset_reset="earliest" if args.from_beginning else "latest",
         **kafka.client_kwargs(),
     )
-    try:
-        await consumer.start()
-    except KafkaError as exc:
-        await consumer.stop()
-        raise DprobeError(f"cannot read {topic} from Kafka at {kafka.bootstrap}: {exc}") from None
+    with watching_auth() as watch:
+        try:
+            await consumer.start()
+        except KafkaError as exc:
+            await consumer.stop()
+            if watch.failure is not None:
+                raise connect_error(kafka, exc, watch) from None
+            raise DprobeError(
+                f"cannot read {topic} from Kafka at {kafka.bootstrap}: {exc}"
+            ) from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

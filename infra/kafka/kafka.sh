@@ -13,6 +13,9 @@
 #   DPROBE_KAFKA_LIB_DIR          broker jars              (default ~/.cache/dprobe/kafka-lib)
 #   DPROBE_KAFKA_HEAP             JVM heap                 (default 512m)
 #   DPROBE_KAFKA_START_TIMEOUT_S  readiness wait           (default 120)
+#   DPROBE_KAFKA_SASL_USER        with DPROBE_KAFKA_SASL_PASSWORD: the client port speaks
+#                                 SASL_PLAINTEXT with SCRAM-SHA-512 and this one user
+#                                 (created when the data dir is first formatted)
 #
 # `dprobe broker start|stop|status` calls this script with the same settings.
 set -euo pipefail
@@ -24,6 +27,8 @@ STATE="${DPROBE_KAFKA_STATE_DIR:-${HOME}/.cache/dprobe/broker}"
 LIB="${DPROBE_KAFKA_LIB_DIR:-${HOME}/.cache/dprobe/kafka-lib}"
 HEAP="${DPROBE_KAFKA_HEAP:-512m}"
 START_TIMEOUT="${DPROBE_KAFKA_START_TIMEOUT_S:-120}"
+SASL_USER="${DPROBE_KAFKA_SASL_USER:-}"
+SASL_PASSWORD="${DPROBE_KAFKA_SASL_PASSWORD:-}"
 STOP_TIMEOUT=30
 DEP_PLUGIN="org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies"
 
@@ -81,8 +86,22 @@ state() {
 
 render_config() {
   mkdir -p "${STATE}" "${LOGDIR}" "${DATADIR}"
-  sed -e "s|@PORT@|${PORT}|g" -e "s|@CONTROLLER_PORT@|${CPORT}|g" -e "s|@LOG_DIRS@|${DATADIR}|g" \
-    "${HERE}/server.properties.in" > "${CONF}"
+  ( umask 077
+    sed -e "s|@PORT@|${PORT}|g" -e "s|@CONTROLLER_PORT@|${CPORT}|g" -e "s|@LOG_DIRS@|${DATADIR}|g" \
+      "${HERE}/server.properties.in" > "${CONF}" )
+  if [[ -n "${SASL_USER}" ]]; then
+    [[ -n "${SASL_PASSWORD}" ]] || die "DPROBE_KAFKA_SASL_USER needs DPROBE_KAFKA_SASL_PASSWORD"
+    sed -i -e "s|^listeners=PLAINTEXT://|listeners=SASL_PLAINTEXT://|" \
+      -e "s|^advertised.listeners=PLAINTEXT://|advertised.listeners=SASL_PLAINTEXT://|" \
+      -e "s|^inter.broker.listener.name=PLAINTEXT|inter.broker.listener.name=SASL_PLAINTEXT|" \
+      -e "s|^listener.security.protocol.map=.*|listener.security.protocol.map=CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT|" \
+      "${CONF}"
+    {
+      echo "sasl.enabled.mechanisms=SCRAM-SHA-512"
+      echo "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512"
+      echo "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"${SASL_USER}\" password=\"${SASL_PASSWORD}\";"
+    } >> "${CONF}"
+  fi
 }
 
 format_once() {
@@ -92,8 +111,12 @@ format_once() {
   while [[ "${cid}" == -* ]]; do
     cid="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
   done
+  local scram=()
+  if [[ -n "${SASL_USER}" ]]; then
+    scram=(--add-scram "SCRAM-SHA-512=[name=${SASL_USER},password=${SASL_PASSWORD}]")
+  fi
   java -cp "${LIB}/*" kafka.tools.StorageTool format --cluster-id "${cid}" \
-    --config "${CONF}" --ignore-formatted >"${LOGDIR}/format.log" 2>&1 \
+    --config "${CONF}" --ignore-formatted "${scram[@]}" >"${LOGDIR}/format.log" 2>&1 \
     || die "formatting ${DATADIR} failed: see ${LOGDIR}/format.log"
 }
 

@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from dprobe import schema
+from dprobe.config import KafkaSettings
 
 GB = 1_000_000_000
 TENANTS = ("vc-a", "vc-b", "vc-c", "vc-d")
@@ -214,9 +215,36 @@ def assert_window_matches(
         assert got.lost_snapshots == 0
 
 
-async def create_worker_topics(bootstrap: str, prefix: str, partitions: int = 4) -> None:
+Broker = str | KafkaSettings  # a bootstrap address, or client settings (SASL, TLS)
+
+
+def client_kw(broker: Broker) -> dict[str, Any]:
+    """aiokafka keyword arguments for ``broker``."""
+    if isinstance(broker, KafkaSettings):
+        return broker.client_kwargs()
+    return {"bootstrap_servers": broker}
+
+
+def kafka_env(broker: Broker) -> dict[str, str]:
+    """The ``DPROBE_KAFKA_*`` environment of a dprobe process talking to ``broker``."""
+    if not isinstance(broker, KafkaSettings):
+        return {"DPROBE_KAFKA_BOOTSTRAP": broker}
+    env = {
+        "DPROBE_KAFKA_BOOTSTRAP": broker.bootstrap,
+        "DPROBE_KAFKA_SECURITY_PROTOCOL": broker.security_protocol,
+    }
+    if broker.sasl_mechanism:
+        env["DPROBE_KAFKA_SASL_MECHANISM"] = broker.sasl_mechanism
+        env["DPROBE_KAFKA_SASL_USERNAME"] = broker.sasl_username or ""
+        env["DPROBE_KAFKA_SASL_PASSWORD"] = (
+            broker.sasl_password.get() if broker.sasl_password else ""
+        )
+    return env
+
+
+async def create_worker_topics(bootstrap: Broker, prefix: str, partitions: int = 4) -> None:
     """The worker's external topics under ``prefix``, as a deployment would create them."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**client_kw(bootstrap))
     await admin.start()
     try:
         names = ("samples", "jobs", "features", "deadletter", "scaling-events")
@@ -225,9 +253,9 @@ async def create_worker_topics(bootstrap: str, prefix: str, partitions: int = 4)
         await admin.close()
 
 
-async def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:
+async def produce(bootstrap: Broker, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, enable_idempotence=True, acks="all", linger_ms=5
+        **client_kw(bootstrap), enable_idempotence=True, acks="all", linger_ms=5
     )
     async with producer:
         for key, value in records:
@@ -240,12 +268,12 @@ def snapshot_records(snaps: list[schema.HostSnapshot]) -> list[tuple[bytes | Non
 
 
 async def consume(
-    bootstrap: str, topic: str, *, until: int, timeout_s: float = 120.0
+    bootstrap: Broker, topic: str, *, until: int, timeout_s: float = 120.0
 ) -> list[bytes]:
     """Read ``topic`` from the start until ``until`` records arrived or the time is up."""
     consumer = AIOKafkaConsumer(
         topic,
-        bootstrap_servers=bootstrap,
+        **client_kw(bootstrap),
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         group_id=None,
@@ -263,7 +291,7 @@ async def consume(
 
 @contextlib.contextmanager
 def worker_process(
-    bootstrap: str,
+    bootstrap: Broker,
     *,
     prefix: str,
     app_id: str,
@@ -280,6 +308,7 @@ def worker_process(
     """
     env = {
         **os.environ,
+        **kafka_env(bootstrap),
         "DPROBE_KAFKA_TOPIC_PREFIX": prefix,
         "DPROBE_WORKER_METRICS_PORT": "0",
         **(env or {}),
@@ -289,7 +318,7 @@ def worker_process(
         "-m",
         "dprobe.cli",
         "--bootstrap",
-        bootstrap,
+        bootstrap.bootstrap if isinstance(bootstrap, KafkaSettings) else bootstrap,
         "--log-level",
         "WARNING",
         "worker",

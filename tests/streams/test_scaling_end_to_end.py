@@ -1,6 +1,7 @@
 """End to end on a real broker: telemetry whose demand shifts from one tenant to another
 becomes zero-sum ScalingEvents (scale_up for the grower, scale_down for the shrinker), with
-no event duplicated across a worker restart, and /metrics shows lag and tenant series."""
+no event duplicated across a worker restart, and /metrics shows lag and tenant series;
+once over PLAINTEXT and once over SASL (SCRAM-SHA-512)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from dprobe import schema
+from dprobe.config import KafkaSettings
 from tests.conftest import _free_port
 from tests.streams.helpers import (
     GB,
+    Broker,
     consume,
     create_worker_topics,
     produce,
@@ -89,6 +92,16 @@ def _scrape(port: int) -> str:
 async def test_demand_shift_becomes_zero_sum_scaling_events(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
+    await _demand_shift(kafka_bootstrap, tmp_path)
+
+
+async def test_the_same_over_sasl_scram(sasl_kafka: KafkaSettings, tmp_path: Path) -> None:
+    """Every client of the run (worker, lag poller, test producer and consumers) talks
+    SASL_PLAINTEXT with SCRAM-SHA-512 to a broker that accepts nothing else."""
+    await _demand_shift(sasl_kafka, tmp_path)
+
+
+async def _demand_shift(kafka_bootstrap: Broker, tmp_path: Path) -> None:
     tag = uuid.uuid4().hex[:8]
     prefix, app_id = f"e{tag}.", f"e2e-{tag}"
     await create_worker_topics(kafka_bootstrap, prefix)

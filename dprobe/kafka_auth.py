@@ -1,0 +1,80 @@
+"""Tell an authentication failure from an unreachable broker, in one line.
+
+aiokafka reports wrong SASL credentials only in its log (``SaslAuthenticationFailed``)
+and then raises the same ``KafkaConnectionError`` as for a broker that is down. Every
+command starts its Kafka clients inside :func:`watching_auth`, which listens to the
+``aiokafka`` logger, and turns a failed start into :func:`connect_error`: a
+:class:`~dprobe.errors.UsageError` (exit 2) that says the credentials were refused, for
+whom and with which mechanism, or that the broker could not be reached. No password is
+ever part of the message.
+
+Example:
+    >>> import logging
+    >>> from dprobe.config import KafkaSettings
+    >>> k = KafkaSettings(bootstrap="b:9092", security_protocol="SASL_PLAINTEXT",
+    ...                   sasl_mechanism="SCRAM-SHA-512", sasl_username="ops")
+    >>> with watching_auth() as watch:
+    ...     logging.getLogger("aiokafka.conn").error(
+    ...         "[Error 58] SaslAuthenticationFailed: Authentication failed")
+    >>> str(connect_error(k, OSError("Unable to bootstrap"), watch))[:65]
+    "Kafka at b:9092 refused the credentials of user 'ops' (SASL_PLAIN"
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from dprobe.errors import UsageError
+
+if TYPE_CHECKING:
+    from dprobe.config import KafkaSettings
+
+_MARKERS = ("SaslAuthenticationFailed", "Authentication failed", "IllegalSaslState")
+
+
+class AuthWatch(logging.Handler):
+    """Remembers whether aiokafka logged an authentication failure."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.failure: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.failure is None:
+            text = record.getMessage()
+            if any(m in text for m in _MARKERS):
+                self.failure = text
+
+    def reset(self) -> None:
+        self.failure = None
+
+
+@contextmanager
+def watching_auth() -> Iterator[AuthWatch]:
+    """An :class:`AuthWatch` on the ``aiokafka`` logger for the duration of the block."""
+    watch = AuthWatch()
+    logger = logging.getLogger("aiokafka")
+    logger.addHandler(watch)
+    try:
+        yield watch
+    finally:
+        logger.removeHandler(watch)
+
+
+def auth_refused(kafka: KafkaSettings) -> str:
+    """The one line that says ``kafka``'s credentials were refused."""
+    return (
+        f"Kafka at {kafka.bootstrap} refused the credentials of user {kafka.sasl_username!r} "
+        f"({kafka.security_protocol}, {kafka.sasl_mechanism}): check kafka.sasl_username and "
+        "kafka.sasl_password"
+    )
+
+
+def connect_error(kafka: KafkaSettings, exc: BaseException, watch: AuthWatch) -> UsageError:
+    """The error of a client that failed to start: refused credentials or unreachable."""
+    if watch.failure is not None:
+        return UsageError(auth_refused(kafka))
+    return UsageError(f"cannot reach Kafka at {kafka.bootstrap}: {exc}")
