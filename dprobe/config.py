@@ -252,6 +252,10 @@ class WorkerSettings:
             raise ConfigError("worker.window_s must be > 0 and worker.grace_s >= 0")
         if self.batch_max < 1 or self.batch_within_s <= 0:
             raise ConfigError("worker.batch_max must be >= 1 and worker.batch_within_s > 0")
+        if not 1 <= self.partitions <= 10_000 or not 1 <= self.replication_factor <= 100:
+            raise ConfigError(
+                "worker.partitions must be within [1, 10000] and replication_factor within [1, 100]"
+            )
         if not self.max_clock_skew_s > 0:
             raise ConfigError("worker.max_clock_skew_s must be > 0 seconds")
         if not (self.plan_horizon_s > 0 and self.move_latency_s >= 0 and self.lend_horizon_s >= 0):

@@ -92,3 +92,10 @@ def test_a_truncated_or_empty_archive_file_is_one_line(
             count_records(files)
         with pytest.raises(UsageError, match="unreadable Parquet file"):
             list(read_archive(tmp_path / name))
+
+
+def test_settings_that_would_exhaust_the_broker_are_refused(tmp_path: Path) -> None:
+    cfg = tmp_path / "p.toml"
+    cfg.write_text("[worker]\npartitions = 100000000000000000\n")
+    with pytest.raises(UsageError, match=r"worker.partitions must be within \[1, 10000\]"):
+        load(WorkerSettings, file=cfg, env={})
