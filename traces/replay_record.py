@@ -14,7 +14,7 @@ from typing import Literal
 
 import msgspec
 
-from dprobe.schema import HostSnapshot, JobEvent, decode, encode
+from dprobe.schema import HostSnapshot, JobEvent, SchemaError, decode, encode
 
 Kind = Literal["samples", "jobs"]
 
@@ -37,11 +37,19 @@ class ReplayRecord:
 
 
 def shifted(rec: ReplayRecord, delta_s: float) -> ReplayRecord:
-    """``rec`` with its event time (``ts`` in the value too) moved by ``delta_s`` seconds."""
+    """``rec`` with its event time (``ts`` in the value too) moved by ``delta_s`` seconds.
+
+    A value that does not decode (an archive keeps invalid records byte for byte) cannot
+    be moved: it is replayed unchanged at the moved time, and the worker dead-letters it
+    as it did the first time.
+
+    >>> shifted(ReplayRecord(10.0, "samples", b"h", b"not json"), 5.0)
+    ReplayRecord(ts=15.0, kind='samples', key=b'h', value=b'not json')
+    """
     msg: HostSnapshot | JobEvent
-    if rec.kind == "samples":
-        msg = decode(rec.value, HostSnapshot)
-    else:
-        msg = decode(rec.value, JobEvent)
+    try:
+        msg = decode(rec.value, HostSnapshot if rec.kind == "samples" else JobEvent)
+    except SchemaError:
+        return ReplayRecord(rec.ts + delta_s, rec.kind, rec.key, rec.value)
     moved = msgspec.structs.replace(msg, ts=msg.ts + delta_s)
     return ReplayRecord(moved.ts, rec.kind, rec.key, encode(moved))
