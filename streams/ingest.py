@@ -142,6 +142,11 @@ class Ingest:
         if verdict == "duplicate":
             self.stats.duplicates += 1
             return None
+        if verdict == "suspect":  # a restart of its sequence, or a spoof: wait for the next
+            log.info(
+                "host %s: seq %d at %.3f may be a restart; waiting", snap.host, snap.seq, snap.ts
+            )
+            return None
         if verdict == "reset":
             self.stats.resets += 1
             log.warning("host %s restarted its sequence at %d", snap.host, snap.seq)

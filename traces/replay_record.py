@@ -48,7 +48,10 @@ def shifted(rec: ReplayRecord, delta_s: float) -> ReplayRecord:
     """
     msg: HostSnapshot | JobEvent
     try:
-        msg = decode(rec.value, HostSnapshot if rec.kind == "samples" else JobEvent)
+        if rec.kind == "samples":
+            msg = decode(rec.value, HostSnapshot)
+        else:
+            msg = decode(rec.value, JobEvent)
     except SchemaError:
         return ReplayRecord(rec.ts + delta_s, rec.kind, rec.key, rec.value)
     moved = msgspec.structs.replace(msg, ts=msg.ts + delta_s)

@@ -5,7 +5,10 @@ them in order (its spool drains oldest first). So, per host: a ``seq`` at or bel
 last one seen is a duplicate (an at-least-once redelivery) and is dropped; a jump of more
 than one means snapshots were lost and the gap is counted. A collector whose state was
 wiped starts again from 0: a low ``seq`` whose timestamp is more than ``reset_after_s``
-newer than the last snapshot is taken as such a reset, not as a duplicate.
+newer than the last snapshot is *suspected* to be such a reset (dropped, remembered), and
+the reset is believed only when the host's next snapshot continues from it (a ``seq`` at
+most ``CONFIRM_WITHIN`` above it, not older); the suspected snapshot then counts as lost.
+So one spoofed record can neither restart a host's sequence nor fake lost snapshots.
 
 Example:
     >>> t = initial()
@@ -15,13 +18,19 @@ Example:
     ('new', 2)
     >>> observe(t, seq=3, ts=13.0)[1:]
     ('duplicate', 0)
+    >>> t, verdict, _ = observe(t, seq=0, ts=900.0)  # a wiped collector, or a spoof
+    >>> verdict
+    'suspect'
+    >>> observe(t, seq=1, ts=901.0)[1:]  # it goes on: a reset, its first snapshot lost
+    ('reset', 1)
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-Verdict = Literal["new", "duplicate", "reset"]
+Verdict = Literal["new", "duplicate", "suspect", "reset"]
+CONFIRM_WITHIN = 10  # a reset is believed when the next seq is at most this far above
 
 
 def initial() -> dict[str, Any]:
@@ -33,11 +42,17 @@ def observe(
 ) -> tuple[dict[str, Any], Verdict, int]:
     """``(new_state, verdict, lost)``; ``lost`` = snapshots missing before this one."""
     last = state["seq"]
+    cand = state.get("cand")
     if seq <= last:
+        if cand is not None and cand[0] < seq <= cand[0] + CONFIRM_WITHIN and ts >= cand[1]:
+            lost = seq - cand[0]  # the suspected snapshot and any gap after it
+            new = {**state, "seq": seq, "ts": ts, "resets": state["resets"] + 1, "cand": None}
+            new["lost"] = state["lost"] + lost
+            return new, "reset", lost
         if last >= 0 and ts > state["ts"] + reset_after_s:
-            new = {**state, "seq": seq, "ts": ts, "resets": state["resets"] + 1}
-            return new, "reset", 0
+            return {**state, "cand": [seq, ts]}, "suspect", 0
         return {**state, "dups": state["dups"] + 1}, "duplicate", 0
     lost = seq - last - 1 if last >= 0 else 0
     new = {**state, "seq": seq, "ts": max(ts, state["ts"]), "lost": state["lost"] + lost}
+    new["cand"] = None
     return new, "new", lost

@@ -74,7 +74,8 @@ def test_merge_of_disjoint_hosts_equals_one_fold() -> None:
 def test_seq_tracker_counts_gaps_drops_duplicates_and_sees_resets() -> None:
     t = seq_tracker.initial()
     verdicts = []
-    for seq, ts in [(0, 0.0), (1, 1.0), (1, 1.0), (4, 4.0), (2, 2.0), (0, 1000.0)]:
+    records = [(0, 0.0), (1, 1.0), (1, 1.0), (4, 4.0), (2, 2.0), (0, 1000.0), (1, 1001.0)]
+    for seq, ts in records:
         t, v, lost = seq_tracker.observe(t, seq=seq, ts=ts)
         verdicts.append((v, lost))
     assert verdicts == [
@@ -83,8 +84,23 @@ def test_seq_tracker_counts_gaps_drops_duplicates_and_sees_resets() -> None:
         ("duplicate", 0),
         ("new", 2),
         ("duplicate", 0),
-        ("reset", 0),
+        ("suspect", 0),
+        ("reset", 1),
     ]
+
+
+def test_one_spoofed_low_seq_neither_resets_a_host_nor_fakes_losses() -> None:
+    t = seq_tracker.initial()
+    for seq in range(50):
+        t, _, _ = seq_tracker.observe(t, seq=seq, ts=float(seq))
+    t, verdict, _ = seq_tracker.observe(t, seq=0, ts=50.0 + 3600.0)  # spoof, an hour ahead
+    assert verdict == "suspect"
+    t, verdict, lost = seq_tracker.observe(t, seq=50, ts=50.0)  # the real host goes on
+    assert (verdict, lost) == ("new", 0)
+    # a second stray record after the real one confirms nothing: suspected again
+    t, verdict, lost = seq_tracker.observe(t, seq=1, ts=3651.0)
+    assert (verdict, lost) == ("suspect", 0)
+    assert t["lost"] == 0 and t["resets"] == 0
 
 
 def test_job_book_pending_and_running() -> None:
