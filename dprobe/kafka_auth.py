@@ -54,14 +54,19 @@ class AuthWatch(logging.Handler):
 
 @contextmanager
 def watching_auth() -> Iterator[AuthWatch]:
-    """An :class:`AuthWatch` on the ``aiokafka`` logger for the duration of the block."""
+    """An :class:`AuthWatch` on the ``aiokafka`` logger for the duration of the block
+    (which lets its errors through meanwhile, even where they were silenced)."""
     watch = AuthWatch()
     logger = logging.getLogger("aiokafka")
+    level = logger.level
+    if logger.getEffectiveLevel() > logging.ERROR:
+        logger.setLevel(logging.ERROR)
     logger.addHandler(watch)
     try:
         yield watch
     finally:
         logger.removeHandler(watch)
+        logger.setLevel(level)
 
 
 def auth_refused(kafka: KafkaSettings) -> str:

@@ -22,7 +22,6 @@ offsets is simply overwritten. So every record is in exactly one file once commi
 Example:
     >>> from pathlib import Path
     >>> from dprobe.config import ArchiveSettings
-from dprobe.kafka_auth import connect_error, watching_auth
     >>> async def main(stop):  # doctest: +SKIP
     ...     async with Archiver(ArchiveSettings(out_dir=Path("archive"))) as a:
     ...         await a.run(stop)

@@ -44,8 +44,12 @@ async def wait_for(predicate, timeout_s: float, what: str) -> None:
         await asyncio.sleep(0.2)
 
 
-async def test_no_seq_is_lost_across_a_broker_outage(tmp_path: Path) -> None:
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # reconnect noise
+async def test_no_seq_is_lost_across_a_broker_outage(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    quiet = logging.getLogger("aiokafka")  # reconnect noise, for this test only
+    request.addfinalizer(lambda level=quiet.level: quiet.setLevel(level))
+    quiet.setLevel(logging.CRITICAL)
     broker = LocalBroker(
         BrokerSettings(port=free_port(), controller_port=free_port(), state_dir=tmp_path / "broker")
     )

@@ -213,7 +213,8 @@ async def test_garbage_goes_to_deadletter_and_valid_traffic_is_still_counted(
         reasons[dl.reason] = reasons.get(dl.reason, 0) + 1
         assert dl.source_topic == f"{prefix}samples" and dl.offset >= 0 and dl.error
     assert reasons == expected_reasons
-    originals = {raw for _, raw in records}
+    # dead letters keep the first 4,096 bytes of a record (the deep-nesting kind is longer)
+    originals = {raw[:4096] for _, raw in records}
     assert all(base64.b64decode(dl.raw) in originals for dl in letters[:500])
     _check(_by_key(raws), ref)
 
