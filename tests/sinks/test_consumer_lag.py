@@ -25,7 +25,11 @@ async def _produce(bootstrap: str, topic: str, per_partition: dict[int, int]) ->
 
 
 async def _commit(bootstrap: str, group: str, offsets: dict[TopicPartition, int]) -> None:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
+    # no auto-commit: on stop it would commit the position it fetched at assign time
+    # (the old committed offset) over the offsets committed here, now and then
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+    )
     await consumer.start()
     try:
         consumer.assign(list(offsets))
