@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -47,9 +47,6 @@ class AuthWatch(logging.Handler):
             text = record.getMessage()
             if any(m in text for m in _MARKERS):
                 self.failure = text
-
-    def reset(self) -> None:
-        self.failure = None
 
 
 @contextmanager
@@ -83,3 +80,19 @@ def connect_error(kafka: KafkaSettings, exc: BaseException, watch: AuthWatch) ->
     if watch.failure is not None:
         return UsageError(auth_refused(kafka))
     return UsageError(f"cannot reach Kafka at {kafka.bootstrap}: {exc}")
+
+
+async def start_client(
+    start: Callable[[], Awaitable[object]],
+    close: Callable[[], Awaitable[object]],
+    kafka: KafkaSettings,
+    errors: type[BaseException] | tuple[type[BaseException], ...],
+) -> None:
+    """``await start()`` of a Kafka client; if it fails with ``errors``, ``await close()``
+    and raise :func:`connect_error` (refused credentials or unreachable broker)."""
+    with watching_auth() as watch:
+        try:
+            await start()
+        except errors as exc:
+            await close()
+            raise connect_error(kafka, exc, watch) from None

@@ -39,7 +39,7 @@ from aiokafka.errors import CommitFailedError, KafkaConnectionError
 
 from dprobe.clock import Clock, SystemClock
 from dprobe.config import ArchiveSettings
-from dprobe.kafka_auth import connect_error, watching_auth
+from dprobe.kafka_auth import start_client
 from dprobe.lifecycle import AsyncService
 from dprobe.schema import HostSnapshot, JobEvent, SchemaError, decode
 from dprobe.sinks.archive_schema import KINDS, row_of
@@ -89,12 +89,8 @@ class Archiver(AsyncService):
             enable_auto_commit=False,
             auto_offset_reset="earliest",
         )
-        with watching_auth() as watch:
-            try:
-                await self.consumer.start()
-            except KafkaConnectionError as exc:
-                await self.consumer.stop()
-                raise connect_error(self.settings.kafka, exc, watch) from None
+        consumer = self.consumer
+        await start_client(consumer.start, consumer.stop, self.settings.kafka, KafkaConnectionError)
         self.consumer.subscribe(list(self.kinds), listener=_Rebalance(self))
 
     async def poll(self, timeout_ms: int = 500) -> int:

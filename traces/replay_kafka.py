@@ -17,7 +17,7 @@ from typing import Any
 from dprobe.clock import Clock
 from dprobe.config import ReplaySettings
 from dprobe.errors import UsageError
-from dprobe.kafka_auth import connect_error, watching_auth
+from dprobe.kafka_auth import start_client
 from dprobe.traces.replay import ReplayStats, replay
 from dprobe.traces.replay_record import ReplayRecord
 
@@ -69,12 +69,7 @@ async def replay_to_kafka(
 
     await ensure_topics(settings, sorted(set(topics.values())))
     producer = AIOKafkaProducer(**producer_config(settings))
-    with watching_auth() as watch:
-        try:
-            await producer.start()
-        except KafkaConnectionError as exc:
-            await producer.stop()
-            raise connect_error(settings.kafka, exc, watch) from None
+    await start_client(producer.start, producer.stop, settings.kafka, KafkaConnectionError)
     try:
         stats = await replay(
             records,
@@ -98,12 +93,7 @@ async def ensure_topics(settings: ReplaySettings, topics: Sequence[str]) -> list
     from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 
     admin = AIOKafkaAdminClient(**settings.kafka.client_kwargs())
-    with watching_auth() as watch:
-        try:
-            await admin.start()
-        except KafkaConnectionError as exc:
-            await admin.close()
-            raise connect_error(settings.kafka, exc, watch) from None
+    await start_client(admin.start, admin.close, settings.kafka, KafkaConnectionError)
     try:
         missing = [t for t in topics if t not in set(await admin.list_topics())]
         if missing:
