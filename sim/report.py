@@ -162,11 +162,7 @@ def _s(x: float) -> str:
 
 def chart(results: Sequence[CellResult], path: str | Path, title: str = "") -> Path:
     """Grouped bars of average queueing delay (log scale) per policy and mode; PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     policies = list(dict.fromkeys(r.policy for r in results))
     modes = list(dict.fromkeys(r.mode for r in results))
     by = {(r.policy, r.mode): r.avg_queue_s for r in results}
@@ -191,22 +187,13 @@ def chart(results: Sequence[CellResult], path: str | Path, title: str = "") -> P
     ax.set_ylabel("average queueing delay (s, log; 0 drawn at 0.1)")
     ax.set_title(title or "Average queueing delay by policy and quota mode")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path)
 
 
 def sweep_chart(results: Sequence[CellResult], path: str | Path, title: str = "") -> Path:
     """Average queueing delay against move latency: a panel per reclaim rule (rows) and
     policy (columns), a line per quota mode; PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     policies = list(dict.fromkeys(r.policy for r in results))
     reclaims = list(dict.fromkeys(r.reclaim for r in results))
     modes = list(dict.fromkeys(r.mode for r in results))
@@ -237,6 +224,21 @@ def sweep_chart(results: Sequence[CellResult], path: str | Path, title: str = ""
                 ax.set_ylabel("avg queueing delay (s, log)", fontsize=7)
     axes[0][-1].legend(fontsize=7)
     fig.suptitle(title or "Average queueing delay against move latency", fontsize=9)
+    return _save(plt, fig, path)
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend (imported only to draw)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt: Any, fig: Any, path: str | Path) -> Path:
+    """Lay out ``fig``, write it as a PNG at ``path`` (folders made), close it."""
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
