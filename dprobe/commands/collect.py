@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from dprobe.commands._common import settings
@@ -146,25 +147,30 @@ def _unavailable(exc: Exception, backend: str) -> UsageError:
     return UsageError(f"{backend} backend unavailable: {exc}{hint}")
 
 
-async def _once(s: CollectorSettings) -> int:
+def _snapshot_source(s: CollectorSettings, on_fault: Callable[[str], None]) -> tuple[Any, ...]:
+    """``(host, clock, backend, build)`` of a collector that runs without Kafka."""
     import socket
 
     from dprobe.collectors.assemble import make_backend, make_clock, make_resolver
-    from dprobe.collectors.errors import BackendError
     from dprobe.collectors.snapshot import SnapshotBuilder
-    from dprobe.schema import to_builtins
 
     host = s.host_id or socket.gethostname()
     clock = make_clock(s.clock_speed)
     backend = make_backend(s, host, clock)
-    resolver = make_resolver(s)
+    return host, clock, backend, SnapshotBuilder(host, make_resolver(s), on_fault)
+
+
+async def _once(s: CollectorSettings) -> int:
+    from dprobe.collectors.errors import BackendError
+    from dprobe.schema import to_builtins
+
     faults: list[str] = []
+    _host, clock, backend, build = _snapshot_source(s, faults.append)
     try:
         async with backend:
             reading = await backend.read()
     except BackendError as exc:
         raise _unavailable(exc, s.backend) from None
-    build = SnapshotBuilder(host, resolver, faults.append)
     snap = build(reading, seq=0, ts=clock.now(), interval_s=s.interval_s)
     print(json.dumps(to_builtins(snap), indent=2))
     for err in reading.errors:
@@ -181,17 +187,11 @@ async def _write_lines(
     import asyncio
     import contextlib
     import signal
-    import socket
 
-    from dprobe.collectors.assemble import make_backend, make_clock, make_resolver
     from dprobe.collectors.errors import BackendError
-    from dprobe.collectors.snapshot import SnapshotBuilder
     from dprobe.schema import encode
 
-    host = s.host_id or socket.gethostname()
-    clock = make_clock(s.clock_speed)
-    backend = make_backend(s, host, clock)
-    build = SnapshotBuilder(host, make_resolver(s), lambda _field: None)
+    host, clock, backend, build = _snapshot_source(s, lambda _field: None)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -4,6 +4,7 @@ one line with exit 2, and the collector, which spools on, says so in its log and
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -18,13 +19,7 @@ pytestmark = pytest.mark.integration
 
 
 def _wrong(k: KafkaSettings) -> KafkaSettings:
-    return KafkaSettings(
-        bootstrap=k.bootstrap,
-        security_protocol=k.security_protocol,
-        sasl_mechanism=k.sasl_mechanism,
-        sasl_username=k.sasl_username,
-        sasl_password=Secret("not-the-password"),
-    )
+    return dataclasses.replace(k, sasl_password=Secret("not-the-password"))
 
 
 def _run(
