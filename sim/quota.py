@@ -225,27 +225,32 @@ class OracleDemand:
     def __call__(self, sim: Simulator, now: float) -> dict[str, tuple[float, float, float]]:
         out = {}
         for vc in sim.vcs.values():
-            p = self._peak(vc, now, self.horizon_s)
-            hold = self._peak(vc, now, self.hold_s) if self.hold_s > 0 else 0.0
+            p, hold = self._peaks(vc, now)
             out[vc.name] = (p, p, hold)
         return out
 
-    def _peak(self, vc: VC, now: float, horizon: float) -> float:
+    def _peaks(self, vc: VC, now: float) -> tuple[float, float]:
+        """Peak demand over the horizon and over the hold (0 when off), in one scan of
+        the arrivals up to the longer of the two."""
         fut = self._future.get(vc.name, [])
         i = self._next.get(vc.name, 0)
         while i < len(fut) and fut[i].submit_s <= now:
             i += 1
         self._next[vc.name] = i
-        peak = float(vc.pending_gpus + vc.running_gpus)
-        end_t = now + horizon
+        peak = hold = float(vc.pending_gpus + vc.running_gpus)
+        end_t, hold_t = now + self.horizon_s, now + self.hold_s
         running = [(now + j.remaining_s / j.speed - (now - j.last_s), j.gpus) for j in vc.running]
         k = i
         arrived: list[tuple[float, int]] = []
-        while k < len(fut) and fut[k].submit_s <= end_t:
+        while k < len(fut) and fut[k].submit_s <= max(end_t, hold_t):
             tau = fut[k].submit_s
             arrived.append((tau + fut[k].duration_s, fut[k].gpus))
             still = sum(g for e, g in running if e > tau)
             new = sum(g for e, g in arrived if e > tau)
-            peak = max(peak, float(vc.pending_gpus + still + new))
+            demand = float(vc.pending_gpus + still + new)
+            if tau <= end_t:
+                peak = max(peak, demand)
+            if tau <= hold_t:
+                hold = max(hold, demand)
             k += 1
-        return peak
+        return peak, (hold if self.hold_s > 0 else 0.0)
