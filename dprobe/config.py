@@ -235,6 +235,11 @@ class WorkerSettings:
     metrics_port: int = 9402
     max_message_bytes: int = 1_048_576
     max_clock_skew_s: float = 300.0  # a snapshot this far ahead of its Kafka record: dead letter
+    # bounded state: every stored value stays under max_state_bytes (docs/worker.md)
+    max_state_bytes: int = 524_288
+    window_host_shards: int = 8
+    job_book_shards: int = 16
+    tenant_index_shards: int = 64
     # DProbe's multi-level demand and the job flow (assumptions; docs/worker.md)
     plan_quantile: str = "p90"
     level_l1_max_util_pct: float = 25.0
@@ -258,6 +263,16 @@ class WorkerSettings:
             )
         if not self.max_clock_skew_s > 0:
             raise ConfigError("worker.max_clock_skew_s must be > 0 seconds")
+        if not 4_096 <= self.max_state_bytes <= self.max_message_bytes:
+            raise ConfigError(
+                "worker.max_state_bytes must be within [4096, worker.max_message_bytes]"
+            )
+        shards = (self.window_host_shards, self.job_book_shards, self.tenant_index_shards)
+        if not all(1 <= n <= 4_096 for n in shards):
+            raise ConfigError(
+                "worker.window_host_shards, job_book_shards and tenant_index_shards "
+                "must be within [1, 4096]"
+            )
         if not (self.plan_horizon_s > 0 and self.move_latency_s >= 0 and self.lend_horizon_s >= 0):
             raise ConfigError(
                 "worker.plan_horizon_s must be > 0, move_latency_s and lend_horizon_s >= 0"

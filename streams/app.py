@@ -87,6 +87,10 @@ def window_settings(s: WorkerSettings) -> WindowSettings:
         window_s=s.window_s,
         grace_s=s.grace_s,
         source_idle_s=s.source_idle_s,
+        host_shards=s.window_host_shards,
+        book_shards=s.job_book_shards,
+        index_shards=s.tenant_index_shards,
+        max_state_bytes=s.max_state_bytes,
         levels=demand_settings.level_settings(s),
         flow=demand_settings.flow_settings(s),
     )

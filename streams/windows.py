@@ -13,15 +13,23 @@ events only) the watermark is the newest event time minus ``grace_s``. A window 
 when its end is at or below the watermark; a partial for a window that already closed
 is late: it is counted and dropped.
 
-Table layout (one changelog-backed table, values are msgspec JSON):
+Table layout (one changelog-backed table, values are msgspec JSON; every value is split
+into shards and kept under a byte budget, see :mod:`dprobe.streams.state.bounds`):
 
-- ``w|TENANT|START``: the window state of :mod:`dprobe.streams.state.window_agg`;
-- ``j|TENANT``: the tenant's job book (:mod:`dprobe.streams.state.job_book`), each job
-  with the level the injected ``level_of`` predicts for it when it is first seen;
-- ``p|PARTITION``: the partition's :class:`~dprobe.streams.state.partition.PartitionState`
-  (watermark sources, open windows, closed and reported progress) in its stored form;
+- ``w|TENANT|START`` and ``w|TENANT|START|s<k>``: the window state of
+  :mod:`dprobe.streams.state.window_agg`, split by host into ``host_shards`` shards
+  (merged when the window closes);
+- ``j|TENANT`` and ``j|TENANT|s<k>``: the tenant's job book
+  (:mod:`dprobe.streams.state.job_book`), split by job into ``book_shards`` shards, each
+  job with the level the injected ``level_of`` predicts for it when it is first seen;
+- ``p|PARTITION`` and ``p|PARTITION|s<k>``: the partition's
+  :class:`~dprobe.streams.state.partition.PartitionState` (watermark sources, closed and
+  reported progress; its tenant index in ``index_shards`` shards) in its stored form;
   ``upto`` is the progress last reported to the planning stage (every window ending at
   or before it is out; a partial for such a window is late).
+
+A record that would take a value past ``max_state_bytes`` is sent to the dead-letter
+topic with reason ``state_full`` and changes nothing.
 
 Updates are read in batches and applied in the order of their partition's log; the
 states a batch touches are decoded once and written back once, at the end of the batch.
@@ -53,20 +61,32 @@ from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec, table_io
 from dprobe.streams.deadletter import DeadLetters
 from dprobe.streams.state import job_book
+from dprobe.streams.state.bounds import StateFull, shard_key, shard_of
 from dprobe.streams.state.partition import PartitionState
-from dprobe.streams.state.window_agg import Partial, WindowSettings, add, initial, result
+from dprobe.streams.state.window_agg import (
+    HOST_ENTRY_BYTES,
+    Partial,
+    WindowSettings,
+    add_into,
+    bytes_bound,
+    initial,
+    is_new_host,
+    merge,
+    result,
+)
 
 
-def _wkey(tenant: str, start: float) -> bytes:
-    return f"w|{tenant}|{start!r}".encode()
+def _wkey(tenant: str, start: float, shard: int = 0) -> bytes:
+    return shard_key(f"w|{tenant}|{start!r}".encode(), shard)
 
 
-def _jkey(tenant: str) -> bytes:
-    return f"j|{tenant}".encode()
+def _jkey(tenant: str, shard: int = 0) -> bytes:
+    return shard_key(f"j|{tenant}".encode(), shard)
 
 
-def _pkey(partition: int) -> bytes:
-    return f"p|{partition}".encode()
+def _pkey(partition: int, shard: int | None = None) -> bytes:
+    base = f"p|{partition}".encode()
+    return base if shard is None else base + b"|i" + str(shard).encode()
 
 
 class _Batch:
@@ -99,7 +119,10 @@ class _Batch:
 
     async def flush(self) -> None:
         for key in sorted(self.dirty):
-            await self.write(key)
+            if self.values[key] is None:
+                await self.delete(key)
+            else:
+                await self.write(key)
 
 
 class Windows:
@@ -136,11 +159,35 @@ class Windows:
             by_partition.setdefault(event.message.partition, []).append(event)
         for partition, evs in sorted(by_partition.items()):
             batch = _Batch(self.table, partition)
-            ps = PartitionState.from_plain(batch.get(_pkey(partition)))
+            ps = self._load_partition(batch)
             for event in evs:
                 await self._apply(event, ps, batch)
-            batch.set(_pkey(partition), ps.to_plain())
+            self._stage_partition(ps, batch)
             await batch.flush()
+
+    def _load_partition(self, batch: _Batch) -> PartitionState:
+        p = batch.partition
+        n = self.cfg.index_shards
+        index = [batch.get(_pkey(p, k)) for k in range(n)]
+        return PartitionState.from_stored(
+            batch.get(_pkey(p)), index, index_shards=n, max_shard_bytes=self.cfg.max_state_bytes
+        )
+
+    def _stage_partition(self, ps: PartitionState, batch: _Batch) -> list[bytes]:
+        """Put the partition's changed index shards and its core into the batch; returns
+        their keys (index shards first, the core last)."""
+        keys = []
+        for k in sorted(ps.dirty):
+            key = _pkey(batch.partition, k)
+            data = ps.index_plain(k)
+            ps.dirty.discard(k)
+            if data is None and batch.get(key) is None:
+                continue
+            batch.set(key, data)
+            keys.append(key)
+        batch.set(_pkey(batch.partition), ps.to_plain())
+        keys.append(_pkey(batch.partition))
+        return keys
 
     async def _apply(self, event: Any, ps: PartitionState, batch: _Batch) -> None:
         before = self.watermark(ps)
@@ -153,6 +200,8 @@ class Windows:
                 self._on_source(update, ps)
             else:
                 self._on_job(update, ps, batch)
+        except StateFull as exc:  # what was applied of it stays: replaying it is harmless
+            await self.deadletter.send(event.value, exc, event.message)
         except Exception as exc:  # noqa: BLE001 - a bug, or not a message this worker wrote
             await self.deadletter.processing_error(event.value, exc, event.message)
             return
@@ -165,12 +214,18 @@ class Windows:
         if part.window_start + self.cfg.window_s <= ps.out_before:
             self.stats.late_partials += 1
             return
-        key = _wkey(part.tenant, part.window_start)
+        key = _wkey(part.tenant, part.window_start, shard_of(part.host, self.cfg.host_shards))
         state = batch.get(key) or initial(part.tenant, part.window_start)
-        new = add(state, part)
-        if new is not state:
-            batch.set(key, new)
-            ps.open_window(part.tenant, part.window_start)
+        limit = self.cfg.max_state_bytes
+        if is_new_host(state, part.host) and bytes_bound(state) + HOST_ENTRY_BYTES > limit:
+            raise StateFull(
+                f"window {part.tenant!r}@{part.window_start!r} holds too many hosts for "
+                f"{self.cfg.max_state_bytes} bytes per shard (host {part.host!r}); "
+                "raise worker.window_host_shards or worker.max_state_bytes"
+            )
+        ps.open_window(part.tenant, part.window_start)
+        if add_into(state, part):
+            batch.set(key, state)
 
     def _on_source(self, wm: codec.SourceWatermark, ps: PartitionState) -> None:
         ps.note_source(wm.source, wm.ts)
@@ -182,17 +237,49 @@ class Windows:
         return ps.watermark(sources=self.sources, grace_s=self.cfg.grace_s)
 
     def _on_job(self, ev: schema.JobEvent, ps: PartitionState, batch: _Batch) -> None:
-        key = _jkey(ev.tenant)
+        key = _jkey(ev.tenant, shard_of(ev.job, self.cfg.book_shards))
+        book = batch.get(key) or job_book.initial()
+        limit = self.cfg.max_state_bytes
+        if job_book.bytes_bound(book) + job_book.EVENT_BYTES > limit:
+            job_book.forget_oldest(book)  # make room: forget the oldest finished jobs
+            if job_book.bytes_bound(book) + job_book.EVENT_BYTES > limit:
+                raise StateFull(
+                    f"job book shard of {ev.tenant!r} holds too many jobs for {limit} bytes "
+                    f"(job {ev.job!r}); raise worker.job_book_shards or worker.max_state_bytes"
+                )
+            batch.set(key, book)
         level = None
         if self.level_of is not None and ev.event in ("submit", "start"):
             level = self.level_of(ev)
-        batch.set(key, job_book.apply(batch.get(key) or job_book.initial(), ev, level=level))
         ps.note_job(ev.tenant, ev.ts)
+        job_book.apply_into(book, ev, level=level)
+        batch.set(key, book)
+
+    def _books(self, tenant: str, batch: _Batch) -> list[tuple[bytes, Any]]:
+        """The stored shards of ``tenant``'s job book, with their keys."""
+        keys = [_jkey(tenant, k) for k in range(self.cfg.book_shards)]
+        return [(k, b) for k in keys if (b := batch.get(k)) is not None]
+
+    def _book(self, tenant: str, batch: _Batch) -> Any:
+        """``tenant``'s whole job book (read-only), or ``None`` without any job event."""
+        books = [b for _, b in self._books(tenant, batch)]
+        return job_book.combined(books) if books else None
+
+    def _window_state(self, tenant: str, start: float, batch: _Batch) -> Any:
+        """``tenant``'s window at ``start``, its shards merged (read-only)."""
+        state = initial(tenant, start)
+        for k in range(self.cfg.host_shards):
+            shard = batch.get(_wkey(tenant, start, k))
+            if shard is not None:
+                state = merge(state, shard)
+        return state
 
     async def _write_partition(self, ps: PartitionState, batch: _Batch) -> None:
-        key = _pkey(batch.partition)
-        batch.set(key, ps.to_plain())
-        await batch.write(key)
+        for key in self._stage_partition(ps, batch):
+            if batch.values[key] is None:
+                await batch.delete(key)
+            else:
+                await batch.write(key)
 
     async def _close_ready(self, ps: PartitionState, batch: _Batch) -> None:
         w = self.cfg.window_s
@@ -201,8 +288,8 @@ class Windows:
             tenants = ps.tenants_open_at(start)
             for t in ps.job_tenants:
                 if t not in tenants:
-                    book = batch.get(_jkey(t)) or job_book.initial()
-                    if job_book.has_jobs_at(book, start, start + w):
+                    book = self._book(t, batch)
+                    if book is not None and job_book.has_jobs_at(book, start, start + w):
                         tenants.add(t)
             sent = [await self._emit(tenant, start, batch) for tenant in sorted(tenants)]
             forwarded = []
@@ -217,13 +304,14 @@ class Windows:
             ps.close(start, end=start + w)
             await self._write_partition(ps, batch)
             for tenant in sorted(tenants):
-                await batch.delete(_wkey(tenant, start))
+                for k in range(self.cfg.host_shards):
+                    if batch.get(_wkey(tenant, start, k)) is not None:
+                        await batch.delete(_wkey(tenant, start, k))
             for t in ps.job_tenants:
-                book = batch.get(_jkey(t))
-                if book is not None:
+                for key, book in self._books(t, batch):
                     pruned = job_book.prune(book, start + w)
                     if pruned is not book:
-                        batch.set(_jkey(t), pruned)
+                        batch.set(key, pruned)
         # Every window ending at or before the watermark is out: say so, after them. From
         # now on a partial for such a window is late, so the report stays true.
         upto = math.floor(watermark / w) * w if math.isfinite(watermark) else -math.inf
@@ -236,8 +324,8 @@ class Windows:
         self, tenant: str, start: float, batch: _Batch
     ) -> tuple[Any, schema.TenantWindow]:
         """Send one closed window; returns (delivery future, window)."""
-        state = batch.get(_wkey(tenant, start)) or initial(tenant, start)
-        book = batch.get(_jkey(tenant))
+        state = self._window_state(tenant, start, batch)
+        book = self._book(tenant, batch)
         if book is None:
             window = result(state, self.cfg)
         else:

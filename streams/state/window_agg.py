@@ -8,7 +8,10 @@ Two steps, so a stream worker can pre-aggregate before repartitioning by tenant:
    window state (a plain, JSON-serialisable dict) and turn it into a TenantWindow.
 
 ``add`` is idempotent per ``(host, seq)``: a partial whose snapshot was already applied
-to the window is ignored, so at-least-once delivery never double-counts. Sums are kept
+to the window is ignored, so at-least-once delivery never double-counts. The state
+remembers each host's last seq under the host's fixed-size digest
+(:func:`~dprobe.streams.state.bounds.digest`), so its size grows by a bounded amount per
+host whatever the host names are (:data:`HOST_ENTRY_BYTES`). Sums are kept
 in integer micro-units, so the result does not depend on the order in which partials of
 different hosts arrive: the same window always has exactly the same content.
 
@@ -58,10 +61,13 @@ import msgspec
 from dprobe.models.job_flow import FlowSettings
 from dprobe.models.levels import LEVELS, LevelSettings, classify
 from dprobe.schema import HostSnapshot, JobFlow, LevelCounts, TenantWindow
+from dprobe.streams.state.bounds import DEFAULT_MAX_STATE_BYTES, digest
 
 _LEVEL_INDEX = {lvl: i for i, lvl in enumerate(LEVELS)}
 _SUMS = ("instance_s", "gpu_s", "util_sum", "weighted_s")
 MICRO = 1_000_000  # sums are integers in millionths: exact and order-independent
+HOST_ENTRY_BYTES = 40  # upper bound of one host's entry in "applied": "<16 hex>":<seq>,
+STATE_BASE_BYTES = 2_048  # upper bound of a state without hosts (tenant <= 1,538 bytes)
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,10 @@ class WindowSettings:
     window_s: float = 60.0
     grace_s: float = 10.0
     source_idle_s: float = 30.0
+    host_shards: int = 8  # a tenant's window is stored in this many shards, split by host
+    book_shards: int = 16  # a tenant's job book is stored in this many shards, split by job
+    index_shards: int = 64  # a partition's tenant index, split by tenant
+    max_state_bytes: int = DEFAULT_MAX_STATE_BYTES  # byte budget of every stored shard
     levels: LevelSettings = field(default_factory=LevelSettings)
     flow: FlowSettings = field(default_factory=FlowSettings)
 
@@ -160,19 +170,41 @@ def initial(tenant: str, start: float) -> dict[str, Any]:
     }
 
 
+def bytes_bound(state: dict[str, Any]) -> int:
+    """Upper bound of ``state``'s stored size, from what it holds (not how it was built)."""
+    return STATE_BASE_BYTES + HOST_ENTRY_BYTES * len(state["applied"])
+
+
+def is_new_host(state: dict[str, Any], host: str) -> bool:
+    """Whether ``host`` has no entry in ``state`` yet (adding it grows the state)."""
+    applied = state["applied"]
+    return digest(host) not in applied and host not in applied
+
+
 def add(state: dict[str, Any], part: Partial) -> dict[str, Any]:
     """Fold ``part`` into ``state`` (returns a new dict; a replayed partial is a no-op)."""
-    last = state["applied"].get(part.host, -1)
+    new = {**state, "applied": dict(state["applied"]), "levels": list(state["levels"])}
+    return new if add_into(new, part) else state
+
+
+def add_into(state: dict[str, Any], part: Partial) -> bool:
+    """Fold ``part`` into ``state`` in place, in time independent of the window's size;
+    ``False`` (and nothing changed) when its snapshot was already applied."""
+    applied = state["applied"]
+    key = digest(part.host)
+    last = applied.get(key, applied.get(part.host, -1))  # a host name: stored before digests
     if part.seq <= last:
-        return state
-    new = dict(state)
-    new["applied"] = {**state["applied"], part.host: part.seq}
-    new["samples"] = state["samples"] + part.samples
+        return False
+    applied.pop(part.host, None)
+    applied[key] = part.seq
+    state["samples"] += part.samples
     for k in _SUMS:
-        new[k] = state[k] + round(getattr(part, k) * MICRO)
-    new["levels"] = [a + b for a, b in zip(state["levels"], part.levels, strict=True)]
-    new["lost"] = state["lost"] + part.lost
-    return new
+        state[k] += round(getattr(part, k) * MICRO)
+    levels = state["levels"]
+    for i, n in enumerate(part.levels):
+        levels[i] += n
+    state["lost"] += part.lost
+    return True
 
 
 def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec
 from dprobe.streams.deadletter import DeadLetters
 from dprobe.streams.state import job_book
+from dprobe.streams.state.bounds import digest
 from dprobe.streams.state.window_agg import WindowSettings
 from dprobe.streams.windows import Windows
 from tests.streams.helpers import closing_snapshots, make_snapshots, reference_windows
@@ -258,10 +259,12 @@ def test_an_old_format_job_book_still_loads_and_flows() -> None:
     new = job_book.apply(old, schema.JobEvent(ts=11, event="start", job="q", tenant="t", gpus=8))
     assert job_book.totals(new) == (0.0, 12.0)
     assert [(e.kind, e.gpus) for e in job_book.events_in(new, 10.0, 20.0)] == [("start", 8)]
-    # a stale submit of a finished job changes nothing
-    assert job_book.apply(new, schema.JobEvent(ts=12, event="submit", job="x", tenant="t", gpus=1))[
-        "jobs"
-    ].keys() == {"q", "r"}
+    # the job that moved is now stored under its digest; the other keeps its id until its
+    # next event; a stale submit of a finished job (remembered by id) changes nothing
+    after = job_book.apply(new, schema.JobEvent(ts=12, event="submit", job="x", tenant="t", gpus=1))
+    assert after["jobs"].keys() == {digest("q"), "r"}
+    assert after["done"] == {digest("x"): 1.0}
+    assert job_book.totals(after) == (0.0, 12.0)
 
 
 def test_the_window_stage_reads_an_old_format_book_from_its_table() -> None:
