@@ -95,9 +95,8 @@ class PlanLoop:
         self._planned_upto = -math.inf
         self._quotas: dict[str, int] = dict(self.settings.initial_quotas)
         self._forecasts: dict[str, dict[float, tuple[float, float]]] = {}
-        self._outstanding: dict[
-            tuple[str, float], tuple[float, float]
-        ] = {}  # (t, target) -> h, p50
+        # tenant -> {target time: (horizon, p50)}: forecasts whose outcome is not known yet
+        self._outstanding: dict[str, dict[float, tuple[float, float]]] = {}
         self._errors: dict[str, dict[float, float]] = {}
 
     # -- the loop ---------------------------------------------------------------------
@@ -123,11 +122,13 @@ class PlanLoop:
             return []
         ready = min(self._progress.values())
         events: list[ScalingEvent] = []
-        for end in sorted({e for e, _ in self._pending if e <= ready}):
-            for key in sorted(k for k in self._pending if k[0] == end):
-                self._learn(self._pending.pop(key))
-            events += self._plan(end)
-            self._planned_upto = end
+        due = sorted(k for k in self._pending if k[0] <= ready)  # (end, tenant) order
+        for i, key in enumerate(due):
+            self._learn(self._pending.pop(key))
+            end = key[0]
+            if i + 1 == len(due) or due[i + 1][0] != end:  # the last window of this end
+                events += self._plan(end)
+                self._planned_upto = end
         return events
 
     def note_progress(self, partition: int, upto: float) -> bool:
@@ -169,7 +170,7 @@ class PlanLoop:
             p50, p90 = out[h]
             hold = max(v[1] for k, v in out.items() if k <= s.hold_s) if s.hold_s > 0 else 0.0
             self._forecasts[t] = {h: (p50, p90)}
-            self._outstanding[(t, at + h)] = (h, p50)
+            self._outstanding.setdefault(t, {})[at + h] = (h, p50)
             w = self._last[t]
             quota = self._quotas.setdefault(t, 0)
             busy = ceil_to_node(max(w.running_gpus, 0.0), node)
@@ -196,9 +197,11 @@ class PlanLoop:
 
     def _score(self, window: TenantWindow) -> None:
         """Realised error of forecasts whose target time this window reaches."""
-        due = [k for k in self._outstanding if k[0] == window.tenant and k[1] <= window.window_end]
-        for key in due:
-            h, p50 = self._outstanding.pop(key)
+        mine = self._outstanding.get(window.tenant)
+        if not mine:
+            return
+        for target in [at for at in mine if at <= window.window_end]:
+            h, p50 = mine.pop(target)
             self._errors.setdefault(window.tenant, {})[h] = abs(p50 - demand_of(window))
 
     # -- views and state --------------------------------------------------------------
@@ -242,7 +245,9 @@ class PlanLoop:
             "forecasts": {
                 t: {h: list(v) for h, v in f.items()} for t, f in self._forecasts.items()
             },
-            "outstanding": [[t, at, h, p] for (t, at), (h, p) in self._outstanding.items()],
+            "outstanding": [
+                [t, at, h, p] for t, due in self._outstanding.items() for at, (h, p) in due.items()
+            ],
             "errors": {t: dict(e) for t, e in self._errors.items()},
         }
 
@@ -263,7 +268,9 @@ class PlanLoop:
         self._forecasts = {
             t: {float(h): (v[0], v[1]) for h, v in f.items()} for t, f in state["forecasts"].items()
         }
-        self._outstanding = {(t, at): (h, p) for t, at, h, p in state["outstanding"]}
+        self._outstanding = {}
+        for t, at, h, p in state["outstanding"]:
+            self._outstanding.setdefault(t, {})[at] = (h, p)
         self._errors = {
             t: {float(h): e for h, e in es.items()} for t, es in state["errors"].items()
         }

@@ -76,9 +76,8 @@ class Planning:
             f.write(raw + b"\n")
         if isinstance(message, codec.WindowProgress):
             await self._plan(message)
-        else:
+        else:  # a window waits for its end to be planned: no view changes before that
             self.loop.on_window(message)
-            self._refresh_views()
 
     async def _plan(self, progress: codec.WindowProgress) -> None:
         before = self.loop.planned_upto
