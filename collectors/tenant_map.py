@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dprobe.errors import UsageError
+from dprobe.text_input import read_text
 
 _TABLES = ("pods", "namespaces", "accounts", "slices", "users")
 
@@ -44,11 +45,11 @@ class TenantMap:
 def load_tenant_map(path: Path | str) -> TenantMap:
     """Read and validate a mapping file; raise :class:`UsageError` naming what is wrong."""
     path = Path(path).expanduser()
+    if not path.exists():
+        raise UsageError(f"tenant map {path} does not exist")
+    text = read_text(path, max_bytes=16 << 20, what="tenant map ")
     try:
-        with path.open("rb") as f:
-            doc = tomllib.load(f)
-    except FileNotFoundError:
-        raise UsageError(f"tenant map {path} does not exist") from None
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"tenant map {path}: {exc}") from None
     unknown = set(doc) - set(_TABLES)

@@ -17,7 +17,9 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO
 
 from dprobe.errors import UsageError
 
@@ -50,3 +52,43 @@ def read_text(
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise error(f"{name}:{line}: not UTF-8 text ({exc.reason})") from None
+
+
+MAX_LINE_CHARS = 1 << 20  # no line of a trace or table is near this long
+
+
+class LineTooLong(UsageError):
+    """A line of a text input is longer than any real one (not a row to skip)."""
+
+
+def bounded_lines(
+    fh: Iterable[str] | IO[str],
+    *,
+    name: str,
+    max_chars: int = MAX_LINE_CHARS,
+) -> Iterator[str]:
+    """The lines of the text file ``fh``, read at most ``max_chars`` at a time: a line
+    longer than that (a binary blob, a decompression bomb of one endless line) is
+    :class:`LineTooLong` naming ``name`` and the line number, before it fills memory.
+
+    >>> import io
+    >>> list(bounded_lines(io.StringIO("a,b\\n1,2\\n"), name="t.csv"))
+    ['a,b\\n', '1,2\\n']
+    >>> list(bounded_lines(io.StringIO("a,b\\n" + "9" * 50), name="t.csv", max_chars=10))
+    Traceback (most recent call last):
+    ...
+    dprobe.text_input.LineTooLong: t.csv:2: line longer than 10 characters
+    """
+    readline = getattr(fh, "readline", None)
+    if readline is None:  # an iterable of lines already in memory
+        yield from fh
+        return
+    n = 0
+    while True:
+        line = readline(max_chars + 1)
+        if not line:
+            return
+        n += 1
+        if len(line) > max_chars:
+            raise LineTooLong(f"{name}:{n}: line longer than {max_chars} characters")
+        yield line

@@ -33,6 +33,8 @@ def _cases(tmp_path: Path) -> dict[str, Path]:
     put("huge-gpus", (JOBS_HEADER + "1,a,5000000,0,5\n").encode())
     put("huge-duration", (JOBS_HEADER + "1,a,2,0,1e308\n").encode())
     put("huge-time", (JOBS_HEADER + "1,a,2,1e300,5\n").encode())
+    # one endless line, compressed (a decompression bomb is the same at any length)
+    put("endless-line.csv.gz", gzip.compress(b"ts,tenant,demand_gpus\n" + b"9" * (3 << 20)))
     d = tmp_path / "a-directory"
     d.mkdir()
     out["directory"] = d
@@ -51,13 +53,17 @@ def _commands(path: Path, tmp_path: Path) -> list[list[str]]:
         [*sim, "--jobs", str(jobs), "--vcs", str(vcs), "--colocate", str(path)],
         ["evaluate", "--format", "demand-csv", "--trace", str(path)],
         ["evaluate", "--format", "jobs-csv", "--trace", str(path)],
+        ["collect", "--backend", "synthetic", "--once", "--tenant-map", str(path)],
     ]
 
 
-@pytest.mark.parametrize(
-    "case",
-    ["binary", "gzip", "empty", "nul", "directory", "huge-gpus", "huge-duration", "huge-time"],
-)
+CASES = [
+    "binary", "gzip", "empty", "nul", "directory", "huge-gpus", "huge-duration", "huge-time",
+    "endless-line.csv.gz",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_each_reader_answers_bad_files_in_one_line_with_exit_2(
     case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -75,6 +81,21 @@ def test_each_reader_answers_bad_files_in_one_line_with_exit_2(
         load(WorkerSettings, file=path, env={})
     except UsageError as exc:
         assert "\n" not in str(exc) and str(path) in str(exc)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("fmt", ["jobs-csv", "demand-csv", "helios-vc", "dprobe-parquet"])
+def test_replay_names_a_bad_file_before_it_connects_to_kafka(
+    case: str, fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _cases(tmp_path)[case]
+    # nothing listens on port 1: a file error must come first, and alone
+    code = main(["--bootstrap", "127.0.0.1:1", "replay", str(path), "--format", fmt])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert str(path) in last and "Kafka" not in last, err
 
 
 def test_a_truncated_or_empty_archive_file_is_one_line(

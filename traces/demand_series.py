@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Literal
 
 from dprobe.errors import UsageError
+from dprobe.text_input import bounded_lines
 
 TraceFormat = Literal["demand-csv", "helios-vc"]
 FORMATS: tuple[TraceFormat, ...] = ("demand-csv", "helios-vc")
@@ -137,7 +138,7 @@ def _rows(
     except OSError as exc:
         raise TraceFormatError(f"cannot open: {exc.strerror or exc}", path=path) from None
     with fh:
-        reader = csv.reader(fh)
+        reader = csv.reader(bounded_lines(fh, name=str(path)))
         try:
             header = next(reader, None)
             if header is None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO
 
 from dprobe.errors import UsageError
-from dprobe.text_input import read_text
+from dprobe.text_input import bounded_lines, read_text
 
 DEFAULT_TIME_UNIT_S = 60.0  # assumption: Philly/Chronus MIX times are minutes
 REQUIRED = ("job_id", "user", "num_gpu")
@@ -82,7 +82,7 @@ def read_jobs(
 def _iter(fh: IO[str], name: str, unit: float) -> Iterator[JobRecord]:
     if not (unit > 0 and math.isfinite(unit)):
         raise UsageError(f"time unit must be > 0 seconds, got {unit}")
-    reader = csv.reader(fh)
+    reader = csv.reader(bounded_lines(fh, name=name))
     header = next(reader, None)
     if header is None:
         raise UsageError(f"{name}:1: empty file, expected a jobs-csv header")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from dprobe.errors import UsageError
+from dprobe.text_input import LineTooLong, bounded_lines
 
 T = TypeVar("T")
 _WHERE = re.compile(r"^(?P<path>.+?):(?P<line>\d+): ")
@@ -78,7 +79,8 @@ def skip_bad_rows(
             except UsageError as exc:
                 bad_line = error_line(exc)
                 message = str(exc).replace(str(source), str(original))
-                if strict or bad_line is None or bad_line <= 1 or bad_line <= done_through:
+                fatal = isinstance(exc, LineTooLong)  # re-reading it would not help
+                if fatal or strict or bad_line is None or bad_line <= 1 or bad_line <= done_through:
                     if source == original:
                         raise
                     raise UsageError(message) from None
@@ -97,9 +99,10 @@ def _blanked_copy(path: Path, folder: Path, *, through: int) -> Path:
         opener(path, "rt", encoding="utf-8", newline="") as src,
         open(out, "w", encoding="utf-8", newline="") as dst,
     ):
-        dst.write(src.readline())
+        lines = bounded_lines(src, name=str(path))
+        dst.write(next(lines, ""))
         dst.write("\n" * (through - 1))
-        for n, text in enumerate(src, start=2):
+        for n, text in enumerate(lines, start=2):
             if n > through:
                 dst.write(text)
     return out

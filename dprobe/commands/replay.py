@@ -68,6 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
+    import itertools
     import sys
     import time
 
@@ -108,6 +109,12 @@ def run(args: argparse.Namespace) -> int:
     if args.hours is not None:
         records = first_hours(records, args.hours)
         total = None
+    # read up to the first record before connecting, so a wrong file is named first
+    records = iter(records)
+    first = next(records, None)
+    if first is None:
+        raise UsageError(f"{args.path}: no record to replay ({len(bad)} malformed row(s) skipped)")
+    records = itertools.chain([first], records)
     speed = "max" if s.speed == 0 else f"x{s.speed:g}"
     print(
         f"replaying {args.path} ({args.fmt}) at speed {speed} into "
