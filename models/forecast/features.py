@@ -75,11 +75,13 @@ class TenantHistory:
         return self.val[self.idx > n]
 
     def to_state(self) -> dict[str, Any]:
+        """The ring as plain data; ``idx`` and ``val`` are copies of its arrays (a caller
+        that stores them turns them into what its format takes)."""
         return {
             "step_s": self.step_s,
             "length": self.length,
-            "idx": self.idx.tolist(),
-            "val": self.val.tolist(),
+            "idx": self.idx.copy(),
+            "val": self.val.copy(),
             "last_idx": self.last_idx,
             "last_pending": self.last_pending,
             "last_quota": self.last_quota,

@@ -476,31 +476,43 @@ class MultiTaskForecaster:
 
     # -- state ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """All learned state as plain containers and tensors (``torch.save``-able, safe-load)."""
-        return copy.deepcopy(
+        """All learned state as plain containers and tensors (``torch.save``-able, safe-load).
+
+        Only the network and optimiser states (views of live tensors) are deep-copied;
+        everything else is built fresh here, per-tenant arrays as tensors (a copy of
+        thousands of tenants' histories as Python lists took seconds).
+        """
+        hist = {}
+        for t, h in self._hist.items():
+            st = h.to_state()
+            hist[t] = {**st, "idx": torch.from_numpy(st["idx"]), "val": torch.from_numpy(st["val"])}
+        live = copy.deepcopy(
             {
                 "net": self._net.state_dict(),
                 "ema": self._ema.state_dict(),
                 "opt": self._opt.state_dict(),
                 "rng": self._rng.bit_generator.state,
-                "buffer": self._buffer.to_state(),
-                "hist": {t: h.to_state() for t, h in self._hist.items()},
-                "origins": {
-                    t: [
-                        [o, torch.from_numpy(x.copy()), y, s, torch.from_numpy(p.copy()), st]
-                        for o, x, y, s, p, st in d
-                    ]
-                    for t, d in self._origins.items()
-                },
-                "combine_err": torch.from_numpy(self._comb_err.copy()),
-                "combine_n": torch.from_numpy(self._comb_n.copy()),
-                "slots": dict(self._slots),
-                "waiting": dict(self._waiting),
-                "new_rows": self._new_rows,
-                "steps": self._steps,
-                "jobs": self._jobs.state_dict() if self._jobs is not None else None,
             }
         )
+        return {
+            **live,
+            "buffer": self._buffer.to_state(),
+            "hist": hist,
+            "origins": {
+                t: [
+                    [o, torch.from_numpy(x.copy()), y, s, torch.from_numpy(p.copy()), st]
+                    for o, x, y, s, p, st in d
+                ]
+                for t, d in self._origins.items()
+            },
+            "combine_err": torch.from_numpy(self._comb_err.copy()),
+            "combine_n": torch.from_numpy(self._comb_n.copy()),
+            "slots": copy.deepcopy(self._slots),
+            "waiting": copy.deepcopy(self._waiting),
+            "new_rows": self._new_rows,
+            "steps": self._steps,
+            "jobs": copy.deepcopy(self._jobs.state_dict()) if self._jobs is not None else None,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned (the settings must match)."""
