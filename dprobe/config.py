@@ -332,6 +332,28 @@ class ArchiveSettings:
 
 
 @dataclass(frozen=True)
+class LagSettings:
+    """``dprobe lag``: consumer-group lag from Kafka's admin API, in kafka_exporter's names."""
+
+    section = "lag"
+
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    groups: tuple[str, ...] = ("dprobe-worker", "dprobe-archive")
+    topics: tuple[str, ...] = ()  # empty: the topics each group has committed offsets on
+    interval_s: float = 15.0
+    metrics_addr: str = "127.0.0.1"
+    metrics_port: int = 9403
+
+    def __post_init__(self) -> None:
+        if not self.groups or not all(self.groups):
+            raise ConfigError("lag.groups must name at least one consumer group")
+        if not self.interval_s > 0:
+            raise ConfigError("lag.interval_s must be > 0 seconds")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError("lag.metrics_port must be within [0, 65535]")
+
+
+@dataclass(frozen=True)
 class ReplaySettings:
     """``dprobe replay``: an archive or a public trace back into Kafka."""
 

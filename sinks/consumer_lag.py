@@ -9,6 +9,11 @@ consumer's ``beginning_offsets``/``end_offsets``) and replaces :attr:`ConsumerLa
 Prometheus exporter only reads that mapping. A failed refresh is logged, counted in
 :attr:`ConsumerLag.errors` and retried at the next tick; the last values stay.
 
+Each refresh also keeps the group's committed offsets (:attr:`ConsumerLag.committed`),
+the log-end offsets (:attr:`ConsumerLag.ends`) and, with ``members=True``, the number of
+members of the group (:attr:`ConsumerLag.members`, 0 while no consumer runs). Without
+``topics``, the topics are those the group has committed offsets on.
+
 Example:
     >>> async def main() -> None:  # doctest: +SKIP
     ...     async with ConsumerLag(KafkaSettings(), "dprobe-worker", ["dprobe.samples"]) as lag:
@@ -52,6 +57,7 @@ class ConsumerLag(AsyncService):
         topics: Iterable[str],
         *,
         interval_s: float = DEFAULT_INTERVAL_S,
+        members: bool = False,
     ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
@@ -59,7 +65,11 @@ class ConsumerLag(AsyncService):
         self.group = group
         self.topics = tuple(topics)
         self.interval_s = interval_s
+        self.describe_members = members
         self.lags: Mapping[tuple[str, int], int] = {}
+        self.committed: Mapping[tuple[str, int], int] = {}
+        self.ends: Mapping[tuple[str, int], int] = {}
+        self.members: int | None = None
         self.errors = 0
         self.updated_at: float | None = None  # time.time() of the last successful refresh
         self._admin: AIOKafkaAdminClient | None = None
@@ -92,23 +102,43 @@ class ConsumerLag(AsyncService):
         # metadata of all topics: asking for named ones could auto-create a missing one
         described = await admin.describe_topics()
         found = {t["topic"]: t["partitions"] for t in described if t["error_code"] == 0}
+        topics = self.topics
+        if not topics:  # the topics the group has committed on
+            every = await admin.list_consumer_group_offsets(self.group)
+            topics = tuple(sorted({tp.topic for tp in every}))
         partitions = [
             TopicPartition(topic, p["partition"])
-            for topic in self.topics
+            for topic in topics
             for p in sorted(found.get(topic, ()), key=lambda p: p["partition"])
         ]
         lags: dict[tuple[str, int], int] = {}
+        committed_at: dict[tuple[str, int], int] = {}
+        ends_at: dict[tuple[str, int], int] = {}
         if partitions:
             committed = await admin.list_consumer_group_offsets(self.group, partitions=partitions)
             ends = await consumer.end_offsets(partitions)
             starts = await consumer.beginning_offsets(partitions)
             for tp in partitions:
+                key = (tp.topic, tp.partition)
                 meta = committed.get(tp)
-                offset = meta.offset if meta is not None and meta.offset >= 0 else starts[tp]
-                lags[(tp.topic, tp.partition)] = max(0, ends[tp] - offset)
-        self.lags = lags
+                if meta is not None and meta.offset >= 0:
+                    committed_at[key] = meta.offset
+                offset = committed_at.get(key, starts[tp])
+                lags[key] = max(0, ends[tp] - offset)
+                ends_at[key] = ends[tp]
+        if self.describe_members:
+            self.members = await self._members(admin)
+        self.lags, self.committed, self.ends = lags, committed_at, ends_at
         self.updated_at = time.time()
         return lags
+
+    async def _members(self, admin: AIOKafkaAdminClient) -> int:
+        """Members of the group now (0: no consumer of it runs)."""
+        for response in await admin.describe_consumer_groups([self.group]):
+            for group in response.groups:
+                if group[1] == self.group:
+                    return len(group[5])
+        return 0
 
     async def _run(self) -> None:
         while True:

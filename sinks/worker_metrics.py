@@ -21,9 +21,12 @@ Names (dashboards and alerts depend on them):
   ``dprobe_process_samples_total``, ``dprobe_snapshots_total``,
   ``dprobe_job_events_total``, ``dprobe_seq_resets_total``
 - ``dprobe_processing_latency_seconds``: histogram, window end -> TenantWindow produced
-- ``kafka_consumergroup_lag{consumergroup,topic,partition}`` and
-  ``kafka_consumergroup_lag_sum{consumergroup,topic}`` (kafka_exporter's names), plus
-  ``dprobe_consumer_lag_errors_total`` (failed lag refreshes: the values may be stale)
+- ``dprobe_worker_consumer_lag{consumergroup,topic,partition}`` and
+  ``dprobe_worker_consumer_lag_sum{consumergroup,topic}`` (the group's lag as this worker
+  sees it), plus ``dprobe_consumer_lag_errors_total`` (failed lag refreshes: the values
+  may be stale). The lag alerts and dashboards read kafka_exporter's names from
+  ``dprobe lag`` (:mod:`dprobe.sinks.lag_exporter`), which goes on reporting when no
+  worker runs; the worker's own names differ so the two never double.
 
 Example:
     >>> from prometheus_client import CollectorRegistry
@@ -228,13 +231,13 @@ def _latency_family(h: Histogram) -> HistogramMetricFamily:
 
 def _lag_families(group: str, lags: Mapping[tuple[str, int], int], errors: int) -> Iterator[Metric]:
     per_partition = GaugeMetricFamily(
-        "kafka_consumergroup_lag",
-        "End offset minus committed offset per partition",
+        "dprobe_worker_consumer_lag",
+        "End offset minus committed offset per partition, as this worker measures it",
         labels=["consumergroup", "topic", "partition"],
     )
     total = GaugeMetricFamily(
-        "kafka_consumergroup_lag_sum",
-        "Lag of the consumer group summed over a topic's partitions",
+        "dprobe_worker_consumer_lag_sum",
+        "Lag of the consumer group summed over a topic's partitions, as this worker measures it",
         labels=["consumergroup", "topic"],
     )
     sums: dict[str, int] = {}

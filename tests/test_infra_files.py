@@ -171,15 +171,23 @@ def test_dashboard_loads_with_the_panels_operators_need() -> None:
 class _Lag:
     group: str = "dprobe-worker"
     lags: dict[tuple[str, int], int] = field(default_factory=lambda: {("dprobe.samples", 0): 3})
+    committed: dict[tuple[str, int], int] = field(
+        default_factory=lambda: {("dprobe.samples", 0): 7}
+    )
+    ends: dict[tuple[str, int], int] = field(default_factory=lambda: {("dprobe.samples", 0): 10})
+    members: int | None = 0
+    updated_at: float | None = 1.7e9
     errors: int = 0
 
 
 def _exposed_names() -> set[str]:
-    """Sample names of a real scrape of the worker's and the collector's exporters."""
+    """Sample names of a real scrape of the worker's, the collector's and the lag
+    exporter's metrics."""
     from prometheus_client import CollectorRegistry
     from prometheus_client.parser import text_string_to_metric_families
 
     from dprobe.collectors.metrics import CollectorMetrics
+    from dprobe.sinks.lag_exporter import LagCollector
     from dprobe.sinks.metrics_server import MetricsServer
     from dprobe.sinks.worker_metrics import WorkerCollector
     from dprobe.sinks.worker_stats import TenantView, WorkerStats
@@ -195,6 +203,7 @@ def _exposed_names() -> set[str]:
     )  # fmt: skip
     registry = CollectorRegistry()
     WorkerCollector(stats, registry=registry, lag=_Lag())
+    LagCollector([_Lag()], registry=registry)  # type: ignore[list-item]
     collector = CollectorMetrics(registry)
     collector.backend_errors.labels(backend="nvml", kind="timeout").inc()
     collector.sample_faults.labels(kind="nan").inc()
@@ -239,3 +248,24 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
         [promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False
     )
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_the_lag_exporter_unit_verifies_and_is_hardened(tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    unit = ROOT / "infra" / "systemd" / "dprobe-lag.service"
+    # verify the unit as written, with a command that exists here in place of dprobe's
+    copy = tmp_path / "dprobe-lag.service"
+    copy.write_text(unit.read_text().replace("/usr/local/bin/dprobe lag", "/bin/true lag"))
+    verify = subprocess.run(
+        [analyze, "verify", "--man=no", str(copy)], capture_output=True, text=True, check=False
+    )
+    assert verify.returncode == 0, verify.stderr
+    security = subprocess.run(
+        [analyze, "security", "--offline=true", str(unit)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    found = re.search(r"Overall exposure level for \S+: ([0-9.]+)", security.stdout)
+    assert found, security.stdout[-500:] + security.stderr
+    assert float(found[1]) < 5.0, security.stdout[-300:]

@@ -52,12 +52,14 @@ async def test_lag_is_end_minus_committed_per_partition_and_summed(kafka) -> Non
         # partition 2 was never committed: the group would read all 4 records from earliest
         assert got == {(topic, 0): 7, (topic, 1): 0, (topic, 2): 4}
         labels = {"consumergroup": group, "topic": topic}
-        assert reg.get_sample_value("kafka_consumergroup_lag_sum", labels) == 11.0
-        assert reg.get_sample_value("kafka_consumergroup_lag", {**labels, "partition": "0"}) == 7.0
+        assert reg.get_sample_value("dprobe_worker_consumer_lag_sum", labels) == 11.0
+        assert (
+            reg.get_sample_value("dprobe_worker_consumer_lag", {**labels, "partition": "0"}) == 7.0
+        )
         await _produce(kafka.bootstrap, topic, {1: 5})
         await _commit(kafka.bootstrap, group, {TopicPartition(topic, 0): 10})
         assert await lag.refresh() == {(topic, 0): 0, (topic, 1): 5, (topic, 2): 4}
-        assert reg.get_sample_value("kafka_consumergroup_lag_sum", labels) == 9.0
+        assert reg.get_sample_value("dprobe_worker_consumer_lag_sum", labels) == 9.0
         assert lag.errors == 0
     await lag.stop()  # idempotent
 

@@ -131,14 +131,14 @@ def test_consumer_lag_uses_kafka_exporter_names() -> None:
     WorkerCollector(WorkerStats(), registry=reg, lag=lag)
     m = _scrape(reg)
     g = {"consumergroup": "dprobe-worker"}
-    assert _get(m, "kafka_consumergroup_lag", **g, topic="dprobe.samples", partition="1") == 7.0
-    assert _get(m, "kafka_consumergroup_lag_sum", **g, topic="dprobe.samples") == 12.0
-    assert _get(m, "kafka_consumergroup_lag_sum", **g, topic="dprobe.jobs") == 0.0
+    assert _get(m, "dprobe_worker_consumer_lag", **g, topic="dprobe.samples", partition="1") == 7.0
+    assert _get(m, "dprobe_worker_consumer_lag_sum", **g, topic="dprobe.samples") == 12.0
+    assert _get(m, "dprobe_worker_consumer_lag_sum", **g, topic="dprobe.jobs") == 0.0
     lag.lags = {("dprobe.samples", 0): 1}  # the poller replaced its values
     lag.errors = 2
     m = _scrape(reg)
-    assert _get(m, "kafka_consumergroup_lag_sum", **g, topic="dprobe.samples") == 1.0
-    assert _get(m, "kafka_consumergroup_lag", **g, topic="dprobe.samples", partition="1") is None
+    assert _get(m, "dprobe_worker_consumer_lag_sum", **g, topic="dprobe.samples") == 1.0
+    assert _get(m, "dprobe_worker_consumer_lag", **g, topic="dprobe.samples", partition="1") is None
     assert _get(m, "dprobe_consumer_lag_errors_total") == 2.0
 
 

@@ -132,8 +132,8 @@ async def _demand_shift(kafka_bootstrap: Broker, tmp_path: Path) -> None:
         assert first, "no scaling event before the restart"
         await asyncio.sleep(3)  # let the lag task measure once more
         text = _scrape(port)
-        assert f'kafka_consumergroup_lag{{consumergroup="{app_id}"' in text
-        assert f'kafka_consumergroup_lag_sum{{consumergroup="{app_id}"' in text
+        assert f'dprobe_worker_consumer_lag{{consumergroup="{app_id}"' in text
+        assert f'dprobe_worker_consumer_lag_sum{{consumergroup="{app_id}"' in text
         for tenant in ("vc-a", "vc-d"):
             assert f'dprobe_tenant_demand_gpus{{tenant="{tenant}"}}' in text
             assert f'dprobe_tenant_quota_gpus{{tenant="{tenant}"}}' in text

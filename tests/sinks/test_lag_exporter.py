@@ -1,0 +1,116 @@
+"""``dprobe lag`` on the real broker: a group's lag is exported whether or not any of its
+consumers runs, and a real Prometheus server sees it rise while nobody consumes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from aiokafka import TopicPartition
+from prometheus_client import CollectorRegistry
+
+from dprobe.config import LagSettings
+from dprobe.sinks.lag_exporter import LagExporter
+from dprobe.sinks.metrics_server import MetricsServer
+from tests.conftest import _free_port
+from tests.sinks.test_consumer_lag import _commit, _produce
+
+pytestmark = pytest.mark.integration
+
+
+async def _wait_refreshed(exporter: LagExporter, after: float) -> None:
+    for _ in range(100):
+        if all(p.updated_at is not None and p.updated_at > after for p in exporter.pollers):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the exporter did not refresh")
+
+
+async def test_a_group_nobody_runs_is_exported_with_kafka_exporters_names(kafka) -> None:
+    topic = await kafka.create_topic("lag", partitions=2)
+    group = kafka.unique("group")
+    await _produce(kafka.bootstrap, topic, {0: 10, 1: 6})
+    await _commit(kafka.bootstrap, group, {TopicPartition(topic, 0): 3})
+    reg = CollectorRegistry()
+    settings = LagSettings(kafka=kafka.settings, groups=(group,), interval_s=0.3)
+
+    def value(name: str, **labels: str) -> float | None:
+        return reg.get_sample_value(name, {"consumergroup": group, **labels})
+
+    async with LagExporter(settings, reg) as exporter:
+        await _wait_refreshed(exporter, time.time())
+        # partition 1 was never committed: it lags by everything from its beginning
+        assert value("kafka_consumergroup_lag", topic=topic, partition="0") == 7
+        assert value("kafka_consumergroup_lag", topic=topic, partition="1") == 6
+        assert value("kafka_consumergroup_lag_sum", topic=topic) == 13
+        assert value("kafka_consumergroup_current_offset", topic=topic, partition="0") == 3
+        assert value("kafka_consumergroup_current_offset", topic=topic, partition="1") is None
+        ends = {"topic": topic, "partition": "0"}
+        assert reg.get_sample_value("kafka_topic_partition_current_offset", ends) == 10
+        assert value("kafka_consumergroup_members") == 0
+        await _produce(kafka.bootstrap, topic, {0: 5})
+        await _wait_refreshed(exporter, time.time())
+        assert value("kafka_consumergroup_lag_sum", topic=topic) == 18
+        assert value("dprobe_lag_refresh_errors_total") == 0
+
+
+def _query(port: int, expr: str) -> list[dict]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?query={urllib.request.quote(expr)}"
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.load(r)["data"]["result"]
+
+
+def _prometheus(folder: Path, *, target: str, port: int) -> subprocess.Popen[bytes]:
+    """A real Prometheus server scraping ``target`` every second."""
+    (folder / "prometheus.yml").write_text(
+        "global:\n  scrape_interval: 1s\n"
+        "scrape_configs:\n  - job_name: dprobe-lag\n"
+        f"    static_configs:\n      - targets: ['{target}']\n"
+    )
+    return subprocess.Popen(
+        [
+            "prometheus", f"--config.file={folder / 'prometheus.yml'}",
+            f"--storage.tsdb.path={folder / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="no prometheus binary here")
+async def test_prometheus_sees_lag_rise_while_the_group_is_stopped(kafka, tmp_path: Path) -> None:
+    topic = await kafka.create_topic("lag", partitions=1)
+    group = kafka.unique("group")
+    await _produce(kafka.bootstrap, topic, {0: 5})
+    await _commit(kafka.bootstrap, group, {TopicPartition(topic, 0): 5})
+    reg = CollectorRegistry()
+    settings = LagSettings(kafka=kafka.settings, groups=(group,), interval_s=0.5)
+    server = MetricsServer(reg, port=0)
+    server.start()
+    prom_port = _free_port()
+    prom = _prometheus(tmp_path, target=f"127.0.0.1:{server.port}", port=prom_port)
+    expr = f'kafka_consumergroup_lag_sum{{consumergroup="{group}"}}'
+    seen: list[float] = []
+    try:
+        async with LagExporter(settings, reg):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and (len(seen) < 3 or seen[-1] <= seen[0]):
+                await _produce(kafka.bootstrap, topic, {0: 20})  # nobody consumes
+                await asyncio.sleep(1.5)
+                try:
+                    result = await asyncio.to_thread(_query, prom_port, expr)
+                except OSError:  # the server is still starting
+                    continue
+                if result:
+                    seen.append(float(result[0]["value"][1]))
+    finally:
+        prom.terminate()
+        prom.wait(timeout=30)
+        server.stop()
+    assert len(seen) >= 3, seen
+    assert seen[-1] > seen[0] and seen == sorted(seen), seen
