@@ -212,6 +212,7 @@ class WorkerSettings:
     grace_s: float = 10.0
     source_idle_s: float = 30.0
     partitions: int = 4
+    events_partitions: int = 1  # the scaling-events topic: one keeps plans in order
     replication_factor: int = 1
     commit_interval_s: float = 1.0
     producer_linger_ms: float = 5.0
@@ -257,9 +258,12 @@ class WorkerSettings:
             raise ConfigError("worker.window_s must be > 0 and worker.grace_s >= 0")
         if self.batch_max < 1 or self.batch_within_s <= 0:
             raise ConfigError("worker.batch_max must be >= 1 and worker.batch_within_s > 0")
-        if not 1 <= self.partitions <= 10_000 or not 1 <= self.replication_factor <= 100:
+        if not (1 <= self.partitions <= 10_000 and 1 <= self.events_partitions <= 10_000) or not (
+            1 <= self.replication_factor <= 100
+        ):
             raise ConfigError(
-                "worker.partitions must be within [1, 10000] and replication_factor within [1, 100]"
+                "worker.partitions must be within [1, 10000] (events_partitions too) and "
+                "replication_factor within [1, 100]"
             )
         if not self.max_clock_skew_s > 0:
             raise ConfigError("worker.max_clock_skew_s must be > 0 seconds")

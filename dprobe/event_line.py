@@ -8,7 +8,7 @@ Example:
     ...     message="p90 above quota", model=ModelInfo(name="dprobe-mmoe", version="3"))
     >>> print(format_line(ev))
     2023-11-14T22:13:20Z vc-a scale_up 8 -> 16 GPUs (+8) forecast 1h p50 12.0 p90 15.5 \
-reason=forecast_above_quota plan=p7 "p90 above quota"
+reason=forecast_above_quota plan=p7 id=e1 "p90 above quota"
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from dprobe.schema import ScalingEvent
 
 def format_line(ev: ScalingEvent) -> str:
     """Time (UTC), tenant, action, current -> target GPUs, delta, forecast p50/p90 at its
-    horizon, reason, plan id and the message (JSON-quoted), on one line."""
+    horizon, reason, plan id (with its sequence number and size when known), event id and
+    the message (JSON-quoted), on one line."""
     when = datetime.fromtimestamp(ev.ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     f = ev.forecast
     line = (
@@ -29,6 +30,9 @@ def format_line(ev: ScalingEvent) -> str:
         f" GPUs ({ev.delta_gpus:+g}) forecast {format_duration(f.horizon_s)} p50 {f.p50:.1f}"
         f" p90 {f.p90:.1f} reason={ev.reason} plan={ev.plan_id}"
     )
+    if ev.plan_seq:
+        line += f" seq={ev.plan_seq} size={ev.plan_size}"
+    line += f" id={ev.event_id}"
     return f"{line} {json.dumps(ev.message)}" if ev.message else line
 
 

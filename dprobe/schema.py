@@ -244,7 +244,10 @@ class ScalingEvent(_Msg, frozen=True, kw_only=True):
 
     CloudEvents-like envelope (``event_id`` = id, ``type``, ``source``, ``time``). The
     ``event_id`` is deterministic from tenant, window and plan, so consumers drop
-    duplicates; the deltas of all events with one ``plan_id`` sum to zero. A Kueue
+    duplicates; the deltas of all events with one ``plan_id`` sum to zero. ``plan_seq``
+    orders plans (it grows with every plan: the plan's window end in milliseconds) and
+    ``plan_size`` is the number of events of the plan, so a consumer applies a plan
+    once all of its events are in, in plan order (0: an older worker, neither known). A Kueue
     controller sets ``nominalQuota`` of the tenant's ClusterQueue to
     ``target_quota_gpus``; a Volcano one sets the queue's ``deserved``.
     """
@@ -267,6 +270,8 @@ class ScalingEvent(_Msg, frozen=True, kw_only=True):
     resource: Id = "nvidia.com/gpu"
     guaranteed_gpus: Gpus = 0.0
     window_end: EpochS = 0.0
+    plan_seq: Count = 0
+    plan_size: Count = 0
 
 
 class DeadLetter(_Msg, frozen=True, kw_only=True):

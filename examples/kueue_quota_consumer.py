@@ -1,10 +1,13 @@
 """Turn dprobe ScalingEvents into Kueue ClusterQueue ``nominalQuota`` patches (printed).
 
 Each event sets the GPU ``nominalQuota`` of its tenant's ClusterQueue to the event's
-``target_quota_gpus``. A plan is applied only as a whole: events are buffered by
-``plan_id`` until their deltas sum to zero, then the plan's patches are printed, quota
-given back first (scale_down), then quota granted (scale_up), so the cohort never holds
-more than before. Duplicate ``event_id`` s are dropped. Patches carry absolute targets, so
+``target_quota_gpus``. A plan is applied only as a whole and in plan order
+(:class:`~dprobe.sinks.plan_order.PlanAssembler`): events are buffered by ``plan_id``
+until all ``plan_size`` of them are in, then the plan's patches are printed, quota given
+back first (scale_down), then quota granted (scale_up), so the cohort never holds more
+than before; a plan older than one already applied changes only the tenants no newer
+plan has set, so each queue ends at its newest target. Duplicate ``event_id`` s are
+dropped. Patches carry absolute targets, so
 applying one twice (after a restart) is harmless. Nothing here talks to a cluster: pipe
 the printed ``kubectl`` lines into ``sh`` when you trust them.
 
@@ -32,13 +35,11 @@ import json
 import logging
 import shlex
 import sys
-import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dprobe.schema import ScalingEvent, SchemaError, decode_scaling_event
-from dprobe.sinks.seen_ids import SeenIds
+from dprobe.sinks.plan_order import PlanAssembler
 
 log = logging.getLogger("kueue_quota_consumer")
 
@@ -80,62 +81,6 @@ def plan_commands(
                      flavor=flavor, resource=e.resource))
         for e in ordered
     ]  # fmt: skip
-
-
-@dataclass
-class PlanAssembler:
-    """Buffers events by ``plan_id`` and releases a plan once its deltas sum to zero.
-
-    Duplicate ``event_id`` s are dropped. A plan still unbalanced after ``max_age_s`` (its
-    other events lost or never produced) is dropped with a warning, never applied in part.
-
-    >>> from dprobe.schema import Forecast, ModelInfo
-    >>> def ev(i, tenant, cur, tgt):
-    ...     return ScalingEvent(event_id=i, plan_id="p1", ts=1.0, time="", tenant=tenant,
-    ...         action="scale_up" if tgt > cur else "scale_down", current_quota_gpus=cur,
-    ...         target_quota_gpus=tgt, delta_gpus=tgt - cur, reason="r", message="",
-    ...         forecast=Forecast(horizon_s=600, p50=1, p90=1), model=ModelInfo(name="m",
-    ...         version="1"))
-    >>> plans = PlanAssembler()
-    >>> plans.add(ev("e1", "vc-a", 8, 16)), plans.pending_plans
-    ([], 1)
-    >>> [e.tenant for e in plans.add(ev("e2", "vc-b", 16, 8))], plans.pending_plans
-    (['vc-a', 'vc-b'], 0)
-    """
-
-    max_age_s: float = 300.0
-    clock: Callable[[], float] = time.monotonic
-    seen: SeenIds = field(default_factory=SeenIds)
-    duplicates: int = 0
-    expired: int = 0
-    _pending: dict[str, tuple[float, list[ScalingEvent]]] = field(default_factory=dict)
-
-    @property
-    def pending_plans(self) -> int:
-        return len(self._pending)
-
-    def add(self, event: ScalingEvent) -> list[ScalingEvent]:
-        """Add one event; return the events of the plan it completes (else ``[]``)."""
-        self.expire()
-        if not self.seen.add(event.event_id):
-            self.duplicates += 1
-            return []
-        _, events = self._pending.setdefault(event.plan_id, (self.clock(), []))
-        events.append(event)
-        if len(events) >= 2 and abs(sum(e.delta_gpus for e in events)) < 1e-6:
-            del self._pending[event.plan_id]
-            return events
-        return []
-
-    def expire(self) -> list[str]:
-        """Drop plans older than ``max_age_s``; return their ids."""
-        now = self.clock()
-        old = [p for p, (t, _) in self._pending.items() if now - t > self.max_age_s]
-        for plan_id in old:
-            _, events = self._pending.pop(plan_id)
-            self.expired += 1
-            log.warning("plan %s never balanced (%d events); not applied", plan_id, len(events))
-        return old
 
 
 def parse_queue_map(text: str) -> dict[str, str]:

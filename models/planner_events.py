@@ -27,6 +27,13 @@ def event_id(plan_id: str, tenant: str, window_end: float) -> str:
     return hashlib.sha256(f"{plan_id}|{tenant}|{window_end!r}".encode()).hexdigest()[:32]
 
 
+def plan_seq(window_end: float) -> int:
+    """Sequence number of the plan made at ``window_end``: its time in milliseconds (plans
+    are made at increasing window ends, so it grows with every plan, and a replayed plan
+    gets the same number)."""
+    return max(0, round(window_end * 1000))
+
+
 def scaling_events(
     plan: Plan,
     *,
@@ -37,6 +44,7 @@ def scaling_events(
 ) -> list[ScalingEvent]:
     """One ``ScalingEvent`` per move of ``plan`` (deltas sum to zero), sorted by tenant."""
     when = datetime.fromtimestamp(plan.ts, tz=UTC).isoformat().replace("+00:00", "Z")
+    seq = plan_seq(window_end)
     out = []
     for d in plan.moves:
         out.append(
@@ -57,6 +65,8 @@ def scaling_events(
                 source=source,
                 guaranteed_gpus=float(d.guaranteed_gpus),
                 window_end=window_end,
+                plan_seq=seq,
+                plan_size=len(plan.moves),
             )
         )
     return out

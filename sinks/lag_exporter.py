@@ -28,7 +28,7 @@ Example:
     >>> _ = LagCollector([poller], registry=reg)
     >>> reg.get_sample_value("kafka_consumergroup_lag_sum",
     ...                      {"consumergroup": "dprobe-worker", "topic": "dprobe.samples"})
-    7.0
+    7
 """
 
 from __future__ import annotations

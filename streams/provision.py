@@ -54,10 +54,12 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
         # broker time on the samples topic: a host's skewed clock cannot also skew the
         # record timestamp that ingest checks event time against (max_clock_skew_s)
         broker_time = {"message.timestamp.type": "LogAppendTime"}
+        # plans are few: one partition keeps their events in order for every consumer
+        counts = {names.scaling_events: s.events_partitions}
         new = [
             NewTopic(
                 t,
-                s.partitions,
+                counts.get(t, s.partitions),
                 s.replication_factor,
                 topic_configs=broker_time if t == names.samples else {},
             )

@@ -8,7 +8,11 @@ there next time (--from-beginning then only applies where the group has no offse
 with kafka-console-consumer).
 
 Output: one readable line per event (time UTC, tenant, action, current -> target GPUs,
-delta, forecast p50/p90 at its horizon, reason, plan id, message). With --json, one JSON
+delta, forecast p50/p90 at its horizon, reason, plan id, sequence number and size, event
+id, message). With --plans, a plan's events are printed together once all of them have
+arrived, in plan order: a plan older than one already printed (a catch-up over a topic
+with several partitions) shows only the tenants no newer plan has set, so the last line
+of each tenant is its newest target. With --json, one JSON
 object per line (JSON Lines), the event as produced: a tail has no end, so it cannot print
 one JSON document; every line is one complete document for jq or a script. A summary goes
 to stderr at the end. Stops on --max-events, after --timeout seconds without records, or
@@ -35,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from dprobe.errors import DprobeError, UsageError
 from dprobe.event_line import format_line
 from dprobe.kafka_auth import connect_error, watching_auth
+from dprobe.sinks.plan_order import PlanAssembler
 
 if TYPE_CHECKING:
     from dprobe.config import KafkaSettings
@@ -59,6 +64,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--group",
         metavar="ID",
         help="consumer group: commit progress and resume from it next time",
+    )
+    p.add_argument(
+        "--plans",
+        action="store_true",
+        help="print whole plans, in plan order, once all of their events have arrived",
     )
     p.add_argument(
         "--max-events", type=int, metavar="N", help="stop after printing N (distinct) events"
@@ -89,6 +99,7 @@ class _Tail:
 
     json: bool
     max_events: int | None
+    plans: PlanAssembler | None = None
     printed: int = 0
     duplicates: int = 0
     invalid: int = 0
@@ -109,9 +120,12 @@ class _Tail:
         if not seen.add(ev.event_id):
             self.duplicates += 1
             return True
-        if not _write(sys.stdout, json.dumps(to_builtins(ev)) if self.json else format_line(ev)):
-            return False  # the reader went away (e.g. `| head`)
-        self.printed += 1
+        for out in self.plans.add(ev) if self.plans is not None else [ev]:
+            if not _write(
+                sys.stdout, json.dumps(to_builtins(out)) if self.json else format_line(out)
+            ):
+                return False  # the reader went away (e.g. `| head`)
+            self.printed += 1
         return self.max_events is None or self.printed < self.max_events
 
 
@@ -143,7 +157,9 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    seen, tail = SeenIds(REMEMBERED_IDS), _Tail(json=args.json, max_events=args.max_events)
+    plans = PlanAssembler() if args.plans else None
+    seen = SeenIds(REMEMBERED_IDS)
+    tail = _Tail(json=args.json, max_events=args.max_events, plans=plans)
     last_record = time.monotonic()
     try:
         await _announce(consumer, topic, args)
