@@ -115,8 +115,9 @@ class Ingest:
                 by_tenant.setdefault(part.tenant, []).append(part)
             progress[message.partition] = max(progress.get(message.partition, 0.0), snap.ts)
         sent = [
-            await self.updates.send(key=tenant.encode(), value=codec.encode_partials(parts))
+            await self.updates.send(key=tenant.encode(), value=value)
             for tenant, parts in sorted(by_tenant.items())
+            for value in self._messages(parts)
         ]
         for fut in sent:
             await fut
@@ -156,17 +157,31 @@ class Ingest:
         self.stats.process_samples += len(snap.procs)
         return split_snapshot(snap, self.window, lost=lost)
 
+    def _messages(self, parts: list[Partial]) -> list[bytes]:
+        """One tenant's partials as update messages, each under half the message limit
+        (thousands of a tenant's hosts in one batch still fit), in order."""
+        value = codec.encode_partials(parts)
+        if len(value) <= self.max_bytes // 2 or len(parts) == 1:
+            return [value]
+        half = len(parts) // 2
+        return self._messages(parts[:half]) + self._messages(parts[half:])
+
     def _skew(self, ts: float, message: Any) -> schema.SchemaError | None:
         """A snapshot stamped more than ``max_clock_skew_s`` after its Kafka record's
         timestamp (the broker's clock where the topic uses LogAppendTime, as the topics
-        dprobe creates do) would move its partition's event time into the future and hold
-        every tenant's windows; it is rejected instead."""
+        dprobe creates do), or after this worker's own clock (a topic with producer
+        timestamps, a host whose clock is wrong for both), would move its partition's
+        event time into the future and hold every tenant's windows; it is rejected."""
         record_ts = getattr(message, "timestamp", None)
-        if not record_ts or ts <= record_ts + self.max_clock_skew_s:
+        now = time.time()
+        reference, what = (record_ts, "its record's") if record_ts else (now, "the worker's")
+        if record_ts and now < record_ts:
+            reference, what = now, "the worker's"
+        if ts <= reference + self.max_clock_skew_s:
             return None
         return schema.SchemaError(
-            f"timestamp {ts:.3f} is {ts - record_ts:.0f} s ahead of its record's "
-            f"{record_ts:.3f} (max_clock_skew_s {self.max_clock_skew_s:g})",
+            f"timestamp {ts:.3f} is {ts - reference:.0f} s ahead of {what} clock "
+            f"{reference:.3f} (max_clock_skew_s {self.max_clock_skew_s:g})",
             "clock_skew",
         )
 

@@ -168,3 +168,28 @@ def test_at_the_worst_sizes_no_value_passes_its_budget_and_nothing_is_lost(
         assert w.pending_gpus == 1_000.0 * len(jobs_kept)
     if shards == 1 and STATE_BASE_BYTES + HOST_ENTRY_BYTES * hosts > BUDGET:
         assert rejected, "the budget was passed and nothing was dead-lettered"
+
+
+def test_one_tenants_partials_of_a_batch_are_split_under_the_message_limit() -> None:
+    from dprobe.streams.ingest import Ingest
+    from tests.streams.helpers import make_snapshots
+
+    async def run(limit: int) -> list[bytes]:
+        updates = FakeTopic(2)
+        stats = WorkerStats()
+        ingest = Ingest(
+            hosts_table=FakeTable(), updates_topic=updates,
+            deadletter=DeadLetters(FakeTopic(), stats), window=WindowSettings(window_s=10.0),
+            stats=stats, max_message_bytes=limit, update_partitions=2,
+        )  # fmt: skip
+        snaps = make_snapshots(hosts=300, ticks=2)
+        await ingest.on_snapshots(
+            [_event("samples", 0, i, schema.encode(s)) for i, s in enumerate(snaps)]
+        )
+        return [v for _, _, v in updates.sent if v.startswith(codec.PARTIAL)]
+
+    whole, split = asyncio.run(run(1 << 20)), asyncio.run(run(8_192))
+    assert max(len(v) for v in split) <= 4_096 < max(len(v) for v in whole)
+    # the same partials, in the same order, only cut into more messages
+    flat = [p for v in split for p in codec.decode_update(v)]  # type: ignore[union-attr]
+    assert flat == [p for v in whole for p in codec.decode_update(v)]  # type: ignore[union-attr]

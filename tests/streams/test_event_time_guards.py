@@ -32,7 +32,7 @@ async def test_a_snapshot_far_ahead_of_its_record_is_a_dead_letter_and_moves_not
     assert len(updates.sent) == sent_before, "no partials, no progress broadcast"
     assert ingest._source_ts[0] == progress
     (letter,) = [schema.decode(v, schema.DeadLetter) for _, _, v in dead.sent]
-    assert letter.reason == "clock_skew" and "ahead of its record" in letter.error
+    assert letter.reason == "clock_skew" and "ahead of its record's clock" in letter.error
     # within the allowed skew (300 s by default) a snapshot is taken
     near = msgspec.structs.replace(snaps[-1], seq=4, ts=snaps[-1].ts + 200.0)
     await ingest.on_snapshots([_event(4, near, snaps[-1].ts + 1.0)])
@@ -51,3 +51,24 @@ async def test_a_duplicate_never_moves_progress() -> None:
     assert ingest._source_ts[0] == progress
     assert len(updates.sent) == sent_before
     assert ingest.stats.duplicates == 1
+
+
+async def test_without_a_trustworthy_record_time_the_workers_clock_bounds_event_time() -> None:
+    """A topic with producer timestamps lets a host with a wrong clock skew both its
+    snapshot and its record: the worker's own clock bounds them too."""
+    import time
+
+    updates, dead = FakeTopic(2), FakeTopic()
+    ingest = _ingest(updates, FakeTable(), deadletters=dead)
+    now = time.time()
+    (snap,) = make_snapshots(hosts=1, ticks=1, t0=now)
+    future = msgspec.structs.replace(snap, ts=now + 86_400.0)
+    # record stamped by the same wrong clock, and a record with no timestamp at all
+    await ingest.on_snapshots([_event(0, future, now + 86_400.0)])
+    await ingest.on_snapshots([_event(1, msgspec.structs.replace(future, seq=1), 0.0)])
+    letters = [schema.decode(v, schema.DeadLetter) for _, _, v in dead.sent]
+    assert [d.reason for d in letters] == ["clock_skew", "clock_skew"]
+    assert all("the worker's clock" in d.error for d in letters)
+    assert 0 not in ingest._source_ts  # no progress moved
+    await ingest.on_snapshots([_event(2, msgspec.structs.replace(snap, seq=2), now)])
+    assert ingest._source_ts[0] == snap.ts  # a snapshot of now is taken
