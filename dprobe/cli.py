@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("collect", "run the per-node GPU collector service (NVML or synthetic)"),
     "worker": ("worker", "run a stream worker: windows, forecasts, quota plans"),
     "archive": ("archive", "write the raw topics to hourly Parquet files"),
+    "topics": ("topics", "create or list dprobe's topics with the configured partitions"),
     "lag": ("lag", "export consumer-group lag from Kafka (kafka_exporter's names)"),
     "replay": ("replay", "replay an archive or a public trace into Kafka"),
     "events": ("events", "tail scaling events, deduplicated"),

@@ -73,6 +73,15 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
                 await admin.create_topics(new)
         described = await admin.describe_topics(list(names.external()))
         partitions = {d["topic"]: len(d["partitions"]) for d in described}
+        for topic in (names.samples, names.jobs):
+            if partitions.get(topic, s.partitions) < s.partitions:
+                log.warning(
+                    "topic %s has %d partition(s), fewer than worker.partitions=%d: at most "
+                    "%d worker(s) share its load; add partitions with kafka-topics.sh "
+                    "--alter --topic %s --partitions %d (hosts then move partition)",
+                    topic, partitions[topic], s.partitions, partitions[topic], topic,
+                    s.partitions,
+                )  # fmt: skip
         # The tables' changelogs too: faust refuses a table write while it does not yet
         # see its changelog's partitions, which happens on a first start right after it
         # creates them itself.
@@ -90,5 +99,23 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(todo)
         return partitions
+    finally:
+        await admin.close()
+
+
+async def describe_topics(s: WorkerSettings, topics: list[str]) -> dict[str, int | None]:
+    """Partitions of each of ``topics`` (``None``: it does not exist), without creating
+    any (the metadata of all topics is asked for, never of named ones)."""
+    admin = AIOKafkaAdminClient(**s.kafka.client_kwargs())
+    with watching_auth() as watch:
+        try:
+            await admin.start()
+        except KafkaConnectionError as exc:
+            await admin.close()
+            raise connect_error(s.kafka, exc, watch) from None
+    try:
+        described = await admin.describe_topics()
+        found = {d["topic"]: len(d["partitions"]) for d in described if d["error_code"] == 0}
+        return {t: found.get(t) for t in topics}
     finally:
         await admin.close()

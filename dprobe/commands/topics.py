@@ -1,0 +1,45 @@
+"""Create dprobe's topics before anything runs, with the configured partitions.
+
+A collector started before any worker would otherwise make Kafka auto-create
+dprobe.samples with the broker's default of one partition, and no more than one worker
+could then share the load. `dprobe topics create` creates every topic the worker uses
+(samples with broker timestamps, jobs, features, dead letters, scaling events with one
+partition so plans stay in order, the worker's internal and changelog topics) and lists
+them; existing topics are left as they are, with a warning when one has fewer partitions
+than configured. `dprobe topics list` only lists.
+
+  dprobe topics create --partitions 8
+  dprobe topics list
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["create", "list"], help="create missing topics, or list")
+    p.add_argument("--partitions", type=int, help="partitions of samples and jobs (default 4)")
+    p.add_argument("--app-id", help="the workers' app id, which names their internal topics")
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import sys
+
+    from dprobe.commands._common import settings
+    from dprobe.config import WorkerSettings
+    from dprobe.streams.provision import describe_topics, ensure_topics
+    from dprobe.streams.topics import TopicNames
+
+    s = settings(WorkerSettings, args, partitions=args.partitions, app_id=args.app_id)
+    if args.action == "create":
+        asyncio.run(ensure_topics(s, attempts=3))
+    names = TopicNames.from_settings(s)
+    found = asyncio.run(describe_topics(s, [*names.external(), names.updates, names.planning]))
+    for topic, count in found.items():
+        print(f"{topic}\t{'missing' if count is None else f'{count} partition(s)'}")
+    missing = [t for t, n in found.items() if n is None]
+    if missing and args.action == "list":
+        print(f"{len(missing)} topic(s) missing: run `dprobe topics create`", file=sys.stderr)
+    return 0
