@@ -239,7 +239,7 @@ class ModelInfo(_Part, frozen=True, kw_only=True):
 ScalingAction = Literal["scale_up", "scale_down"]
 
 
-class ScalingEvent(_Msg, frozen=True, kw_only=True):
+class ScalingEvent(_Msg, frozen=True, kw_only=True, omit_defaults=False):
     """Topic ``dprobe.scaling-events``, key = tenant: one quota move of one plan.
 
     CloudEvents-like envelope (``event_id`` = id, ``type``, ``source``, ``time``). The

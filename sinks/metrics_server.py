@@ -1,4 +1,5 @@
-"""Serve one injected Prometheus registry on ``http://ADDR:PORT/metrics`` (a daemon thread).
+"""Serve one injected Prometheus registry on ``http://ADDR:PORT/metrics`` (a daemon thread),
+and ``/healthz`` (``ok``: the process is up and serving) for liveness probes.
 
 Shared by the collector (port 9401) and the stream worker (port 9402). Loopback by
 default: exposing metrics beyond the host is an explicit choice (``addr="0.0.0.0"``).
@@ -14,13 +15,27 @@ Example:
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from types import TracebackType
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 log = logging.getLogger(__name__)
+
+
+class _Server6(ThreadingWSGIServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log line per scrape."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
 
 
 class MetricsServer:
@@ -49,10 +64,20 @@ class MetricsServer:
         """Bind and serve; return the bound port (useful with ``port=0``)."""
         if self._server is not None:
             return self.port
-        self._server, self._thread = start_http_server(
-            self.port, addr=self.addr, registry=self.registry
-        )
-        self.port = int(self._server.server_port)
+        app = make_wsgi_app(self.registry)
+
+        def serve(environ: dict[str, Any], start_response: Any) -> Any:
+            if environ.get("PATH_INFO") == "/healthz":  # liveness, not the metrics
+                start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
+                return [b"ok\n"]
+            return app(environ, start_response)
+
+        server_class = _Server6 if ":" in self.addr else ThreadingWSGIServer
+        server = make_server(self.addr, self.port, serve, server_class, handler_class=_QuietHandler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True, name="metrics")
+        thread.start()
+        self._server, self._thread = server, thread
+        self.port = int(server.server_port)
         log.info("metrics on %s", self.url)
         return self.port
 

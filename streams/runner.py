@@ -14,6 +14,7 @@ import faust
 from prometheus_client import CollectorRegistry
 
 from dprobe.config import WorkerSettings
+from dprobe.errors import UsageError
 from dprobe.sinks.consumer_lag import ConsumerLag
 from dprobe.sinks.metrics_server import MetricsServer
 from dprobe.sinks.worker_metrics import WorkerCollector
@@ -27,10 +28,16 @@ log = logging.getLogger(__name__)
 def run_worker(s: WorkerSettings, *, loglevel: str = "INFO") -> int:
     """Create missing topics, build the app and run it; returns the exit code."""
     loop = asyncio.get_event_loop()
-    partitions = loop.run_until_complete(ensure_topics(s))
+    registry = CollectorRegistry()
+    server = _serve_metrics(s, registry)  # a busy port is said before Kafka is tried
+    try:
+        partitions = loop.run_until_complete(ensure_topics(s))
+    except BaseException:
+        server.stop()
+        raise
     names = TopicNames.from_settings(s)
     worker_app = build_app(s, samples_partitions=partitions[names.samples])
-    server = _serve_metrics(worker_app)
+    _measure(worker_app, registry)
     worker = faust.Worker(
         worker_app.app,
         loop=loop,
@@ -48,9 +55,22 @@ def run_worker(s: WorkerSettings, *, loglevel: str = "INFO") -> int:
     return 0
 
 
-def _serve_metrics(w: WorkerApp) -> MetricsServer:
-    """/metrics of this worker: its stats at scrape time plus the group's consumer lag,
-    measured on its own cadence by a task that lives as long as the app."""
+def _serve_metrics(s: WorkerSettings, registry: CollectorRegistry) -> MetricsServer:
+    """/metrics (and /healthz) of this worker, serving ``registry``."""
+    server = MetricsServer(registry, s.metrics_addr, s.metrics_port)
+    try:
+        port = server.start()
+    except OSError as exc:
+        raise UsageError(
+            f"cannot serve /metrics on {s.metrics_addr}:{s.metrics_port}: {exc}"
+        ) from None
+    log.info("serving /metrics on http://%s:%s/metrics", s.metrics_addr, port)
+    return server
+
+
+def _measure(w: WorkerApp, registry: CollectorRegistry) -> None:
+    """Put the worker's stats on ``registry`` (read at scrape time) with the group's
+    consumer lag, measured on its own cadence by a task that lives as long as the app."""
     s = w.settings
     names = w.topics
     lag = ConsumerLag(
@@ -59,15 +79,9 @@ def _serve_metrics(w: WorkerApp) -> MetricsServer:
         [names.samples, names.jobs, names.updates, names.planning],
         interval_s=s.lag_interval_s,
     )
-    registry = CollectorRegistry()
     WorkerCollector(w.stats, registry=registry, lag=lag)
 
     @w.app.task
     async def measure_lag() -> None:
         async with lag:
             await asyncio.Event().wait()  # until the app stops and cancels this task
-
-    server = MetricsServer(registry, s.metrics_addr, s.metrics_port)
-    port = server.start()
-    log.info("serving /metrics on http://%s:%s/metrics", s.metrics_addr, port)
-    return server

@@ -255,12 +255,13 @@ async def _serve(s: CollectorSettings, args: argparse.Namespace) -> int:
             raise UsageError(
                 f"cannot serve /metrics on {s.metrics_addr}:{s.metrics_port}: {exc}"
             ) from None
-        log.info(
-            "collecting host %s every %ss with the %s backend",
-            collector.host,
-            s.interval_s,
-            s.backend,
-        )
+        pace = f"every {s.interval_s:g} s"
+        if s.clock_speed != 1.0:  # an accelerated (or slowed) clock: say what a tick is
+            pace += (
+                f" of event time on a {s.clock_speed:g}x clock "
+                f"(every {s.interval_s / s.clock_speed:.3g} s of wall time)"
+            )
+        log.info("collecting host %s %s with the %s backend", collector.host, pace, s.backend)
         try:
             await collector.wait()
         except Exception as exc:

@@ -19,6 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grace", type=float, dest="grace_s", help="lateness allowed in s (default 10)")
     p.add_argument("--partitions", type=int, help="partitions of topics the worker creates (4)")
     p.add_argument("--data-dir", help="local state folder (default ~/.cache/dprobe/worker)")
+    p.add_argument("--metrics-addr", help="address of /metrics (default 127.0.0.1)")
+    p.add_argument("--metrics-port", type=int, help="port of /metrics (default 9402; 0: any)")
     for flag, dest, text in DEMAND_FLAGS:
         p.add_argument(flag, dest=dest, metavar="VALUE", help=text)
 
@@ -58,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
         grace_s=args.grace_s,
         partitions=args.partitions,
         data_dir=args.data_dir,
+        metrics_addr=args.metrics_addr,
+        metrics_port=args.metrics_port,
         **{dest: getattr(args, dest) for _, dest, _ in DEMAND_FLAGS},
     )
     asyncio.set_event_loop(asyncio.new_event_loop())
