@@ -20,7 +20,9 @@ Names (dashboards and alerts depend on them):
   ``dprobe_late_partials_total``, ``dprobe_windows_emitted_total``,
   ``dprobe_process_samples_total``, ``dprobe_snapshots_total``,
   ``dprobe_job_events_total``, ``dprobe_seq_resets_total``
-- ``dprobe_processing_latency_seconds``: histogram, window end -> TenantWindow produced
+- ``dprobe_processing_latency_seconds``: histogram, from the moment the watermark let a
+  window close to its TenantWindow delivered, measured on this worker's monotonic clock
+  (event time never enters it, so replays and accelerated clocks measure the same thing)
 - ``dprobe_worker_consumer_lag{consumergroup,topic,partition}`` and
   ``dprobe_worker_consumer_lag_sum{consumergroup,topic}`` (the group's lag as this worker
   sees it), plus ``dprobe_consumer_lag_errors_total`` (failed lag refreshes: the values
@@ -223,7 +225,7 @@ def _latency_family(h: Histogram) -> HistogramMetricFamily:
         buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
     return HistogramMetricFamily(
         "dprobe_processing_latency_seconds",
-        "Wall-clock delay from a window's end to its TenantWindow being produced",
+        "Seconds from the moment the watermark let a window close to its TenantWindow delivered",
         buckets=buckets,
         sum_value=h.total,
     )

@@ -82,5 +82,5 @@ class WorkerStats:
         self.dead_letters[reason] += 1
 
     def observe_delay(self, seconds: float) -> None:
-        """Wall-clock delay from a window's end to its TenantWindow being produced."""
+        """Seconds from the moment a window could close to its TenantWindow delivered."""
         self.delay.observe(seconds)

@@ -284,6 +284,7 @@ class Windows:
     async def _close_ready(self, ps: PartitionState, batch: _Batch) -> None:
         w = self.cfg.window_s
         watermark = self.watermark(ps)
+        closable_at = time.monotonic()  # when this worker could close them: one clock
         for start in ps.ready_starts(watermark=watermark, window_s=w):
             tenants = ps.tenants_open_at(start)
             for t in ps.job_tenants:
@@ -296,7 +297,7 @@ class Windows:
             for fut, window in sent:  # delivered before the state that made them goes away
                 await fut
                 self.stats.windows_emitted += 1
-                self.stats.observe_delay(time.time() - window.window_end)
+                self.stats.observe_delay(time.monotonic() - closable_at)
                 if self.on_window is not None:
                     forwarded.append(await self.on_window(window))
             for fut in forwarded:

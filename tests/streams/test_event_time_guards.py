@@ -72,3 +72,27 @@ async def test_without_a_trustworthy_record_time_the_workers_clock_bounds_event_
     assert 0 not in ingest._source_ts  # no progress moved
     await ingest.on_snapshots([_event(2, msgspec.structs.replace(snap, seq=2), now)])
     assert ingest._source_ts[0] == snap.ts  # a snapshot of now is taken
+
+
+async def test_processing_latency_is_measured_in_one_clock_on_a_replay() -> None:
+    """Windows of 2023 closed now: their latency is the worker's processing time, not the
+    years between their event time and the wall clock."""
+    from dprobe.sinks.worker_stats import WorkerStats
+    from dprobe.streams.deadletter import DeadLetters
+    from dprobe.streams.state.window_agg import WindowSettings
+    from dprobe.streams.windows import Windows
+    from tests.streams.test_batch_semantics import _event as update
+
+    updates = FakeTopic(1)
+    ingest = _ingest(updates, FakeTable())
+    snaps = make_snapshots(hosts=2, ticks=40)  # event time 2023-11-14
+    await ingest.on_snapshots([_event(i, s, s.ts) for i, s in enumerate(snaps)])
+    stats = WorkerStats()
+    stage = Windows(
+        table=FakeTable(), features_topic=FakeTopic(), window=WindowSettings(window_s=10.0),
+        stats=stats, sources=1, deadletter=DeadLetters(FakeTopic(), stats),
+    )  # fmt: skip
+    await stage.on_updates([update("u", 0, i, v) for i, (_, _, v) in enumerate(updates.sent)])
+    assert stats.windows_emitted > 0
+    assert stats.delay.count == stats.windows_emitted
+    assert 0 <= stats.delay.total < 5.0 * stats.delay.count
