@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
@@ -32,6 +33,7 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
     """Create missing external topics with ``s.partitions``; return partitions per topic."""
     names = TopicNames.from_settings(s)
     admin = AIOKafkaAdminClient(**s.kafka.client_kwargs())
+    started = time.monotonic()
     for attempt in range(attempts):
         with watching_auth() as watch:
             try:
@@ -41,10 +43,16 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
                 if watch.failure is not None:  # not a broker still starting: do not retry
                     await admin.close()
                     raise connect_error(s.kafka, exc, watch) from None
+                waited = time.monotonic() - started
                 if attempt == attempts - 1:
                     raise BrokerUnreachableError(
-                        f"Kafka at {s.kafka.bootstrap} is unreachable: {exc}"
+                        f"Kafka at {s.kafka.bootstrap} is unreachable "
+                        f"(tried for {waited:.0f} s): {exc}"
                     ) from exc
+                log.warning(
+                    "Kafka at %s is unreachable (for %.0f s so far); retrying",
+                    s.kafka.bootstrap, waited,
+                )  # fmt: skip
         await asyncio.sleep(min(0.5 * 2**attempt, 5.0))
     try:
         existing = set(await admin.list_topics())

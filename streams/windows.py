@@ -49,6 +49,7 @@ offsets.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -74,6 +75,13 @@ from dprobe.streams.state.window_agg import (
     merge,
     result,
 )
+
+log = logging.getLogger(__name__)
+LATE_LOG_INTERVAL_S = 60.0
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts)) if math.isfinite(ts) else "-"
 
 
 def _wkey(tenant: str, start: float, shard: int = 0) -> bytes:
@@ -151,6 +159,8 @@ class Windows:
         self.on_progress = on_progress
         self.level_of = level_of
         self.newest_source_ts = 0.0  # highest progress any samples partition reported here
+        self._late_logged_at = -math.inf
+        self._late_unlogged = 0
 
     async def on_updates(self, events: Sequence[Any]) -> None:
         """Apply one batch of tenant-updates records (faust events, in read order)."""
@@ -213,6 +223,7 @@ class Windows:
     def _on_partial(self, part: Partial, ps: PartitionState, batch: _Batch) -> None:
         if part.window_start + self.cfg.window_s <= ps.out_before:
             self.stats.late_partials += 1
+            self._log_late(part, ps)
             return
         key = _wkey(part.tenant, part.window_start, shard_of(part.host, self.cfg.host_shards))
         state = batch.get(key) or initial(part.tenant, part.window_start)
@@ -226,6 +237,21 @@ class Windows:
         ps.open_window(part.tenant, part.window_start)
         if add_into(state, part):
             batch.set(key, state)
+
+    def _log_late(self, part: Partial, ps: PartitionState) -> None:
+        """One log line a minute at most about late data, with the reason."""
+        self._late_unlogged += 1
+        now = time.monotonic()
+        if now - self._late_logged_at < LATE_LOG_INTERVAL_S:
+            return
+        log.warning(
+            "%d late partial(s) dropped (e.g. host %s, tenant %s, window %s): their windows "
+            "were already closed, every window ending at or before %s is out (data older "
+            "than the watermark minus grace: a replay into live topics, a host far behind)",
+            self._late_unlogged, part.host, part.tenant, _utc(part.window_start),
+            _utc(ps.out_before),
+        )  # fmt: skip
+        self._late_logged_at, self._late_unlogged = now, 0
 
     def _on_source(self, wm: codec.SourceWatermark, ps: PartitionState) -> None:
         ps.note_source(wm.source, wm.ts)

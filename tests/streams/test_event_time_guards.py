@@ -96,3 +96,35 @@ async def test_processing_latency_is_measured_in_one_clock_on_a_replay() -> None
     assert stats.windows_emitted > 0
     assert stats.delay.count == stats.windows_emitted
     assert 0 <= stats.delay.total < 5.0 * stats.delay.count
+
+
+async def test_late_data_is_counted_and_logged_once_a_minute_with_the_reason(
+    caplog: Any,
+) -> None:
+    from dprobe.sinks.worker_stats import WorkerStats
+    from dprobe.streams import codec
+    from dprobe.streams.deadletter import DeadLetters
+    from dprobe.streams.state.window_agg import Partial, WindowSettings
+    from dprobe.streams.windows import Windows
+    from tests.streams.test_batch_semantics import _event as update
+
+    stats = WorkerStats()
+    stage = Windows(
+        table=FakeTable(), features_topic=FakeTopic(), window=WindowSettings(window_s=10.0),
+        stats=stats, sources=1, deadletter=DeadLetters(FakeTopic(), stats),
+    )  # fmt: skip
+
+    def partial(seq: int, ts: float) -> bytes:
+        return codec.encode_partials([Partial(
+            tenant="vc-a", window_start=10.0 * (ts // 10.0), host="h1", seq=seq, ts=ts,
+            samples=1, instance_s=1.0, gpu_s=1.0, util_sum=1.0, levels=(1, 0, 0, 0),
+            weighted_s=0.3,
+        )])  # fmt: skip
+
+    wm = codec.encode_watermark(codec.SourceWatermark(source=0, ts=1_000.0))
+    values = [partial(1, 500.0), wm, partial(2, 100.0), partial(3, 101.0), partial(4, 102.0)]
+    with caplog.at_level("WARNING", logger="dprobe.streams.windows"):
+        await stage.on_updates([update("u", 0, i, v) for i, v in enumerate(values)])
+    assert stats.late_partials == 3
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "already closed" in lines[0] and "host h1" in lines[0]
