@@ -11,5 +11,5 @@ COPY sinks ./sinks
 COPY traces ./traces
 COPY sim ./sim
 COPY infra ./infra
-RUN pip install --no-cache-dir -c requirements.lock .
+RUN pip install --no-cache-dir -c requirements.lock '.[all]'
 ENTRYPOINT ["dprobe"]

@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml requirements.lock scripts/install-system-deps.sh
 	bash scripts/install-system-deps.sh
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
-	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[all,test]'
 	$(BIN)/dprobe broker fetch
 	touch $(STAMP)
 

@@ -37,6 +37,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# top-level modules of the optional extras (`pip install dprobe` alone is the collector's
+# install; `dprobe[worker]` adds the stream worker's, `dprobe[all]` every command's)
+EXTRAS = frozenset({"faust", "mode", "croniter", "torch", "numpy", "pyarrow", "matplotlib", "tqdm"})
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
@@ -82,6 +87,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args._module.run(args) or 0)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in EXTRAS:
+            raise
+        extra = "worker" if args.command == "worker" else "all"
+        print(
+            f"dprobe {args.command}: needs {exc.name}, which the collector-only install "
+            f"leaves out: pip install 'dprobe[{extra}]'",
+            file=sys.stderr,
+        )
+        return 2
     except DprobeError as exc:
         print(f"dprobe {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code

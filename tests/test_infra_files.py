@@ -250,14 +250,15 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-def test_the_lag_exporter_unit_verifies_and_is_hardened(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["dprobe-collector.service", "dprobe-lag.service"])
+def test_a_systemd_unit_verifies_and_is_hardened(name: str, tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         pytest.skip("systemd-analyze is not installed")
-    unit = ROOT / "infra" / "systemd" / "dprobe-lag.service"
+    unit = ROOT / "infra" / "systemd" / name
     # verify the unit as written, with a command that exists here in place of dprobe's
-    copy = tmp_path / "dprobe-lag.service"
-    copy.write_text(unit.read_text().replace("/usr/local/bin/dprobe lag", "/bin/true lag"))
+    copy = tmp_path / name
+    copy.write_text(unit.read_text().replace("/usr/local/bin/dprobe ", "/bin/true "))
     verify = subprocess.run(
         [analyze, "verify", "--man=no", str(copy)], capture_output=True, text=True, check=False
     )
