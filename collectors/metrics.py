@@ -16,6 +16,10 @@ Names and meanings (all prefixed ``dprobe_collector_``):
 - ``gpus`` / ``processes``: GPUs and processes in the last snapshot
 - ``tick_seconds``: wall time of one tick (read, attribute, encode, spool)
 
+Labelled counters start at 0 for every kind known in advance (so ``increase()`` sees the
+first error). Per-GPU and per-tenant gauges of the last snapshot, with dcgm-exporter's
+label names: :mod:`dprobe.collectors.fleet_metrics` (``fleet``).
+
 ``MetricsServer`` (shared with the worker, from ``dprobe.sinks.metrics_server``) serves them.
 
 Example:
@@ -33,10 +37,14 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from dprobe.collectors.fleet_metrics import FleetGauges
 from dprobe.sinks.metrics_server import MetricsServer
 
 __all__ = ["CollectorMetrics", "MetricsServer"]
 
+SAMPLE_FAULT_KINDS = ("nan", "negative", "out_of_range", "proc_vanished", "spool_corrupt")
+SEND_ERROR_KINDS = ("connect", "auth", "timeout")
+BACKEND_ERROR_KINDS = ("timeout", "gpu_lost", "no_driver", "no_permission", "not_found", "busy")
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -77,3 +85,14 @@ class CollectorMetrics:
         self.tick_seconds = Histogram(
             f"{p}tick_seconds", "Wall time of one tick", buckets=_LATENCY_BUCKETS, **kw
         )
+        self.fleet = FleetGauges(registry=registry)
+        for kind in SAMPLE_FAULT_KINDS:
+            self.sample_faults.labels(kind=kind)
+        for kind in SEND_ERROR_KINDS:
+            self.send_errors.labels(kind=kind)
+        self.dropped.labels(reason="spool_full")
+
+    def known_backend(self, backend: str) -> None:
+        """Export ``backend``'s error counters at 0 for every kind known in advance."""
+        for kind in BACKEND_ERROR_KINDS:
+            self.backend_errors.labels(backend=backend, kind=kind)

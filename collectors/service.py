@@ -69,6 +69,7 @@ class Collector(AsyncService):
         self.spool = spool
         self.seq = seq
         self.metrics = metrics
+        metrics.known_backend(backend.name)
         self.clock = clock
         self.sender = sender
         self.shutdown_timeout_s = shutdown_timeout_s
@@ -176,6 +177,7 @@ class Collector(AsyncService):
         self.spool.append(seq, encode(snap))
         self.ticks += 1
         self.metrics.snapshots.inc()
+        self.metrics.fleet.observe(snap, {g.uuid: g.name for g in reading.gpus})
         self.metrics.gpus.set(len(snap.gpus))
         self.metrics.processes.set(len(snap.procs))
         if self.sender is not None:

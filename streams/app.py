@@ -32,6 +32,7 @@ from dprobe.streams import codec, demand_settings
 from dprobe.streams.deadletter import DeadLetters
 from dprobe.streams.ingest import Ingest
 from dprobe.streams.planning import Planning
+from dprobe.streams.recovery import SeekFirstTableManager
 from dprobe.streams.state.window_agg import WindowSettings
 from dprobe.streams.topics import TopicNames
 from dprobe.streams.windows import Windows
@@ -135,6 +136,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         broker_commit_interval=s.commit_interval_s,
         key_serializer="raw",
         value_serializer="raw",
+        TableManager=SeekFirstTableManager,  # no source record flows before the seek
     )
     # faust's producer buffer holds 100 pending sends by default and throttles the agents in
     # 0.1 s sleeps once it is full; a changelog-heavy pipeline needs a deeper buffer.

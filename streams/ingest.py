@@ -19,7 +19,9 @@ closes a window only when every samples partition has passed it (see ``windows.p
 The per-host sequence state lives in a changelog-backed table written only once the
 partials it accounts for are *delivered*, so after a crash the state never claims a
 snapshot whose partials were lost; a replay re-sends identical partials, which the window
-stage ignores (it applies each ``(host, seq)`` once).
+stage ignores (it applies each ``(host, seq)`` once). All of this assumes that, after a
+start or a rebalance, records are read in order from the committed offset, which faust's
+own table recovery did not ensure (:mod:`dprobe.streams.recovery` makes it so).
 """
 
 from __future__ import annotations
