@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import warnings
 from typing import Any
 
@@ -46,6 +47,7 @@ from dprobe.sinks.archive_schema import KINDS, row_of
 from dprobe.sinks.parquet_archive import ArchiveWriter
 
 log = logging.getLogger(__name__)
+PROGRESS_EVERY_S = 30.0
 
 
 class Archiver(AsyncService):
@@ -164,10 +166,26 @@ class Archiver(AsyncService):
                 return False
         return True
 
-    async def run(self, stop: asyncio.Event, *, until_end: bool = False) -> None:
-        """Poll until ``stop`` is set (or, with ``until_end``, until caught up)."""
+    async def run(
+        self,
+        stop: asyncio.Event,
+        *,
+        until_end: bool = False,
+        progress_every_s: float = PROGRESS_EVERY_S,
+    ) -> None:
+        """Poll until ``stop`` is set (or, with ``until_end``, until caught up); log the
+        progress every ``progress_every_s`` seconds (records and files so far, and the
+        records polled but not yet written)."""
+        said = time.monotonic()
         while not stop.is_set():
             n = await self.poll()
+            if time.monotonic() - said >= progress_every_s:
+                said = time.monotonic()
+                log.info(
+                    "archived %d records in %d file(s) so far; %d invalid",
+                    self.writer.records_written, self.writer.files_written,
+                    self.invalid_records,
+                )  # fmt: skip
             if until_end and n == 0 and await self.caught_up():
                 break
 

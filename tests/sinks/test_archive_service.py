@@ -49,7 +49,7 @@ async def _committed(bootstrap: str, group: str, prefix: str) -> dict[str, int]:
 
 
 async def test_archive_commits_after_files_and_skips_invalid(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     prefix = f"ar{uuid.uuid4().hex[:8]}."
     group = f"archive-{uuid.uuid4().hex[:8]}"
@@ -82,8 +82,12 @@ async def test_archive_commits_after_files_and_skips_invalid(
         group_id=group,
         flush_records=20,  # several flushes, several files per partition
     )
-    async with Archiver(settings) as archiver:
-        await asyncio.wait_for(archiver.run(asyncio.Event(), until_end=True), 60)
+    with caplog.at_level("INFO", logger="dprobe.sinks.archive_service"):
+        async with Archiver(settings) as archiver:
+            run = archiver.run(asyncio.Event(), until_end=True, progress_every_s=0.0)
+            await asyncio.wait_for(run, 60)
+    progress = [r.getMessage() for r in caplog.records if "so far" in r.getMessage()]
+    assert progress and progress[-1].startswith("archived ")  # progress while it runs
     assert archiver.records == len(snaps) + len(jobs)
     assert archiver.invalid_records == 4
 
