@@ -87,7 +87,7 @@ async def test_readable_lines_once_per_event_and_garbage_skipped(kafka) -> None:
     assert set(by_tenant) == {"vc-a", "vc-b", "vc-c"}
     assert by_tenant["vc-a"] == (
         "2025-11-30T05:20:00Z vc-a scale_up 8 -> 16 GPUs (+8) forecast 1h p50 12.0 p90 15.5"
-        ' reason=forecast_above_quota plan=plan-1 "vc-a moves"'
+        ' reason=forecast_above_quota plan=plan-1 id=e1 "vc-a moves"'
     )
     assert "scale_down 24 -> 16 GPUs (-8)" in by_tenant["vc-b"]
     assert "skipping" in res.stderr and "@1" in res.stderr  # partition 0, offset 1
@@ -190,3 +190,28 @@ async def test_a_reader_that_goes_away_ends_the_tail_quietly(kafka) -> None:
     assert "Traceback" not in err and "BrokenPipe" not in err
     printed = int(err.rsplit("dprobe events: ", 1)[1].split()[0])
     assert printed < 3000  # stopped when the pipe closed, did not wait for the timeout
+
+
+async def test_plans_mode_prints_whole_plans_and_the_newest_target_wins(kafka) -> None:
+    """Two plans, their events spread over two partitions as a catch-up reads them
+    (partition 0 first: plan 2's vc-a event before plan 1's): --plans prints each plan
+    once complete, and vc-a ends at plan 2's target although plan 1 completed last."""
+    import msgspec
+
+    def planned(e: ScalingEvent, seq: int, size: int) -> ScalingEvent:
+        return msgspec.structs.replace(e, plan_id=f"plan-{seq}", plan_seq=seq, plan_size=size)
+
+    p1a = planned(_event("a1", "vc-a", 8, 16, ""), 1, 2)
+    p1b = planned(_event("b1", "vc-b", 24, 16, ""), 1, 2)
+    p2a = planned(_event("a2", "vc-a", 16, 24, ""), 2, 2)
+    p2c = planned(_event("c2", "vc-c", 16, 8, ""), 2, 2)
+    records = [(0, encode(p2a)), (0, encode(p1a)), (1, encode(p2c)), (1, encode(p1b))]
+    prefix = await _topic_with_events(kafka, records)
+    res = _run(kafka, prefix, "--from-beginning", "--timeout", "3", "--plans", "--json")
+    assert res.returncode == 0, res.stderr
+    printed = [json.loads(line) for line in res.stdout.splitlines()]
+    final = {}
+    for ev in printed:
+        final[ev["tenant"]] = ev["target_quota_gpus"]
+    assert final == {"vc-a": 24, "vc-b": 16, "vc-c": 8}
+    assert [ev["event_id"] for ev in printed if ev["tenant"] == "vc-a"] == ["a2"]
