@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -36,11 +35,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.worker_throughput import committed, create_topics, end_total
+from benchmarks.worker_throughput import committed, create_topics, end_total, kafka_bootstrap
 from dprobe import schema
-from dprobe.broker import LocalBroker
-from dprobe.config import BrokerSettings
-from tests.conftest import _free_port
 from tests.streams.helpers import worker_process
 
 PARTITIONS = 4
@@ -189,17 +185,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
         tmp = Path(tmpdir)
-        bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-        if not bootstrap:
-            broker = LocalBroker(
-                BrokerSettings(
-                    port=_free_port(), controller_port=_free_port(),
-                    state_dir=tmp / "broker", heap="1g",
-                )
-            )  # fmt: skip
-            broker.start()
-            stack.callback(broker.stop)
-            bootstrap = broker.bootstrap
+        bootstrap = kafka_bootstrap(stack, tmp)
         out = asyncio.run(run(args, bootstrap, tmp))
     print(
         f"{out['tenants']} tenants, {out['hosts']} hosts x {out['procs_per_host']} processes "

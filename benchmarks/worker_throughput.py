@@ -244,6 +244,22 @@ async def latency_run(bootstrap: str, hosts: int, seconds: float, tmp: Path) -> 
     return delays
 
 
+def kafka_bootstrap(stack: ExitStack, tmp: Path) -> str:
+    """KAFKA_BOOTSTRAP when set, else the project's local broker on free ports under
+    ``tmp``, stopped when ``stack`` closes."""
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    if bootstrap:
+        return bootstrap
+    broker = LocalBroker(
+        BrokerSettings(
+            port=_free_port(), controller_port=_free_port(), state_dir=tmp / "broker", heap="1g"
+        )
+    )
+    broker.start()
+    stack.callback(broker.stop)
+    return broker.bootstrap
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -255,19 +271,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
         tmp = Path(tmpdir)
-        bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-        if not bootstrap:
-            broker = LocalBroker(
-                BrokerSettings(
-                    port=_free_port(),
-                    controller_port=_free_port(),
-                    state_dir=tmp / "broker",
-                    heap="1g",
-                )
-            )
-            broker.start()
-            stack.callback(broker.stop)
-            bootstrap = broker.bootstrap
+        bootstrap = kafka_bootstrap(stack, tmp)
         rates, ceilings = [], []
         for i in range(args.runs):
             rate, ceiling = asyncio.run(throughput_run(bootstrap, args.snapshots, args.hosts, tmp))

@@ -24,6 +24,8 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
+from dprobe.errors import UsageError
+
 log = logging.getLogger(__name__)
 
 
@@ -80,6 +82,14 @@ class MetricsServer:
         self.port = int(server.server_port)
         log.info("metrics on %s", self.url)
         return self.port
+
+    def serve(self) -> int:
+        """:meth:`start` for a command: an address that cannot be bound (a busy port) is
+        one :class:`~dprobe.errors.UsageError` line (exit 2)."""
+        try:
+            return self.start()
+        except OSError as exc:
+            raise UsageError(f"cannot serve /metrics on {self.addr}:{self.port}: {exc}") from None
 
     def stop(self) -> None:
         """Stop serving (idempotent)."""

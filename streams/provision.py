@@ -19,7 +19,7 @@ from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 
 from dprobe.config import WorkerSettings
 from dprobe.errors import DprobeError
-from dprobe.kafka_auth import connect_error, watching_auth
+from dprobe.kafka_auth import connect_error, start_client, watching_auth
 from dprobe.streams.topics import TopicNames
 
 log = logging.getLogger(__name__)
@@ -115,12 +115,7 @@ async def describe_topics(s: WorkerSettings, topics: list[str]) -> dict[str, int
     """Partitions of each of ``topics`` (``None``: it does not exist), without creating
     any (the metadata of all topics is asked for, never of named ones)."""
     admin = AIOKafkaAdminClient(**s.kafka.client_kwargs())
-    with watching_auth() as watch:
-        try:
-            await admin.start()
-        except KafkaConnectionError as exc:
-            await admin.close()
-            raise connect_error(s.kafka, exc, watch) from None
+    await start_client(admin.start, admin.close, s.kafka, KafkaConnectionError)
     try:
         described = await admin.describe_topics()
         found = {d["topic"]: len(d["partitions"]) for d in described if d["error_code"] == 0}

@@ -14,7 +14,6 @@ import faust
 from prometheus_client import CollectorRegistry
 
 from dprobe.config import WorkerSettings
-from dprobe.errors import UsageError
 from dprobe.sinks.consumer_lag import ConsumerLag
 from dprobe.sinks.metrics_server import MetricsServer
 from dprobe.sinks.worker_metrics import WorkerCollector
@@ -58,12 +57,7 @@ def run_worker(s: WorkerSettings, *, loglevel: str = "INFO") -> int:
 def _serve_metrics(s: WorkerSettings, registry: CollectorRegistry) -> MetricsServer:
     """/metrics (and /healthz) of this worker, serving ``registry``."""
     server = MetricsServer(registry, s.metrics_addr, s.metrics_port)
-    try:
-        port = server.start()
-    except OSError as exc:
-        raise UsageError(
-            f"cannot serve /metrics on {s.metrics_addr}:{s.metrics_port}: {exc}"
-        ) from None
+    port = server.serve()
     log.info("serving /metrics on http://%s:%s/metrics", s.metrics_addr, port)
     return server
 

@@ -249,12 +249,7 @@ async def _serve(s: CollectorSettings, args: argparse.Namespace) -> int:
             raise _unavailable(exc, s.backend) from None
         except OSError as exc:  # spool or state folder not writable
             raise UsageError(f"cannot use the spool or state folder: {exc}") from None
-        try:
-            server.start()
-        except OSError as exc:
-            raise UsageError(
-                f"cannot serve /metrics on {s.metrics_addr}:{s.metrics_port}: {exc}"
-            ) from None
+        server.serve()
         pace = f"every {s.interval_s:g} s"
         if s.clock_speed != 1.0:  # an accelerated (or slowed) clock: say what a tick is
             pace += (

@@ -43,7 +43,6 @@ def run(args: argparse.Namespace) -> int:
 
     from dprobe.commands._common import settings
     from dprobe.config import LagSettings
-    from dprobe.errors import UsageError
     from dprobe.sinks.lag_exporter import LagExporter
     from dprobe.sinks.metrics_server import MetricsServer
 
@@ -65,12 +64,7 @@ def run(args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         async with LagExporter(s, registry):
-            try:
-                server.start()
-            except OSError as exc:
-                raise UsageError(
-                    f"cannot serve /metrics on {s.metrics_addr}:{s.metrics_port}: {exc}"
-                ) from None
+            server.serve()
             print(
                 f"exporting the lag of {', '.join(s.groups)} on {server.url} "
                 f"(every {s.interval_s:g} s)",
