@@ -22,7 +22,7 @@ into shards and kept under a byte budget, see :mod:`dprobe.streams.state.bounds`
 - ``j|TENANT`` and ``j|TENANT|s<k>``: the tenant's job book
   (:mod:`dprobe.streams.state.job_book`), split by job into ``book_shards`` shards, each
   job with the level the injected ``level_of`` predicts for it when it is first seen;
-- ``p|PARTITION`` and ``p|PARTITION|s<k>``: the partition's
+- ``p|PARTITION`` and ``p|PARTITION|i<k>``: the partition's
   :class:`~dprobe.streams.state.partition.PartitionState` (watermark sources, closed and
   reported progress; its tenant index in ``index_shards`` shards) in its stored form;
   ``upto`` is the progress last reported to the planning stage (every window ending at
@@ -125,12 +125,16 @@ class _Batch:
         self.dirty.discard(key)
         await table_io.delete(self.table, self.partition, key)
 
+    async def store(self, key: bytes) -> None:
+        """Write the value of ``key`` now, or its tombstone when it is ``None``."""
+        if self.values[key] is None:
+            await self.delete(key)
+        else:
+            await self.write(key)
+
     async def flush(self) -> None:
         for key in sorted(self.dirty):
-            if self.values[key] is None:
-                await self.delete(key)
-            else:
-                await self.write(key)
+            await self.store(key)
 
 
 class Windows:
@@ -302,10 +306,7 @@ class Windows:
 
     async def _write_partition(self, ps: PartitionState, batch: _Batch) -> None:
         for key in self._stage_partition(ps, batch):
-            if batch.values[key] is None:
-                await batch.delete(key)
-            else:
-                await batch.write(key)
+            await batch.store(key)
 
     async def _close_ready(self, ps: PartitionState, batch: _Batch) -> None:
         w = self.cfg.window_s
