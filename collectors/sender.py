@@ -33,6 +33,7 @@ from dprobe.collectors.spool import Spool
 from dprobe.config import KafkaSettings
 from dprobe.errors import UsageError
 from dprobe.kafka_auth import auth_refused, watching_auth
+from dprobe.lifecycle import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class KafkaSender:
         self._failures = 0
         self._down_since: float | None = None
         self._stopped = False
+        self._closing = False  # the loop ends at its next turn (stop() after its flush)
 
     def producer_config(self) -> dict[str, Any]:
         """Keyword arguments of the producer: the shared client settings (bootstrap,
@@ -146,22 +148,23 @@ class KafkaSender:
         if self._stopped:
             return
         self._stopped = True
-        if self._task is not None and not self._task.done():
-            flushed = await self.flush(timeout_s)
-            if not flushed:
-                log.warning(
-                    "%d snapshots left in the spool for the next run", self.spool.pending_records
-                )
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        await self._close_producer()
+        try:
+            if self._task is not None and not self._task.done():
+                if not await self.flush(timeout_s):
+                    log.warning(
+                        "%d snapshots left in the spool for the next run",
+                        self.spool.pending_records,
+                    )
+                self._closing = True  # a lost cancellation still ends the loop
+                await cancel_and_wait(self._task)
+        finally:
+            await self._close_producer()
 
     # the loop
     async def _run(self) -> None:
         backoff = 0.5
         try:
-            while True:
+            while not self._closing:
                 if self._producer is None and not await self._connect():
                     await self._sleep(backoff)
                     backoff = min(backoff * 2, 5.0)

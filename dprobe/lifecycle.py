@@ -16,7 +16,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Self
+import asyncio
+from typing import Any, Self
 
 
 class AsyncService:
@@ -51,3 +52,27 @@ class AsyncResource:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+async def cancel_and_wait(task: asyncio.Task[Any], retry_s: float = 1.0) -> None:
+    """Cancel ``task`` until it has ended; re-raise the error that ended it, if any.
+
+    One ``cancel()`` can be lost: ``asyncio.wait_for`` in Python 3.11 returns the inner
+    result when that and the cancellation land in the same turn, and client libraries
+    sometimes swallow one. Awaiting the task once would then hang a stopping service for
+    good, so the cancellation is repeated every ``retry_s`` until the task is done.
+
+    Example:
+        >>> async def main() -> bool:
+        ...     task = asyncio.create_task(asyncio.sleep(60))
+        ...     await cancel_and_wait(task)
+        ...     return task.cancelled()
+        >>> asyncio.run(main())
+        True
+    """
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=retry_s)
+    failure = None if task.cancelled() else task.exception()
+    if failure is not None:
+        raise failure

@@ -24,7 +24,6 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -34,7 +33,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from dprobe.config import KafkaSettings
-from dprobe.lifecycle import AsyncService
+from dprobe.lifecycle import AsyncService, cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +86,7 @@ class ConsumerLag(AsyncService):
         task, self._task = self._task, None
         try:
             if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task  # re-raises what ended the task unexpectedly
+                await cancel_and_wait(task)  # re-raises what ended the task unexpectedly
         finally:
             await self._close_clients()
 

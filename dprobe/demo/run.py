@@ -40,6 +40,7 @@ from dprobe.demo.record import Recording
 from dprobe.demo.scrape import fetch, parse_metrics
 from dprobe.errors import DprobeError
 from dprobe.event_line import format_line
+from dprobe.lifecycle import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -180,8 +181,9 @@ class Demo:
                 if worker is not None:
                     await asyncio.to_thread(worker.stop)
                 if reader is not None:
-                    reader.cancel()  # a reader that failed already raised in _watch
-                    await asyncio.wait([reader])
+                    # a reader that failed already raised in _watch
+                    with contextlib.suppress(Exception):
+                        await cancel_and_wait(reader)
                 if lag is not None:
                     await lag.stop()
                 if not self.keep_topics:

@@ -91,7 +91,12 @@ def test_sigterm_spools_everything_and_exits_0(tmp_path: Path) -> None:
         time.sleep(0.1)
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=30)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"the collector did not stop within 30 s of SIGTERM:\n{err[-3000:]}")
     assert proc.returncode == 0, err
     seq_file = tmp_path / "dprobe" / "collector" / "seq-n1"
     taken = int(seq_file.read_text())

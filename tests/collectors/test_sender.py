@@ -183,3 +183,30 @@ async def test_a_missing_codec_library_is_a_usage_error_at_start(tmp_path, monke
     with pytest.raises(UsageError, match="aiokafka\\[zstd\\]"):
         await sender.start()
     await sender.stop()
+
+
+async def test_stop_returns_even_when_a_cancellation_is_lost(tmp_path) -> None:
+    """A cancellation swallowed below the loop (Python 3.11's wait_for loses one when the
+    inner call finishes in the same turn) must not keep a stopping collector alive."""
+    broker = Broker()
+    broker.down = True
+    sender, spool, _ = setup(tmp_path, broker)
+    swallowed = 0
+
+    async def sleep_swallowing_cancel(seconds: float) -> None:
+        nonlocal swallowed
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            swallowed += 1
+
+    sender._sleep = sleep_swallowing_cancel  # type: ignore[method-assign]
+    spool.append(0, b"0")
+    await sender.start()
+    await asyncio.sleep(0.05)  # the loop is in its backoff sleep after a failed connect
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await asyncio.wait_for(sender.stop(timeout_s=0.2), 10.0)
+    assert swallowed >= 1
+    assert loop.time() - t0 < 2.0
+    assert spool.pending_records == 1 and sender._task is not None and sender._task.done()
