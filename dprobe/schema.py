@@ -274,6 +274,28 @@ class ScalingEvent(_Msg, frozen=True, kw_only=True, omit_defaults=False):
     plan_size: Count = 0
 
 
+MAX_REPORTED_TENANTS: Final = 100_000
+
+
+class ClusterReport(_Msg, frozen=True, kw_only=True):
+    """Topic ``dprobe.cluster``, key = source: what the scheduler says the fleet is.
+
+    A scheduler adapter (or ``dprobe cluster publish``, or a replayed trace that carries
+    quotas) publishes the capacity tenants share and each tenant's quota now (Kueue: the
+    ClusterQueue's ``nominalQuota``; Volcano: the queue's ``deserved``). The planner plans
+    from the latest values it has received instead of its own bookkeeping. Both parts are
+    optional: ``capacity_gpus`` ``None`` leaves the capacity as it was, and only the
+    tenants listed in ``quotas`` change, unless ``complete`` is true: then every tenant not
+    listed holds no quota.
+    """
+
+    ts: EpochS
+    source: Id
+    capacity_gpus: Gpus | None = None
+    quotas: Annotated[dict[Id, Gpus], msgspec.Meta(max_length=MAX_REPORTED_TENANTS)] = {}
+    complete: bool = False
+
+
 class DeadLetter(_Msg, frozen=True, kw_only=True):
     """Topic ``dprobe.deadletter``: a record that failed validation, kept with the reason."""
 
@@ -286,8 +308,8 @@ class DeadLetter(_Msg, frozen=True, kw_only=True):
     ts: EpochS = 0.0
 
 
-Message = HostSnapshot | JobEvent | TenantWindow | ScalingEvent | DeadLetter
-M = TypeVar("M", HostSnapshot, JobEvent, TenantWindow, ScalingEvent, DeadLetter)
+Message = HostSnapshot | JobEvent | TenantWindow | ScalingEvent | ClusterReport | DeadLetter
+M = TypeVar("M", HostSnapshot, JobEvent, TenantWindow, ScalingEvent, ClusterReport, DeadLetter)
 
 # Older versions each contract still decodes (upgraded on decode).
 _OLDER: dict[type, tuple[type, ...]] = {TenantWindow: (_TenantWindowV1,)}
@@ -411,6 +433,8 @@ def _field_message(text: str) -> str:
     head, sep, where = text.rpartition(" - at ")
     if not sep:
         return f"{text} (at $)"
+    if where.startswith("`key` in "):  # a mapping's key: "(at a key of $.quotas)"
+        return f"{head} (at a key of {where[len('`key` in ') :].strip('`')})"
     return f"{head} (at {where.strip('`')})"
 
 
@@ -479,6 +503,17 @@ def decode_window(raw: bytes | None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> T
 def decode_scaling_event(raw: bytes | None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ScalingEvent:
     """Decode a ``dprobe.scaling-events`` value. See :func:`decode`."""
     return decode(raw, ScalingEvent, max_bytes=max_bytes)
+
+
+def decode_cluster_report(
+    raw: bytes | None, *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> ClusterReport:
+    """Decode a ``dprobe.cluster`` value. See :func:`decode`.
+
+    >>> decode_cluster_report(b'{"v":1,"ts":5,"source":"kueue","quotas":{"vc-a":16}}').quotas
+    {'vc-a': 16.0}
+    """
+    return decode(raw, ClusterReport, max_bytes=max_bytes)
 
 
 def dead_letter(

@@ -11,10 +11,18 @@ the forecaster learns the windows of each end just before that end is planned, i
 the forecaster for (p50, p90) at ``horizon_s`` for every tenant seen in the last
 ``tenant_ttl_windows`` windows and hands them to the :class:`~dprobe.models.planner.Planner`.
 
-Quotas: the loop assumes its moves are applied (the scheduler consumes the events). At the
-first plan, ``capacity_gpus`` is split in whole nodes evenly between the tenants seen
-(assumption; set ``initial_quotas`` to start from the cluster's real quotas); a tenant
-that appears later starts at 0 and borrows idle nodes.
+Quotas: the loop assumes its moves are applied (the scheduler consumes the events). What
+the scheduler reports (:meth:`PlanLoop.on_cluster`, a ``ClusterReport``: the capacity and
+each tenant's quota now) replaces the loop's own bookkeeping as it arrives: the newest
+word wins. Reported GPUs are rounded down to whole nodes. Without a report, the capacity
+is ``capacity_gpus`` and, at the first plan, it is split in whole nodes evenly between the
+tenants seen (an assumption); a tenant that appears later starts at 0 and borrows idle
+nodes. A tenant that holds quota but has sent nothing for ``tenant_ttl_windows`` windows
+is planned as idle (its nodes can be lent). Quotas the loop only guessed that no longer fit
+a smaller capacity start again from an even split of what reported quotas leave.
+A checkpoint saved under other cluster settings (``capacity_gpus``, ``node_gpus``,
+``initial_quotas``) keeps its forecaster but not its quotas: the settings win, and the
+loop says what changed in :attr:`PlanLoop.settings_changed`.
 
 The same windows and progress reports, interleaved across partitions in any order, and
 the same starting state give the same plans and the same ``event_id``s, so a worker that
@@ -51,7 +59,7 @@ from dprobe.models.forecast.base import Forecaster
 from dprobe.models.forecast.target import demand_of
 from dprobe.models.planner import PlanInput, Planner, PlannerSettings, TenantState, ceil_to_node
 from dprobe.models.planner_events import scaling_events
-from dprobe.schema import ScalingEvent, TenantWindow
+from dprobe.schema import ClusterReport, ScalingEvent, TenantWindow
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,9 @@ class PlanLoop:
         # tenant -> {target time: (horizon, p50)}: forecasts whose outcome is not known yet
         self._outstanding: dict[str, dict[float, tuple[float, float]]] = {}
         self._errors: dict[str, dict[float, float]] = {}
+        self._capacity: int | None = None  # the capacity the scheduler reported last
+        self._reported: set[str] = set()  # tenants whose quota a report has set
+        self.settings_changed: str | None = None  # what load() found changed, if anything
 
     # -- the loop ---------------------------------------------------------------------
     def on_window(self, window: TenantWindow) -> None:
@@ -131,6 +142,25 @@ class PlanLoop:
                 self._planned_upto = end
         return events
 
+    def on_cluster(self, report: ClusterReport) -> None:
+        """Take what the scheduler reports: its capacity and quotas replace the loop's own
+        from the next plan on (whole nodes, rounded down)."""
+        node = self.settings.planner.node_gpus
+        if report.capacity_gpus is not None:
+            self._capacity = _whole_nodes(report.capacity_gpus, node)
+        if report.complete:
+            for t in set(self._quotas) - set(report.quotas):
+                self._quotas[t] = 0
+                self._reported.add(t)
+        for t, q in report.quotas.items():
+            self._quotas[t] = _whole_nodes(q, node)
+            self._reported.add(t)
+
+    @property
+    def capacity_gpus(self) -> int:
+        """The capacity plans share: the scheduler's last report, else the setting."""
+        return self.settings.capacity_gpus if self._capacity is None else self._capacity
+
     def note_progress(self, partition: int, upto: float) -> bool:
         """Record a partition's progress without planning (restoring a journal); True if
         it moved forward."""
@@ -157,15 +187,19 @@ class PlanLoop:
     def _plan(self, at: float) -> list[ScalingEvent]:
         s = self.settings
         node = s.planner.node_gpus
-        tenants = self._active(at)
-        if not tenants:
+        active = self._active(at)
+        if not active:
             return []
         if not self._quotas:
-            self._quotas = _even_split(tenants, s.capacity_gpus, node)
+            self._quotas = _even_split(active, self.capacity_gpus, node)
+        self._fit_guesses()
+        # tenants silent for a while that still hold quota: planned as idle, so they lend
+        seen = set(active)
+        quiet = sorted(t for t, q in self._quotas.items() if q > 0 and t not in seen)
         states = []
         h = s.horizon_s
         asked = sorted({h, s.hold_s}) if s.hold_s > 0 else [h]
-        for t in tenants:
+        for t in active:
             out = self.forecaster.forecast(t, asked)
             p50, p90 = out[h]
             hold = max(v[1] for k, v in out.items() if k <= s.hold_s) if s.hold_s > 0 else 0.0
@@ -188,12 +222,38 @@ class PlanLoop:
                     nominal_gpus=s.initial_quotas.get(t),
                 )
             )
-        capacity = max(s.capacity_gpus, sum(st.quota_gpus for st in states))
+        for t in quiet:
+            quota = self._quotas[t]
+            guaranteed = min(s.guaranteed_gpus, quota)
+            states.append(
+                TenantState(
+                    tenant=t,
+                    quota_gpus=quota,
+                    guaranteed_gpus=guaranteed,
+                    idle_gpus=quota,
+                    horizon_s=h,
+                    nominal_gpus=s.initial_quotas.get(t),
+                )
+            )
+        states.sort(key=lambda st: st.tenant)
+        capacity = max(self.capacity_gpus, sum(st.quota_gpus for st in states))
         plan = self.planner.plan(PlanInput(ts=at, capacity_gpus=capacity, tenants=tuple(states)))
         self._quotas.update(plan.targets())
         name = getattr(self.forecaster, "name", type(self.forecaster).__name__)
         version = getattr(self.forecaster, "version", "0")
         return scaling_events(plan, model_name=name, model_version=version, window_end=at)
+
+    def _fit_guesses(self) -> None:
+        """Quotas the loop only guessed (no report set them) that no longer fit the
+        capacity start again from an even split of what the reported quotas leave."""
+        capacity = self.capacity_gpus
+        if sum(self._quotas.values()) <= capacity:
+            return
+        node = self.settings.planner.node_gpus
+        reported = {t: q for t, q in self._quotas.items() if t in self._reported}
+        guessed = sorted(t for t in self._quotas if t not in self._reported)
+        left = max(0, capacity - sum(reported.values()))
+        self._quotas = {**reported, **(_even_split(guessed, left, node) if guessed else {})}
 
     def _score(self, window: TenantWindow) -> None:
         """Realised error of forecasts whose target time this window reaches."""
@@ -249,6 +309,18 @@ class PlanLoop:
                 [t, at, h, p] for t, due in self._outstanding.items() for at, (h, p) in due.items()
             ],
             "errors": {t: dict(e) for t, e in self._errors.items()},
+            "capacity": self._capacity,
+            "reported": sorted(self._reported),
+            "cluster_settings": self._cluster_settings(),
+        }
+
+    def _cluster_settings(self) -> dict[str, Any]:
+        """The settings saved quotas depend on: a checkpoint made under others loses them."""
+        s = self.settings
+        return {
+            "capacity_gpus": s.capacity_gpus,
+            "node_gpus": s.planner.node_gpus,
+            "initial_quotas": dict(sorted(s.initial_quotas.items())),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -274,6 +346,16 @@ class PlanLoop:
         self._errors = {
             t: {float(h): e for h, e in es.items()} for t, es in state["errors"].items()
         }
+        capacity = state.get("capacity")
+        self._capacity = None if capacity is None else int(capacity)
+        self._reported = set(state.get("reported", ()))
+        self.settings_changed = None
+        saved = state.get("cluster_settings")
+        if saved is not None and saved != self._cluster_settings():
+            self.settings_changed = _describe_changes(saved, self._cluster_settings())
+            self._quotas = dict(self.settings.initial_quotas)
+            self._capacity = None
+            self._reported = set()
 
     def save(self, path: Path) -> None:
         """Checkpoint to ``path`` atomically (temporary file, fsync, rename)."""
@@ -298,6 +380,16 @@ class PlanLoop:
                 f"{path}: does not fit this forecaster or its settings ({first_line(exc)})"
             ) from exc
         return True
+
+
+def _whole_nodes(gpus: float, node: int) -> int:
+    """GPUs rounded down to whole nodes: ``_whole_nodes(20.0, 8) -> 16``."""
+    return int(math.floor(gpus / node + 1e-9)) * node
+
+
+def _describe_changes(saved: dict[str, Any], now: dict[str, Any]) -> str:
+    """``"capacity_gpus 64 -> 16"``: the cluster settings that differ, old -> new."""
+    return ", ".join(f"{k} {saved.get(k)!r} -> {v!r}" for k, v in now.items() if saved.get(k) != v)
 
 
 def _even_split(tenants: list[str], capacity: int, node: int) -> dict[str, int]:

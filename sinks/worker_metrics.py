@@ -15,11 +15,14 @@ Names (dashboards and alerts depend on them):
   quantile "0.5" or "0.9"
 - ``dprobe_tenant_quota_gpus{tenant}``: current quota (absent while unknown)
 - ``dprobe_forecast_abs_error_gpus{tenant,horizon}``: realised ``|p50 - actual|``
+- ``dprobe_capacity_gpus``: the GPUs plans share (the scheduler's last report, else the
+  ``capacity_gpus`` setting); only on the worker that plans
 - counters ``dprobe_scaling_events_total{action}``, ``dprobe_deadletters_total{reason}``,
   ``dprobe_lost_snapshots_total{host}``, ``dprobe_duplicate_snapshots_total``,
   ``dprobe_late_partials_total``, ``dprobe_windows_emitted_total``,
   ``dprobe_process_samples_total``, ``dprobe_snapshots_total``,
-  ``dprobe_job_events_total``, ``dprobe_seq_resets_total``
+  ``dprobe_job_events_total``, ``dprobe_seq_resets_total``,
+  ``dprobe_cluster_reports_total`` (scheduler reports taken by the planner)
 - ``dprobe_processing_latency_seconds``: histogram, from the moment the watermark let a
   window close to its TenantWindow delivered, measured on this worker's monotonic clock
   (event time never enters it, so replays and accelerated clocks measure the same thing)
@@ -212,8 +215,16 @@ def _counter_families(s: WorkerStats) -> Iterator[Metric]:
         ("dprobe_snapshots", "Host snapshots ingested", s.snapshots),
         ("dprobe_job_events", "Scheduler job events ingested", s.job_events),
         ("dprobe_seq_resets", "Hosts whose snapshot seq restarted", s.resets),
+        ("dprobe_cluster_reports", "Scheduler reports (capacity, quotas) the planner took",
+         s.cluster_reports),
     ):  # fmt: skip
         yield CounterMetricFamily(name, doc, value=value)
+    capacity = GaugeMetricFamily(
+        "dprobe_capacity_gpus", "GPUs the plans share (the scheduler's report, else the setting)"
+    )
+    if s.capacity_gpus is not None:
+        capacity.add_metric([], s.capacity_gpus)
+    yield capacity
 
 
 def _latency_family(h: Histogram) -> HistogramMetricFamily:

@@ -71,6 +71,8 @@ class WorkerStats:
     resets: int = 0
     late_partials: int = 0
     job_events: int = 0
+    cluster_reports: int = 0  # scheduler reports taken by the planner on this worker
+    capacity_gpus: float | None = None  # what plans share (None: this worker does not plan)
     windows_emitted: int = 0
     lost_snapshots: Counter[str] = field(default_factory=Counter)  # by host
     dead_letters: Counter[str] = field(default_factory=Counter)  # by reason

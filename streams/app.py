@@ -153,6 +153,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
     updates = raw_topic(names.updates, partitions=s.partitions, internal=True)
     features = raw_topic(names.features, partitions=s.partitions)
     deadletter = raw_topic(names.deadletter)
+    cluster = raw_topic(names.cluster, partitions=1)
 
     # bytes keys and values: faust then (de)serializes the changelog as raw bytes.
     hosts_table = app.Table("hosts", partitions=n_samples, key_type=bytes, value_type=bytes)
@@ -173,6 +174,16 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
 
     async def forward(window: schema.TenantWindow) -> Any:
         return await planning_topic.send(key=b"plan", value=codec.encode_plan_window(window))
+
+    async def cluster_report(raw: bytes | None, message: Any) -> None:
+        """A scheduler's report: invalid ones to the dead-letter topic, valid ones on to the
+        planner through the planning topic (in one order with the windows)."""
+        try:
+            report = schema.decode_cluster_report(raw, max_bytes=s.max_message_bytes)
+        except schema.SchemaError as exc:
+            await deadletters.send(raw, exc, message)
+            return
+        await planning_topic.send(key=b"plan", value=codec.encode_cluster(report))
 
     async def progress(partition: int, upto: float) -> None:
         value = codec.encode_progress(codec.WindowProgress(partition=partition, upto=upto))
@@ -229,6 +240,11 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
     async def jobs_agent(stream: Any) -> None:
         async for event in stream.events():
             await guarded(lambda e: ingest.on_job_event(e.value, e.message), event)
+
+    @app.agent(cluster, name="cluster")
+    async def cluster_agent(stream: Any) -> None:
+        async for event in stream.events():
+            await guarded(lambda e: cluster_report(e.value, e.message), event)
 
     @app.agent(updates, name="windows")
     async def windows_agent(stream: Any) -> None:

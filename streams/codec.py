@@ -5,9 +5,9 @@ Internal messages on the tenant-updates topic carry a one-byte kind prefix:
 tenant, in the order their snapshots were read; ``J`` a validated job event; ``W`` a
 source watermark ``[samples partition, event time]``.
 
-Messages on the single-partition planning topic carry ``T`` + a TenantWindow, or ``C``
+Messages on the single-partition planning topic carry ``T`` + a TenantWindow, ``C``
 + a :class:`WindowProgress` (a window partition emitted every window ending at or before
-``upto``).
+``upto``), or ``Q`` + a validated ClusterReport (what the scheduler says the fleet is).
 
 Example:
     >>> loads(dumps({"a": [1, 2]}))
@@ -20,7 +20,13 @@ from typing import Any
 
 import msgspec
 
-from dprobe.schema import JobEvent, TenantWindow, decode_window
+from dprobe.schema import (
+    ClusterReport,
+    JobEvent,
+    TenantWindow,
+    decode_cluster_report,
+    decode_window,
+)
 from dprobe.streams.state.window_agg import Partial
 
 _enc = msgspec.json.Encoder()
@@ -33,6 +39,7 @@ JOB = b"J"
 WATERMARK = b"W"
 PLAN_WINDOW = b"T"
 PROGRESS = b"C"
+CLUSTER = b"Q"
 
 
 class SourceWatermark(msgspec.Struct, frozen=True, array_like=True):
@@ -94,10 +101,19 @@ def encode_progress(p: WindowProgress) -> bytes:
     return PROGRESS + _enc.encode(p)
 
 
-def decode_planning(raw: bytes) -> TenantWindow | WindowProgress:
+def encode_cluster(report: ClusterReport) -> bytes:
+    return CLUSTER + _enc.encode(report)
+
+
+PlanningMessage = TenantWindow | WindowProgress | ClusterReport
+
+
+def decode_planning(raw: bytes) -> PlanningMessage:
     kind, body = raw[:1], raw[1:]
     if kind == PROGRESS:
         return _progress.decode(body)
     if kind == PLAN_WINDOW:
         return decode_window(body)
+    if kind == CLUSTER:
+        return decode_cluster_report(body)
     raise ValueError(f"unknown planning message kind {kind!r}")

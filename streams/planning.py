@@ -1,5 +1,10 @@
 """Forecast-and-plan stage: closed TenantWindows -> forecaster + planner -> ScalingEvents.
 
+What the scheduler reports on ``dprobe.cluster`` (capacity, quotas) is validated by the
+worker that reads it and forwarded to the planning topic too, so it reaches the plan loop
+in one order with the windows, is journaled and checkpointed with them, and a replay of
+the planning topic applies it at the same point.
+
 The window stage forwards every TenantWindow it emits to the single-partition internal
 topic ``<app_id>-planning``, so exactly one worker of the group plans for all tenants.
 After its windows, each window partition forwards its progress (every window ending at
@@ -43,6 +48,13 @@ class Planning:
         try:
             if loop.load(checkpoint):
                 log.info("forecaster and planner resumed from %s", checkpoint)
+                if loop.settings_changed:
+                    log.warning(
+                        "settings changed since %s was saved (%s): the settings win; quotas "
+                        "start again from them and from the scheduler's next report",
+                        checkpoint,
+                        loop.settings_changed,
+                    )
         except CheckpointError as exc:
             log.warning("%s: starting with a fresh forecaster and planner", exc)
         self._replay_journal()
@@ -61,6 +73,8 @@ class Planning:
                 continue
             if isinstance(message, codec.WindowProgress):
                 self.loop.note_progress(message.partition, message.upto)
+            elif isinstance(message, schema.ClusterReport):
+                self.loop.on_cluster(message)
             else:
                 self.loop.on_window(message)
             n += 1
@@ -76,6 +90,18 @@ class Planning:
             f.write(raw + b"\n")
         if isinstance(message, codec.WindowProgress):
             await self._plan(message)
+        elif isinstance(message, schema.ClusterReport):
+            self.loop.on_cluster(message)
+            self.stats.cluster_reports += 1
+            log.info(
+                "cluster report from %s: capacity %s GPUs, %d quota(s)%s; plans use them "
+                "from the next window end",
+                message.source,
+                "unchanged" if message.capacity_gpus is None else f"{message.capacity_gpus:g}",
+                len(message.quotas),
+                " (complete: unlisted tenants hold none)" if message.complete else "",
+            )
+            self._refresh_views()
         else:  # a window waits for its end to be planned: no view changes before that
             self.loop.on_window(message)
 
@@ -96,6 +122,7 @@ class Planning:
     def _refresh_views(self) -> None:
         """Mirror the loop's per-tenant view into the stats the exporter reads."""
         views = self.loop.tenants()
+        self.stats.capacity_gpus = float(self.loop.capacity_gpus)
         self.stats.tenants = {
             t: TenantView(
                 demand_gpus=v.demand_gpus,

@@ -62,14 +62,19 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
         # broker time on the samples topic: a host's skewed clock cannot also skew the
         # record timestamp that ingest checks event time against (max_clock_skew_s)
         broker_time = {"message.timestamp.type": "LogAppendTime"}
-        # plans are few: one partition keeps their events in order for every consumer
-        counts = {names.scaling_events: s.events_partitions}
+        # plans are few: one partition keeps their events in order for every consumer;
+        # cluster reports too, and compaction keeps the latest report of each source
+        counts = {names.scaling_events: s.events_partitions, names.cluster: 1}
+        configs = {
+            names.samples: broker_time,
+            names.cluster: {"cleanup.policy": "compact"},
+        }
         new = [
             NewTopic(
                 t,
                 counts.get(t, s.partitions),
                 s.replication_factor,
-                topic_configs=broker_time if t == names.samples else {},
+                topic_configs=configs.get(t, {}),
             )
             for t in missing
         ]

@@ -21,6 +21,7 @@ class TopicNames:
     features: str
     scaling_events: str
     deadletter: str
+    cluster: str  # what the scheduler reports: capacity and quotas (one partition)
     updates: str  # internal: per-tenant partials and job updates, keyed by tenant
     planning: str  # internal, one partition: every TenantWindow, for the single planner
 
@@ -33,9 +34,17 @@ class TopicNames:
             features=k.topic("features"),
             scaling_events=k.topic("scaling-events"),
             deadletter=k.topic("deadletter"),
+            cluster=k.topic("cluster"),
             updates=f"{s.app_id}-tenant-updates",
             planning=f"{s.app_id}-planning",
         )
 
     def external(self) -> tuple[str, ...]:
-        return (self.samples, self.jobs, self.features, self.scaling_events, self.deadletter)
+        return (
+            self.samples,
+            self.jobs,
+            self.features,
+            self.scaling_events,
+            self.deadletter,
+            self.cluster,
+        )

@@ -1,0 +1,144 @@
+"""PlanLoop and what the scheduler reports (ClusterReport): reported capacity and quotas
+replace the loop's guesses, quiet tenants lend what they hold, and a checkpoint saved
+under other cluster settings keeps its forecaster but not its quotas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dprobe.models.forecast.baselines import LastValue
+from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
+from dprobe.schema import ClusterReport, LevelCounts, ScalingEvent, TenantWindow
+
+W = 60.0
+
+
+def _window(tenant: str, end: float, running: float, pending: float = 0.0) -> TenantWindow:
+    return TenantWindow(
+        tenant=tenant,
+        window_start=end - W,
+        window_end=end,
+        hosts=1,
+        gpus_busy=running,
+        instances=int(running),
+        util_sum=0.0,
+        level_counts=LevelCounts(),
+        effective_demand_gpus=running + pending,
+        pending_gpus=pending,
+        running_gpus=running,
+    )
+
+
+def _loop(capacity: int = 64) -> PlanLoop:
+    return PlanLoop(LastValue(), PlanLoopSettings(capacity_gpus=capacity, horizon_s=W))
+
+
+def _step(loop: PlanLoop, end: float, demand: dict[str, tuple[float, float]]) -> list[ScalingEvent]:
+    for tenant, (running, pending) in sorted(demand.items()):
+        loop.on_window(_window(tenant, end, running, pending))
+    return loop.on_progress(0, end)
+
+
+def _moves(events: list[ScalingEvent]) -> dict[str, tuple[float, float]]:
+    return {e.tenant: (e.current_quota_gpus, e.target_quota_gpus) for e in events}
+
+
+def test_reported_quotas_replace_the_even_split_and_unlisted_tenants_start_at_zero() -> None:
+    loop = _loop(capacity=64)
+    loop.on_cluster(ClusterReport(ts=0.0, source="kueue", capacity_gpus=48, quotas={"a": 40}))
+    # a needs 8 GPUs and holds 40; b's job of 16 GPUs waits and it holds nothing
+    events = _step(loop, W, {"a": (8.0, 0.0), "b": (0.0, 16.0)})
+    assert loop.capacity_gpus == 48
+    assert _moves(events) == {"a": (40.0, 24.0), "b": (0.0, 16.0)}
+    assert sum(e.delta_gpus for e in events) == 0
+
+
+def test_without_a_report_the_setting_is_split_evenly_as_before() -> None:
+    loop = _loop(capacity=64)
+    _step(loop, W, {"a": (8.0, 0.0), "b": (8.0, 0.0)})
+    assert loop.quotas() == {"a": 32, "b": 32}
+    assert loop.capacity_gpus == 64
+
+
+def test_a_newer_report_wins_over_the_loops_own_bookkeeping() -> None:
+    loop = _loop(capacity=64)
+    _step(loop, W, {"a": (8.0, 0.0), "b": (8.0, 0.0)})
+    # an operator moved quota by hand: the scheduler says so
+    loop.on_cluster(ClusterReport(ts=W, source="kueue", quotas={"a": 8, "b": 56}))
+    assert loop.quotas() == {"a": 8, "b": 56}
+    events = _step(loop, 2 * W, {"a": (8.0, 24.0), "b": (8.0, 0.0)})
+    moves = _moves(events)
+    assert moves["a"][0] == 8.0 and moves["b"][0] == 56.0  # planned from the report
+    assert moves["a"][1] >= 32.0  # its waiting job gets its nodes from b's idle ones
+    assert sum(e.delta_gpus for e in events) == 0
+
+
+def test_reported_gpus_are_rounded_down_to_whole_nodes() -> None:
+    loop = _loop()
+    loop.on_cluster(ClusterReport(ts=0.0, source="s", capacity_gpus=36.0, quotas={"a": 20.0}))
+    assert loop.capacity_gpus == 32 and loop.quotas() == {"a": 16}
+
+
+def test_a_complete_report_takes_quota_from_tenants_it_does_not_list() -> None:
+    loop = _loop(capacity=32)
+    _step(loop, W, {"a": (8.0, 0.0), "b": (8.0, 0.0)})
+    assert loop.quotas() == {"a": 16, "b": 16}
+    loop.on_cluster(ClusterReport(ts=W, source="s", quotas={"a": 32}, complete=True))
+    assert loop.quotas() == {"a": 32, "b": 0}
+    partial = _loop(capacity=32)
+    _step(partial, W, {"a": (8.0, 0.0), "b": (8.0, 0.0)})
+    partial.on_cluster(ClusterReport(ts=W, source="s", quotas={"a": 16}))
+    assert partial.quotas() == {"a": 16, "b": 16}  # not complete: b keeps what it had
+
+
+def test_a_quiet_tenant_that_holds_quota_lends_its_idle_nodes() -> None:
+    loop = _loop(capacity=64)
+    loop.on_cluster(ClusterReport(ts=0.0, source="s", quotas={"idle-vc": 48, "b": 16}))
+    # idle-vc never sends a window (nothing runs there); b's 32-GPU job waits
+    events = _step(loop, W, {"b": (16.0, 32.0)})
+    assert _moves(events) == {"b": (16.0, 48.0), "idle-vc": (48.0, 16.0)}
+
+
+def test_a_smaller_reported_capacity_re_splits_only_the_guessed_quotas() -> None:
+    loop = _loop(capacity=64)
+    _step(loop, W, {"a": (8.0, 0.0), "b": (8.0, 0.0), "c": (8.0, 0.0)})
+    assert sum(loop.quotas().values()) == 64
+    loop.on_cluster(ClusterReport(ts=W, source="s", capacity_gpus=32, quotas={"c": 16}))
+    _step(loop, 2 * W, {"a": (8.0, 0.0), "b": (8.0, 0.0), "c": (8.0, 0.0)})
+    quotas = loop.quotas()
+    assert quotas["c"] == 16 and quotas["a"] + quotas["b"] == 16
+    assert sum(quotas.values()) <= 32
+
+
+def test_settings_that_differ_from_the_checkpoint_win_and_say_what_changed(
+    tmp_path: Path,
+) -> None:
+    old = _loop(capacity=64)
+    for k in range(1, 4):
+        _step(old, k * W, {"a": (8.0, 0.0), "b": (40.0, 0.0)})
+    path = tmp_path / "plan-loop.ckpt"
+    old.save(path)
+
+    same = _loop(capacity=64)
+    assert same.load(path) and same.settings_changed is None
+    assert same.quotas() == old.quotas()
+
+    smaller = _loop(capacity=16)
+    assert smaller.load(path)
+    assert smaller.settings_changed == "capacity_gpus 64 -> 16"
+    assert smaller.quotas() == {}
+    assert smaller.forecaster.forecast("b", [W])[W][0] == 40.0  # what it learned stays
+    _step(smaller, 4 * W, {"a": (8.0, 0.0), "b": (8.0, 0.0)})
+    assert smaller.quotas() == {"a": 8, "b": 8}
+    assert smaller.capacity_gpus == 16
+
+
+def test_reports_survive_a_checkpoint(tmp_path: Path) -> None:
+    loop = _loop(capacity=64)
+    loop.on_cluster(ClusterReport(ts=0.0, source="s", capacity_gpus=24, quotas={"a": 16}))
+    _step(loop, W, {"a": (8.0, 0.0), "b": (8.0, 0.0)})
+    path = tmp_path / "plan-loop.ckpt"
+    loop.save(path)
+    back = _loop(capacity=64)
+    assert back.load(path) and back.settings_changed is None
+    assert back.capacity_gpus == 24 and back.quotas() == loop.quotas()
