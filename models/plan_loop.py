@@ -384,7 +384,7 @@ class PlanLoop:
 
 def _whole_nodes(gpus: float, node: int) -> int:
     """GPUs rounded down to whole nodes: ``_whole_nodes(20.0, 8) -> 16``."""
-    return int(math.floor(gpus / node + 1e-9)) * node
+    return math.floor(gpus / node + 1e-9) * node
 
 
 def _describe_changes(saved: dict[str, Any], now: dict[str, Any]) -> str:
