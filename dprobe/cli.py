@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "archive": ("archive", "write the raw topics to hourly Parquet files"),
     "topics": ("topics", "create or list dprobe's topics with the configured partitions"),
     "lag": ("lag", "export consumer-group lag from Kafka (kafka_exporter's names)"),
+    "cluster": ("cluster", "publish or show the capacity and quotas the scheduler reports"),
     "replay": ("replay", "replay an archive or a public trace into Kafka"),
     "events": ("events", "tail scaling events, deduplicated"),
     "evaluate": ("evaluate", "forecast accuracy of every model vs baselines on a trace"),

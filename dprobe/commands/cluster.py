@@ -1,0 +1,245 @@
+"""Tell the planner what the fleet is (topic dprobe.cluster), or show what it was told.
+
+The planner plans from the capacity and quotas the scheduler reports, not from its own
+guess. A scheduler adapter publishes a ClusterReport whenever they change (and now and
+then); this command publishes one from a shell or a cron job, and shows the latest report
+of each source. Quotas are GPUs per tenant (Kueue: a ClusterQueue's nominalQuota; Volcano:
+a queue's deserved); --complete says tenants not listed hold none. --quotas-csv reads a
+file with the header tenant,quota_gpus; a bad line exits 2 naming its line number.
+
+  dprobe cluster publish --capacity 256 --quota vc-a=64 --quota vc-b=192 --complete
+  dprobe cluster publish --quotas-csv quotas.csv --source kueue
+  dprobe cluster show [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import csv
+import io
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dprobe.errors import UsageError
+
+if TYPE_CHECKING:
+    from dprobe.config import KafkaSettings
+    from dprobe.schema import ClusterReport
+
+MAX_CSV_BYTES = 64 << 20
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["publish", "show"], help="publish a report, or show them")
+    p.add_argument("--capacity", type=float, metavar="GPUS", help="GPUs the tenants share")
+    p.add_argument(
+        "--quota",
+        action="append",
+        default=[],
+        metavar="TENANT=GPUS",
+        help="a tenant's quota now (repeatable)",
+    )
+    p.add_argument("--quotas-csv", type=Path, metavar="FILE", help="CSV: tenant,quota_gpus")
+    p.add_argument(
+        "--complete", action="store_true", help="tenants not listed hold no quota (a full list)"
+    )
+    p.add_argument("--source", default="cli", help="who reports (the record key; default cli)")
+    p.add_argument("--json", action="store_true", help="print the report(s) as JSON on stdout")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dprobe.commands._common import settings
+    from dprobe.config import WorkerSettings
+
+    worker = settings(WorkerSettings, args)  # the topic is created as the worker would
+    kafka = worker.kafka
+    if args.action == "show":
+        reports = asyncio.run(_latest(kafka))
+        if args.json:
+            print(json.dumps([json.loads(_encoded(r)) for r in reports]))
+        for r in reports:
+            print(_describe(r), file=sys.stderr if args.json else sys.stdout)
+        if not reports:
+            print(f"no report on {kafka.topic('cluster')} yet", file=sys.stderr)
+        return 0
+    report = report_from(args)
+    asyncio.run(_publish(kafka, report, worker.replication_factor))
+    if args.json:
+        print(_encoded(report))
+    print(f"published to {kafka.topic('cluster')}: {_describe(report)}", file=sys.stderr)
+    return 0
+
+
+def report_from(args: argparse.Namespace, now: float | None = None) -> ClusterReport:
+    """The report the arguments describe; :class:`UsageError` when they describe nothing
+    or a value is not a number of GPUs.
+
+    >>> ns = argparse.Namespace(capacity=64.0, quota=["a=16"], quotas_csv=None,
+    ...     complete=False, source="cli")
+    >>> report_from(ns, now=5.0).quotas
+    {'a': 16.0}
+    """
+    from dprobe.schema import ClusterReport, SchemaError, decode_cluster_report, encode
+
+    quotas: dict[str, float] = {}
+    if args.quotas_csv is not None:
+        quotas.update(_read_csv(args.quotas_csv))
+    for item in args.quota:
+        tenant, sep, value = item.rpartition("=")
+        if not sep or not tenant:
+            raise UsageError(f"--quota {item!r}: expected TENANT=GPUS")
+        quotas[tenant] = _gpus(value, f"--quota {item!r}")
+    if args.capacity is not None:
+        _gpus(str(args.capacity), "--capacity")
+    if args.capacity is None and not quotas and not args.complete:
+        raise UsageError("nothing to publish: give --capacity, --quota or --quotas-csv")
+    report = ClusterReport(
+        ts=time.time() if now is None else now,
+        source=args.source,
+        capacity_gpus=args.capacity,
+        quotas=quotas,
+        complete=args.complete,
+    )
+    try:  # the same rules the worker applies (names, bounds)
+        return decode_cluster_report(encode(report))
+    except SchemaError as exc:
+        raise UsageError(f"not a valid report: {exc}") from None
+
+
+def _gpus(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{what}: not a number of GPUs") from None
+    if not (math.isfinite(value) and 0 <= value <= 1e7):
+        raise UsageError(f"{what}: GPUs must be within [0, 1e7]")
+    return value
+
+
+def _read_csv(path: Path) -> dict[str, float]:
+    from dprobe.text_input import read_text
+
+    text = read_text(path, max_bytes=MAX_CSV_BYTES, error=UsageError, what="quotas file ")
+    reader = csv.DictReader(io.StringIO(text))
+    if reader.fieldnames is None or not {"tenant", "quota_gpus"} <= set(reader.fieldnames):
+        raise UsageError(f"{path}: line 1: expected the header tenant,quota_gpus")
+    out: dict[str, float] = {}
+    for row in reader:
+        line = reader.line_num
+        tenant = (row.get("tenant") or "").strip()
+        if not tenant:
+            raise UsageError(f"{path}: line {line}: empty tenant")
+        out[tenant] = _gpus((row.get("quota_gpus") or "").strip(), f"{path}: line {line}")
+    return out
+
+
+def _encoded(report: ClusterReport) -> str:
+    from dprobe.schema import encode
+
+    return encode(report).decode()
+
+
+def _describe(r: ClusterReport) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.ts))
+    capacity = "unchanged" if r.capacity_gpus is None else f"{r.capacity_gpus:g} GPUs"
+    quotas = ", ".join(f"{t}={q:g}" for t, q in sorted(r.quotas.items())) or "none"
+    complete = " (complete)" if r.complete else ""
+    return f"{when} UTC source {r.source}: capacity {capacity}; quotas {quotas}{complete}"
+
+
+async def _publish(kafka: KafkaSettings, report: ClusterReport, replication: int) -> None:
+    """Send ``report`` keyed by its source, creating the topic first if it is missing (one
+    partition, compacted: the latest report of every source is kept)."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaConnectionError
+
+    from dprobe.kafka_auth import start_client
+    from dprobe.schema import encode
+
+    topic = kafka.topic("cluster")
+    if await _partitions(kafka, topic) is None:
+        await _create(kafka, topic, replication)
+    producer = AIOKafkaProducer(**kafka.client_kwargs(), acks="all", enable_idempotence=True)
+    await start_client(producer.start, producer.stop, kafka, KafkaConnectionError)
+    try:
+        await producer.send_and_wait(topic, value=encode(report), key=report.source.encode())
+    finally:
+        await producer.stop()
+
+
+async def _partitions(kafka: KafkaSettings, topic: str) -> list[int] | None:
+    """Partition ids of ``topic`` (``None``: missing), without auto-creating it."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.errors import KafkaConnectionError
+
+    from dprobe.kafka_auth import start_client
+
+    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    await start_client(admin.start, admin.close, kafka, KafkaConnectionError)
+    try:
+        for d in await admin.describe_topics():  # all topics: naming one could create it
+            if d["topic"] == topic and d["error_code"] == 0:
+                return sorted(p["partition"] for p in d["partitions"])
+        return None
+    finally:
+        await admin.close()
+
+
+async def _create(kafka: KafkaSettings, topic: str, replication: int) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
+
+    from dprobe.kafka_auth import start_client
+
+    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    await start_client(admin.start, admin.close, kafka, KafkaConnectionError)
+    try:
+        new = NewTopic(topic, 1, replication, topic_configs={"cleanup.policy": "compact"})
+        with contextlib.suppress(TopicAlreadyExistsError):  # another publisher won the race
+            await admin.create_topics([new])
+    finally:
+        await admin.close()
+
+
+async def _latest(kafka: KafkaSettings) -> list[ClusterReport]:
+    """The newest valid report of each source on the cluster topic (read to its end)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.errors import KafkaConnectionError
+
+    from dprobe.kafka_auth import start_client
+    from dprobe.schema import SchemaError, decode_cluster_report
+
+    topic = kafka.topic("cluster")
+    partitions = await _partitions(kafka, topic)
+    if not partitions:
+        return []
+    consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
+    await start_client(consumer.start, consumer.stop, kafka, KafkaConnectionError)
+    latest: dict[str, ClusterReport] = {}
+    try:
+        tps = [TopicPartition(topic, p) for p in partitions]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        left = {tp for tp in tps if ends[tp] > 0}
+        deadline = time.monotonic() + 60
+        while left and time.monotonic() < deadline:
+            batch = await consumer.getmany(*left, timeout_ms=1000)
+            for records in batch.values():
+                for rec in records:
+                    try:
+                        r = decode_cluster_report(rec.value)
+                    except SchemaError:
+                        continue
+                    if r.source not in latest or r.ts >= latest[r.source].ts:
+                        latest[r.source] = r
+            left = {tp for tp in left if await consumer.position(tp) < ends[tp]}
+    finally:
+        await consumer.stop()
+    return [latest[s] for s in sorted(latest)]

@@ -1,0 +1,67 @@
+"""``dprobe cluster publish``: what the arguments describe is one valid ClusterReport;
+bad input exits 2 with a one-line reason (a CSV's line number), before Kafka is touched."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from dprobe.cli import main
+from dprobe.commands.cluster import report_from
+
+
+def _args(**kw: object) -> argparse.Namespace:
+    base = {"capacity": None, "quota": [], "quotas_csv": None, "complete": False, "source": "cli"}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_flags_and_csv_make_one_report_and_flags_win(tmp_path: Path) -> None:
+    csv = tmp_path / "q.csv"
+    csv.write_text("tenant,quota_gpus\nvc-a,16\nvc-b,32\n")
+    r = report_from(_args(capacity=64.0, quota=["vc-b=24"], quotas_csv=csv, complete=True), 5.0)
+    assert (r.ts, r.capacity_gpus, r.quotas, r.complete) == (
+        5.0,
+        64.0,
+        {"vc-a": 16.0, "vc-b": 24.0},
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("tenant,quota_gpus\nvc-a,16\nvc-b,lots\n", "q.csv: line 3: not a number of GPUs"),
+        ("tenant,quota_gpus\n,16\n", "q.csv: line 2: empty tenant"),
+        ("tenant,gpus\nvc-a,16\n", "q.csv: line 1: expected the header tenant,quota_gpus"),
+        ("tenant,quota_gpus\nvc-a,-8\n", "q.csv: line 2: GPUs must be within [0, 1e7]"),
+    ],
+)
+def test_a_bad_quotas_file_exits_2_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str
+) -> None:
+    csv = tmp_path / "q.csv"
+    csv.write_text(text)
+    code = main(["--bootstrap", "127.0.0.1:1", "cluster", "publish", "--quotas-csv", str(csv)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert expected in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], "nothing to publish"),
+        (["--quota", "vc-a"], "expected TENANT=GPUS"),
+        (["--quota", "vc-a=nan"], "GPUs must be within"),
+        (["--capacity", "inf"], "GPUs must be within"),
+        (["--quota", "x" * 300 + "=8"], "not a valid report"),
+    ],
+)
+def test_bad_flags_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
+    code = main(["--bootstrap", "127.0.0.1:1", "cluster", "publish", *argv])
+    assert code == 2
+    assert expected in capsys.readouterr().err
