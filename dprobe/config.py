@@ -364,6 +364,9 @@ class ReplaySettings:
     section = "replay"
 
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    # replays go to topics of their own unless told otherwise: history replayed into the
+    # live topics would be dropped as late by workers that are ahead of it
+    topic_prefix: str = "dprobe-replay."
     speed: float = 0.0
     tick_s: float = 60.0
     gpus_per_host: int = 8
@@ -382,6 +385,17 @@ class ReplaySettings:
             raise ConfigError("replay.compression must be zstd, lz4, gzip, snappy or none")
         if self.await_every < 1:
             raise ConfigError("replay.await_every must be >= 1")
+        if not self.topic_prefix or any(c.isspace() for c in self.topic_prefix):
+            raise ConfigError("replay.topic_prefix must be non-empty, without spaces")
+
+    def topic(self, kind: str) -> str:
+        """Target topic of a kind: ``topic("samples") -> "dprobe-replay.samples"``."""
+        return f"{self.topic_prefix}{kind}"
+
+    @property
+    def into_live_topics(self) -> bool:
+        """True when the replay writes into the topics live collectors and workers use."""
+        return self.topic_prefix == self.kafka.topic_prefix
 
 
 S = TypeVar("S")

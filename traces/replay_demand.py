@@ -10,6 +10,10 @@ demand point (running R, pending P, quota Q GPUs of one tenant) becomes both:
   the whole GPU (util 100 %, 95 % memory), so the worker levels it EX (weight 1.0) and a
   window of ``tick_s`` seconds reports ``gpus_busy = running_gpus = R``. The other GPUs are
   idle. Helios has no per-GPU utilisation, so "whole GPU" is an assumption.
+- **quotas**: when a tenant's quota Q is known and changes (its first point included), a
+  ClusterReport from source ``replay`` gives the planner the trace's real quota of that
+  tenant and, as capacity, the sum of the latest quotas of every tenant with one (the
+  replayed tenants are the cluster); a series without quotas reports nothing.
 - **pending**: one synthetic job per tenant, ``TENANT/pending``, re-``submit``-ted with
   ``gpus = P`` whenever P changes, so the worker's job book reports ``pending_gpus = P``
   and ``effective_demand_gpus = R + w * P`` (the job carries no model attributes, so ``w``
@@ -24,8 +28,9 @@ Example:
     >>> from dprobe.traces.demand_series import DemandPoint
     >>> pts = [DemandPoint(ts=0.0, tenant="a", running_gpus=3, pending_gpus=8, quota_gpus=16)]
     >>> recs = list(demand_records(pts, DemandLayout(tick_s=60, gpus_per_host=8)))
-    >>> [(r.kind, r.key) for r in recs]
-    [('jobs', b'a/pending'), ('samples', b'replay-a-000'), ('samples', b'replay-a-001')]
+    >>> [(r.kind, r.key.decode()) for r in recs]  # doctest: +NORMALIZE_WHITESPACE
+    [('cluster', 'replay'), ('jobs', 'a/pending'), ('samples', 'replay-a-000'),
+     ('samples', 'replay-a-001')]
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from dprobe.schema import Gpu, HostSnapshot, JobEvent, Proc
+from dprobe.schema import ClusterReport, Gpu, HostSnapshot, JobEvent, Proc
 from dprobe.traces.demand_series import DemandPoint
 from dprobe.traces.replay_record import ReplayRecord
 
@@ -50,6 +55,7 @@ class DemandLayout:
     gpus_per_host: int = 8
     mem_total: int = 80 * GB
     pending_events: bool = True
+    quota_reports: bool = True
 
 
 @dataclass
@@ -57,6 +63,7 @@ class _Tenant:
     name: str
     running: int = 0
     pending: int | None = None
+    quota: int | None = None
     hosts: int = 0
     seqs: list[int] = field(default_factory=list)
     next_tick: float = math.inf
@@ -86,6 +93,17 @@ def demand_records(
         st = tenants.get(pt.tenant) or tenants.setdefault(pt.tenant, _Tenant(pt.tenant))
         st.running = whole(pt.running_gpus)
         need = max(st.running, whole(pt.quota_gpus or 0.0), 1)
+        if lay.quota_reports and pt.quota_gpus is not None and whole(pt.quota_gpus) != st.quota:
+            st.quota = whole(pt.quota_gpus)
+            capacity = sum(t.quota for t in tenants.values() if t.quota is not None)
+            yield ReplayRecord.of(
+                ClusterReport(
+                    ts=pt.ts,
+                    source="replay",
+                    capacity_gpus=float(capacity),
+                    quotas={pt.tenant: float(st.quota)},
+                )
+            )
         while st.hosts * lay.gpus_per_host < need:
             st.hosts += 1
             st.seqs.append(0)

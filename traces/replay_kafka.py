@@ -3,7 +3,7 @@
 Example:
     >>> from dprobe.config import ReplaySettings
     >>> topics_for(ReplaySettings(), ["samples=my.samples"])
-    {'samples': 'my.samples', 'jobs': 'dprobe.jobs'}
+    {'samples': 'my.samples', 'jobs': 'dprobe-replay.jobs', 'cluster': 'dprobe-replay.cluster'}
     >>> topics_for(ReplaySettings(), ["other.jobs"], primary="jobs")["jobs"]
     'other.jobs'
 """
@@ -11,7 +11,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Set
 from typing import Any
 
 from dprobe.clock import Clock
@@ -21,21 +21,22 @@ from dprobe.kafka_auth import start_client
 from dprobe.traces.replay import ReplayStats, replay
 from dprobe.traces.replay_record import ReplayRecord
 
-KINDS = ("samples", "jobs")
+KINDS = ("samples", "jobs", "cluster")
 
 
 def topics_for(
     settings: ReplaySettings, overrides: Sequence[str] = (), *, primary: str = "samples"
 ) -> dict[str, str]:
-    """Topic per kind: ``dprobe.samples``/``dprobe.jobs`` (with the configured prefix),
-    changed by ``KIND=TOPIC`` items, or a bare ``TOPIC`` for the ``primary`` kind."""
-    topics = {k: settings.kafka.topic(k) for k in KINDS}
+    """Topic per kind: ``dprobe-replay.samples``, ``.jobs``, ``.cluster`` (with the replay's
+    ``topic_prefix``), changed by ``KIND=TOPIC`` items, or a bare ``TOPIC`` for the
+    ``primary`` kind."""
+    topics = {k: settings.topic(k) for k in KINDS}
     for item in overrides:
         kind, sep, topic = item.rpartition("=")
         kind = kind if sep else primary
         if kind not in KINDS or not topic:
             raise UsageError(
-                f"--topic {item!r}: expected TOPIC or KIND=TOPIC (KIND: samples, jobs)"
+                f"--topic {item!r}: expected TOPIC or KIND=TOPIC (KIND: samples, jobs, cluster)"
             )
         topics[kind] = topic
     return topics
@@ -67,7 +68,7 @@ async def replay_to_kafka(
     from aiokafka import AIOKafkaProducer
     from aiokafka.errors import KafkaConnectionError
 
-    await ensure_topics(settings, sorted(set(topics.values())))
+    await ensure_topics(settings, sorted(set(topics.values())), compacted={topics["cluster"]})
     producer = AIOKafkaProducer(**producer_config(settings))
     await start_client(producer.start, producer.stop, settings.kafka, KafkaConnectionError)
     try:
@@ -87,8 +88,11 @@ async def replay_to_kafka(
         await producer.stop()
 
 
-async def ensure_topics(settings: ReplaySettings, topics: Sequence[str]) -> list[str]:
-    """Create the ``topics`` that do not exist yet (``settings.partitions`` each); return them."""
+async def ensure_topics(
+    settings: ReplaySettings, topics: Sequence[str], *, compacted: Set[str] = frozenset()
+) -> list[str]:
+    """Create the ``topics`` that do not exist yet (``settings.partitions`` each; those in
+    ``compacted`` with one partition and compaction: cluster reports); return them."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 
@@ -97,7 +101,14 @@ async def ensure_topics(settings: ReplaySettings, topics: Sequence[str]) -> list
     try:
         missing = [t for t in topics if t not in set(await admin.list_topics())]
         if missing:
-            new = [NewTopic(t, settings.partitions, settings.replication_factor) for t in missing]
+            new = [
+                NewTopic(
+                    t, 1, settings.replication_factor, topic_configs={"cleanup.policy": "compact"}
+                )
+                if t in compacted
+                else NewTopic(t, settings.partitions, settings.replication_factor)
+                for t in missing
+            ]
             with contextlib.suppress(TopicAlreadyExistsError):  # another client was faster
                 await admin.create_topics(new)
         return missing

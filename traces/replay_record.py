@@ -14,14 +14,15 @@ from typing import Literal
 
 import msgspec
 
-from dprobe.schema import HostSnapshot, JobEvent, SchemaError, decode, encode
+from dprobe.schema import ClusterReport, HostSnapshot, JobEvent, SchemaError, decode, encode
 
-Kind = Literal["samples", "jobs"]
+Kind = Literal["samples", "jobs", "cluster"]
 
 
 @dataclass(frozen=True, slots=True)
 class ReplayRecord:
-    """A message for topic kind ``kind`` (``samples`` keyed by host, ``jobs`` by job)."""
+    """A message for topic kind ``kind`` (``samples`` keyed by host, ``jobs`` by job,
+    ``cluster`` by the reporting source)."""
 
     ts: float
     kind: Kind
@@ -29,10 +30,12 @@ class ReplayRecord:
     value: bytes
 
     @staticmethod
-    def of(msg: HostSnapshot | JobEvent) -> ReplayRecord:
+    def of(msg: HostSnapshot | JobEvent | ClusterReport) -> ReplayRecord:
         """The record of a message, keyed as its topic's contract says."""
         if isinstance(msg, HostSnapshot):
             return ReplayRecord(msg.ts, "samples", msg.host.encode(), encode(msg))
+        if isinstance(msg, ClusterReport):
+            return ReplayRecord(msg.ts, "cluster", msg.source.encode(), encode(msg))
         return ReplayRecord(msg.ts, "jobs", msg.job.encode(), encode(msg))
 
 
@@ -46,10 +49,12 @@ def shifted(rec: ReplayRecord, delta_s: float) -> ReplayRecord:
     >>> shifted(ReplayRecord(10.0, "samples", b"h", b"not json"), 5.0)
     ReplayRecord(ts=15.0, kind='samples', key=b'h', value=b'not json')
     """
-    msg: HostSnapshot | JobEvent
+    msg: HostSnapshot | JobEvent | ClusterReport
     try:
         if rec.kind == "samples":
             msg = decode(rec.value, HostSnapshot)
+        elif rec.kind == "cluster":
+            msg = decode(rec.value, ClusterReport)
         else:
             msg = decode(rec.value, JobEvent)
     except SchemaError:

@@ -7,6 +7,11 @@ process per running GPU, pending GPUs a pending job per tenant; jobs-csv (Philly
 submit/start/finish job events (a job starts when submitted) and synthetic hosts of the
 running jobs. See docs/replay.md.
 
+Replays write to topics of their own, dprobe-replay.samples, .jobs and .cluster (quotas
+a trace carries), so live workers never see history as late data; run a worker on them
+with DPROBE_KAFKA_TOPIC_PREFIX=dprobe-replay. (the command prints the line). --prefix
+changes the prefix; --prefix dprobe. writes into the live topics on purpose.
+
 --speed is event seconds per wall second (1 = real time, 600 = 10 minutes a second,
 0 or max = as fast as possible). Malformed rows are skipped with a message naming file
 and line; --strict stops at the first one (exit 2).
@@ -46,7 +51,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="[KIND=]TOPIC",
         help="target topic: TOPIC for the main kind (jobs for jobs-csv, else samples) or "
-        "samples=TOPIC / jobs=TOPIC (repeatable; default dprobe.samples, dprobe.jobs)",
+        "samples=TOPIC / jobs=TOPIC / cluster=TOPIC (repeatable; default PREFIX + kind)",
+    )
+    p.add_argument(
+        "--prefix",
+        dest="topic_prefix",
+        metavar="PREFIX",
+        help="prefix of the target topics (default dprobe-replay.; dprobe. = the live topics)",
     )
     p.add_argument("--strict", action="store_true", help="stop at the first malformed row (exit 2)")
     p.add_argument(
@@ -88,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         tick_s=args.tick_s,
         gpus_per_host=args.gpus_per_host,
         jobs_time_unit_s=args.jobs_time_unit_s,
+        topic_prefix=args.topic_prefix,
     )
     if args.hours is not None and not args.hours > 0:
         raise UsageError("--hours must be > 0")
@@ -121,6 +133,21 @@ def run(args: argparse.Namespace) -> int:
         f"{', '.join(sorted(set(topics.values())))}",
         file=sys.stderr,
     )
+    age_days = (time.time() - first.ts) / 86400
+    if not args.shift_to_now and age_days > 1:
+        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(first.ts))
+        print(
+            f"note: event time starts at {when} UTC ({age_days:,.0f} days ago); windows, "
+            "events and dashboards will show that time; --shift-to-now moves it to now",
+            file=sys.stderr,
+        )
+    if s.into_live_topics:
+        print(
+            "warning: these are the live topics: workers already past this data's event "
+            "time drop it as late (dprobe_late_partials_total); replay into a prefix of its "
+            "own (the default, dprobe-replay.) to evaluate history",
+            file=sys.stderr,
+        )
     bar = tqdm(
         total=total,
         unit="msg",
@@ -150,4 +177,11 @@ def run(args: argparse.Namespace) -> int:
         f"{len(bad)} malformed row(s) skipped",
         file=sys.stderr,
     )
+    if not s.into_live_topics and not args.topic:
+        name = s.topic_prefix.rstrip(".-_") + "-worker"
+        print(
+            f"a worker reads them with: DPROBE_KAFKA_TOPIC_PREFIX={s.topic_prefix} dprobe "
+            f"worker --app-id {name} --data-dir ~/.cache/dprobe/{name}",
+            file=sys.stderr,
+        )
     return 0

@@ -127,6 +127,8 @@ async def test_replayed_archive_yields_the_same_windows(
     # B: replay the archive into fresh topics, as fast as possible, and a fresh worker
     replay = await asyncio.create_subprocess_exec(
         *_cli(kafka_bootstrap, "replay", str(out), "--format", "dprobe-parquet"),
+        "--prefix",
+        again,
         "--speed",
         "0",
         "--no-progress",

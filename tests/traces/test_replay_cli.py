@@ -14,12 +14,12 @@ from dprobe import schema
 from tests.streams.helpers import consume
 
 
-def _dprobe(*args: str, env_prefix: str | None = None) -> subprocess.CompletedProcess[str]:
+def _dprobe(*args: str, replay_prefix: str | None = None) -> subprocess.CompletedProcess[str]:
     import os
 
     env = dict(os.environ)
-    if env_prefix:
-        env["DPROBE_KAFKA_TOPIC_PREFIX"] = env_prefix
+    if replay_prefix:
+        env["DPROBE_REPLAY_TOPIC_PREFIX"] = replay_prefix
     return subprocess.run(
         [sys.executable, "-m", "dprobe.cli", "--log-level", "WARNING", *args],
         capture_output=True,
@@ -57,7 +57,7 @@ def test_malformed_rows_skipped_and_counted_or_fatal_with_strict(
     prefix = f"cli{uuid.uuid4().hex[:8]}."
     done = _dprobe(
         "--bootstrap", kafka_bootstrap, "replay", str(f), "--format", "demand-csv",
-        "--speed", "max", "--no-progress", env_prefix=prefix,
+        "--speed", "max", "--no-progress", replay_prefix=prefix,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"skipped malformed row: {f}:3: demand_gpus: not a number: 'x'" in done.stderr
@@ -70,9 +70,46 @@ def test_malformed_rows_skipped_and_counted_or_fatal_with_strict(
 
     strict = _dprobe(
         "--bootstrap", kafka_bootstrap, "replay", str(f), "--format", "demand-csv",
-        "--strict", "--no-progress", env_prefix=prefix,
+        "--strict", "--no-progress", replay_prefix=prefix,
     )  # fmt: skip
     assert strict.returncode == 2
     assert strict.stderr.strip().splitlines()[-1] == (
         f"dprobe replay: {f}:3: demand_gpus: not a number: 'x'"
     )
+
+
+@pytest.mark.integration
+def test_replays_write_to_their_own_topics_unless_told_to_go_live(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Replayed history in the live topics is late data for live workers: by default a
+    replay goes to dprobe-replay.* and says how to run a worker on it; writing into the
+    live topics takes --prefix and earns a warning."""
+    import asyncio
+    import os
+
+    f = tmp_path / "demand.csv"
+    f.write_text("ts,tenant,demand_gpus,quota_gpus\n0,a,2,8\n60,a,3,8\n")
+    args = ("--bootstrap", kafka_bootstrap, "replay", str(f), "--format", "demand-csv")
+    done = _dprobe(*args, "--speed", "max", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert "into dprobe-replay.cluster, dprobe-replay.jobs, dprobe-replay.samples" in done.stderr
+    assert "DPROBE_KAFKA_TOPIC_PREFIX=dprobe-replay. dprobe worker" in done.stderr
+    assert "warning" not in done.stderr
+    raws = asyncio.run(consume(kafka_bootstrap, "dprobe-replay.cluster", until=1, timeout_s=30))
+    assert {schema.decode_cluster_report(r).quotas["a"] for r in raws} == {8.0}
+
+    live = f"live{uuid.uuid4().hex[:8]}."
+    env = {**os.environ, "DPROBE_KAFKA_TOPIC_PREFIX": live}
+    went_live = subprocess.run(
+        [sys.executable, "-m", "dprobe.cli", *args, "--prefix", live, "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert went_live.returncode == 0, went_live.stderr
+    assert "warning: these are the live topics" in went_live.stderr
+    raws = asyncio.run(consume(kafka_bootstrap, f"{live}samples", until=2, timeout_s=30))
+    assert sorted(schema.decode_snapshot(r).ts for r in raws) == [0.0, 60.0]

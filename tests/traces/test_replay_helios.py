@@ -40,7 +40,7 @@ async def test_helios_slice_replayed_carries_the_demand(
     settings = ReplaySettings(kafka=KafkaSettings(bootstrap=kafka_bootstrap, topic_prefix=prefix))
     records, _ = open_source(piece, "helios-vc")
     stats = await replay_to_kafka(
-        records, settings, {k: f"{prefix}{k}" for k in ("samples", "jobs")}
+        records, settings, {k: f"{prefix}{k}" for k in ("samples", "jobs", "cluster")}
     )
     assert stats.first_ts == parse_ts(rows[0]["time"])
 
@@ -69,3 +69,14 @@ async def test_helios_slice_replayed_carries_the_demand(
         assert running[ts] == int(row["running_gpu_num"]), row["time"]
         assert pending[ts] == int(row["pending_gpu_num"]), row["time"]
         assert gpus[ts] >= int(row["total_gpu_num"])  # the VC's fleet
+
+    # the VC's real quota reaches the planner: one report per change of total_gpu_num
+    raw_reports = await consume(kafka_bootstrap, f"{prefix}cluster", until=stats.by_kind["cluster"])
+    reports = [schema.decode_cluster_report(r) for r in raw_reports]
+    changes = []
+    for row in rows:
+        quota = (parse_ts(row["time"]), float(row["total_gpu_num"]))
+        if not changes or changes[-1][1] != quota[1]:
+            changes.append(quota)
+    assert [(r.ts, r.quotas["vc6YE"]) for r in reports] == changes
+    assert all(r.capacity_gpus == r.quotas["vc6YE"] and r.source == "replay" for r in reports)

@@ -101,6 +101,28 @@ def test_two_tenants_merge_in_event_time_order(tmp_path: Path) -> None:
     assert set(_running_by_ts(snaps, "vcB").values()) == {4, 1}
 
 
+def test_quotas_become_cluster_reports_when_they_change(tmp_path: Path) -> None:
+    (tmp_path / "vcA.csv").write_text(
+        HEAD + "2020-05-01 00:00:00,8,0,16\n2020-05-01 00:01:00,8,0,16\n"
+        "2020-05-01 00:02:00,8,0,24\n"
+    )
+    (tmp_path / "vcB.csv").write_text(HEAD + "2020-05-01 00:01:00,4,4,8\n")
+    recs = list(open_source(tmp_path, "helios-vc")[0])
+    reports = [schema.decode_cluster_report(r.value) for r in recs if r.kind == "cluster"]
+    t0 = reports[0].ts
+    # reference: a report at each change of a VC's total_gpu_num; capacity = the latest
+    # quotas of the VCs seen so far, summed
+    assert [(r.ts - t0, r.quotas, r.capacity_gpus) for r in reports] == [
+        (0.0, {"vcA": 16.0}, 16.0),
+        (60.0, {"vcB": 8.0}, 24.0),
+        (120.0, {"vcA": 24.0}, 32.0),
+    ]
+    assert {r.key for r in recs if r.kind == "cluster"} == {b"replay"}
+    no_quota = tmp_path / "d.csv"
+    no_quota.write_text("ts,tenant,demand_gpus\n0,a,2\n")
+    assert not [r for r in open_source(no_quota, "demand-csv")[0] if r.kind == "cluster"]
+
+
 def test_demand_csv_rounds_to_whole_gpus_with_custom_layout(tmp_path: Path) -> None:
     f = tmp_path / "d.csv"
     f.write_text("ts,tenant,demand_gpus\n0,a,2.5\n60,a,5.4\n")
