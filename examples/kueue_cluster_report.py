@@ -1,0 +1,131 @@
+"""Tell dprobe what Kueue's ClusterQueues hold: their GPU nominalQuota as one cluster report.
+
+The planner plans from the quotas the scheduler reports on ``dprobe.cluster`` (see
+docs/worker.md, "The fleet as it is"). This adapter reads ClusterQueues as ``kubectl get
+clusterqueues -o json`` prints them and prints the ``dprobe cluster publish`` command that
+reports them: each queue's ``nominalQuota`` of ``nvidia.com/gpu`` (summed over its
+flavors, or only ``--flavor``), as the quota of its tenant (``--queue-map
+vc-a=team-a,...``, the same map as ``kueue_quota_consumer.py``; by default a queue's
+tenant has its name), and their sum as the capacity the tenants share (the cohort's pool;
+``--cohort`` keeps only its queues). The list is complete: a tenant with no queue holds
+nothing. Nothing here talks to a cluster or to Kafka: review the line, then pipe it to
+``sh`` (e.g. from a CronJob every few minutes, and after every quota change).
+
+Usage:
+    kubectl get clusterqueues -o json | \\
+        python examples/kueue_cluster_report.py --cohort gpu-pool --flavor a100 | sh
+
+Example:
+    >>> queues = {"items": [
+    ...     {"metadata": {"name": "team-a"}, "spec": {"cohort": "gpu", "resourceGroups": [
+    ...         {"coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": "a100",
+    ...          "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 16}]}]}]}}]}
+    >>> print(publish_line(queue_quotas(queues, tenant_of={"team-a": "vc-a"})))
+    dprobe cluster publish --source kueue --complete --capacity 16 --quota vc-a=16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shlex
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+log = logging.getLogger("kueue_cluster_report")
+
+GPU = "nvidia.com/gpu"
+
+
+def gpus_of(quantity: Any) -> int:
+    """A Kubernetes quantity of GPUs (an extended resource: whole numbers) as an int.
+
+    >>> gpus_of(16), gpus_of("8")
+    (16, 8)
+    """
+    text = str(quantity).strip()
+    if not text.isdigit():
+        raise ValueError(f"not a whole number of GPUs: {quantity!r}")
+    return int(text)
+
+
+def queue_quotas(
+    queues: Mapping[str, Any],
+    *,
+    tenant_of: Mapping[str, str],
+    cohort: str | None = None,
+    flavor: str | None = None,
+    resource: str = GPU,
+) -> dict[str, int]:
+    """Tenant -> GPU nominalQuota of its ClusterQueue(s), from a ClusterQueueList.
+
+    Queues outside ``cohort`` (when given) are left out; a queue whose quota is not a whole
+    number is skipped with a warning. Two queues of one tenant add up.
+    """
+    out: dict[str, int] = {}
+    for cq in queues.get("items", ()):
+        name = cq.get("metadata", {}).get("name", "")
+        spec = cq.get("spec", {})
+        if not name or (cohort is not None and spec.get("cohort") != cohort):
+            continue
+        total = 0
+        try:
+            for group in spec.get("resourceGroups", ()):
+                for fl in group.get("flavors", ()):
+                    if flavor is not None and fl.get("name") != flavor:
+                        continue
+                    for res in fl.get("resources", ()):
+                        if res.get("name") == resource:
+                            total += gpus_of(res.get("nominalQuota", 0))
+        except ValueError as exc:
+            log.warning("ClusterQueue %s skipped: %s", name, exc)
+            continue
+        tenant = tenant_of.get(name, name)
+        out[tenant] = out.get(tenant, 0) + total
+    return out
+
+
+def publish_line(quotas: Mapping[str, int], *, source: str = "kueue") -> str:
+    """The ``dprobe cluster publish`` command reporting ``quotas`` (complete; capacity =
+    their sum), shell-quoted."""
+    args = ["dprobe", "cluster", "publish", "--source", source, "--complete"]
+    args += ["--capacity", str(sum(quotas.values()))]
+    for tenant, gpus in sorted(quotas.items()):
+        args += ["--quota", f"{tenant}={gpus}"]
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--file", help="ClusterQueueList JSON (default: stdin)")
+    p.add_argument("--queue-map", default="", help="TENANT=CLUSTERQUEUE,... (default: same name)")
+    p.add_argument("--cohort", help="only the ClusterQueues of this cohort")
+    p.add_argument("--flavor", help="only this ResourceFlavor (default: every flavor)")
+    p.add_argument("--source", default="kueue", help="the report's source (its record key)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
+    tenant_of: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in args.queue_map.split(","))):
+        tenant, sep, queue = item.partition("=")
+        if not sep or not tenant.strip() or not queue.strip():
+            p.error(f"--queue-map: expected TENANT=CLUSTERQUEUE, got {item!r}")
+        tenant_of[queue.strip()] = tenant.strip()
+    try:
+        if args.file:
+            with open(args.file, encoding="utf-8") as fh:
+                queues = json.load(fh)
+        else:
+            queues = json.load(sys.stdin)
+    except (OSError, ValueError) as exc:
+        p.error(f"cannot read the ClusterQueue list: {exc}")
+    quotas = queue_quotas(queues, tenant_of=tenant_of, cohort=args.cohort, flavor=args.flavor)
+    if not quotas:
+        p.error("no ClusterQueue with GPU quota found (check --cohort and --flavor)")
+    print(publish_line(quotas, source=args.source))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

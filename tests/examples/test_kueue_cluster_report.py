@@ -1,0 +1,121 @@
+"""The Kueue adapter example: ClusterQueues -> one `dprobe cluster publish` line whose
+report carries each tenant's GPU nominalQuota and their sum as the capacity; on the real
+broker, the printed line run by a shell publishes exactly that."""
+
+from __future__ import annotations
+
+import doctest
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from dprobe.cli import build_parser
+from dprobe.commands.cluster import report_from
+
+PATH = Path(__file__).resolve().parents[2] / "examples" / "kueue_cluster_report.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("kueue_cluster_report", PATH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+kr = _load()
+
+
+def _cq(name: str, cohort: str, flavors: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "cohort": cohort,
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "nvidia.com/gpu"],
+                    "flavors": [
+                        {
+                            "name": fl,
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": "64"},
+                                {"name": "nvidia.com/gpu", "nominalQuota": q},
+                            ],
+                        }
+                        for fl, q in flavors.items()
+                    ],
+                }
+            ],
+        },
+    }
+
+
+QUEUES = {
+    "apiVersion": "v1",
+    "kind": "List",
+    "items": [
+        _cq("team-a", "gpu-pool", {"a100": 16, "h100": "8"}),
+        _cq("team-b", "gpu-pool", {"a100": "32"}),
+        _cq("team-c", "gpu-pool", {"a100": "1.5"}),  # not whole GPUs: skipped
+        _cq("other", "cpu-pool", {"a100": 4}),
+    ],
+}
+
+
+def _reference(flavor: str | None) -> dict[str, int]:
+    """What the fixture holds, summed by hand."""
+    return {"vc-a": 16 + (8 if flavor is None else 0), "team-b": 32}
+
+
+@pytest.mark.parametrize("flavor", [None, "a100"])
+def test_the_printed_line_reports_each_queue_and_their_sum(flavor: str | None) -> None:
+    quotas = kr.queue_quotas(QUEUES, tenant_of={"team-a": "vc-a"}, cohort="gpu-pool", flavor=flavor)
+    assert quotas == _reference(flavor)
+    argv = shlex.split(kr.publish_line(quotas))
+    assert argv[:3] == ["dprobe", "cluster", "publish"]
+    report = report_from(build_parser().parse_args(argv[1:]), now=0.0)
+    assert report.quotas == {t: float(q) for t, q in _reference(flavor).items()}
+    assert report.capacity_gpus == sum(_reference(flavor).values())
+    assert report.complete and report.source == "kueue"
+
+
+def test_docstring_examples() -> None:
+    assert doctest.testmod(kr).failed == 0
+
+
+@pytest.mark.integration
+def test_piped_to_a_shell_it_publishes_the_report(kafka_bootstrap: str, tmp_path: Path) -> None:
+    prefix = f"kueue{uuid.uuid4().hex[:8]}."
+    env = {**os.environ, "DPROBE_KAFKA_BOOTSTRAP": kafka_bootstrap}
+    env["DPROBE_KAFKA_TOPIC_PREFIX"] = prefix
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    line = subprocess.run(
+        [sys.executable, str(PATH), "--cohort", "gpu-pool", "--queue-map", "vc-a=team-a"],
+        input=json.dumps(QUEUES),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    subprocess.run(["sh", "-c", line], env=env, check=True, timeout=60, capture_output=True)
+    shown = subprocess.run(
+        [sys.executable, "-m", "dprobe.cli", "cluster", "show", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    (report,) = json.loads(shown)
+    assert report["quotas"] == {"vc-a": 24.0, "team-b": 32.0}
+    assert report["capacity_gpus"] == 56.0 and report["source"] == "kueue"
