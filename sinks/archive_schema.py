@@ -4,7 +4,9 @@ A row keeps what rebuilds the message exactly (``key`` and ``value``: the record
 unchanged) plus the record's place (``partition``, ``offset``, ``timestamp_ms``) and flattened
 columns to filter on without decoding JSON: for ``samples`` ``ts``, ``host``, ``seq``,
 ``interval_s``, ``gpus``, ``procs``, ``tenants`` (distinct, sorted); for ``jobs`` ``ts``,
-``event``, ``job``, ``tenant``, ``gpus_requested``. Strings are dictionary-encoded.
+``event``, ``job``, ``tenant``, ``gpus_requested``; for ``cluster`` (the scheduler's
+reports) ``ts``, ``source``, ``capacity_gpus`` (null: capacity not reported) and
+``tenants`` (the tenants given a quota, sorted). Strings are dictionary-encoded.
 
 Example:
     >>> from dprobe.schema import JobEvent, encode
@@ -20,9 +22,9 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from dprobe.schema import HostSnapshot, JobEvent
+from dprobe.schema import ClusterReport, HostSnapshot, JobEvent
 
-KINDS: Final = ("samples", "jobs")
+KINDS: Final = ("samples", "jobs", "cluster")
 
 _COMMON = [
     pa.field("partition", pa.int32(), nullable=False),
@@ -54,18 +56,27 @@ SCHEMAS: Final[dict[str, pa.Schema]] = {
             pa.field("gpus_requested", pa.int32()),
         ]
     ),
+    "cluster": pa.schema(
+        [
+            *_COMMON,
+            pa.field("source", pa.string()),
+            pa.field("capacity_gpus", pa.float64()),
+            pa.field("tenants", pa.list_(pa.string())),
+        ]
+    ),
 }
 
 # Dictionary-encode every string column (low cardinality: hosts, tenants, event kinds).
 DICTIONARY_COLUMNS: Final[dict[str, list[str]]] = {
     "samples": ["host", "tenants.list.element"],
     "jobs": ["event", "job", "tenant"],
+    "cluster": ["source", "tenants.list.element"],
 }
 
 
 def row_of(
     kind: str,
-    msg: HostSnapshot | JobEvent,
+    msg: HostSnapshot | JobEvent | ClusterReport,
     *,
     key: bytes | None,
     value: bytes,
@@ -73,7 +84,7 @@ def row_of(
     offset: int,
     timestamp_ms: int | None,
 ) -> dict[str, Any]:
-    """The archive row of one decoded record of topic ``kind`` (``samples`` or ``jobs``)."""
+    """The archive row of one decoded record of topic ``kind`` (one of :data:`KINDS`)."""
     row: dict[str, Any] = {
         "partition": partition,
         "offset": offset,
@@ -93,6 +104,8 @@ def row_of(
         )
     elif kind == "jobs" and isinstance(msg, JobEvent):
         row.update(event=msg.event, job=msg.job, tenant=msg.tenant, gpus_requested=msg.gpus)
+    elif kind == "cluster" and isinstance(msg, ClusterReport):
+        row.update(source=msg.source, capacity_gpus=msg.capacity_gpus, tenants=sorted(msg.quotas))
     else:
         raise ValueError(f"a {type(msg).__name__} does not belong to topic kind {kind!r}")
     return row

@@ -1,10 +1,17 @@
-"""The archive service: ``dprobe.samples`` and ``dprobe.jobs`` into hourly Parquet files.
+"""The archive service: ``dprobe.samples``, ``dprobe.jobs`` and ``dprobe.cluster`` into
+hourly Parquet files.
 
-One consumer of the group ``archive.group_id`` (manual commits) reads both topics,
+One consumer of the group ``archive.group_id`` (manual commits) reads the three topics,
 validates each record with the message contracts and buffers it in an
 :class:`~dprobe.sinks.parquet_archive.ArchiveWriter`. Invalid records are counted and
 not archived (the stream worker dead-letters them); their offsets are committed like the
 others.
+
+The topics are subscribed to by a pattern that names them exactly, so the archive never
+creates one (a broker that creates topics on demand would make ``dprobe.cluster`` without
+its compaction and single partition). A topic that does not exist yet is archived from its
+first record once it appears, at the consumer's next metadata refresh (within 30 s);
+``--until-end`` exports only the topics that exist when it starts.
 
 Commit order (the one place it is written down):
 
@@ -31,8 +38,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import warnings
+from collections.abc import Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -42,12 +51,16 @@ from dprobe.clock import Clock, SystemClock
 from dprobe.config import ArchiveSettings
 from dprobe.kafka_auth import start_client
 from dprobe.lifecycle import AsyncService
-from dprobe.schema import HostSnapshot, JobEvent, SchemaError, decode
+from dprobe.schema import ClusterReport, HostSnapshot, JobEvent, SchemaError, decode
 from dprobe.sinks.archive_schema import KINDS, row_of
 from dprobe.sinks.parquet_archive import ArchiveWriter
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 30.0
+
+
+# How often the consumer looks for a topic that appeared (Kafka's default: 5 minutes).
+_METADATA_MAX_AGE_MS = 30_000
 
 
 class Archiver(AsyncService):
@@ -77,6 +90,7 @@ class Archiver(AsyncService):
         self._next: dict[TopicPartition, int] = {}
         self._lock = asyncio.Lock()
         self._last_flush = self.clock.monotonic()
+        self._present: set[str] = set()
         self._started = False
         self._stopped = False
 
@@ -90,10 +104,17 @@ class Archiver(AsyncService):
             group_id=self.settings.group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
+            metadata_max_age_ms=_METADATA_MAX_AGE_MS,
         )
         consumer = self.consumer
         await start_client(consumer.start, consumer.stop, self.settings.kafka, KafkaConnectionError)
-        self.consumer.subscribe(list(self.kinds), listener=_Rebalance(self))
+        self._present = set(self.kinds) & set(await consumer.topics())  # all topics: none named
+        for topic in self.kinds:
+            if topic not in self._present:
+                log.info(
+                    "topic %s does not exist (or is not visible); archived once it appears", topic
+                )
+        consumer.subscribe(pattern=topic_pattern(self.kinds), listener=_Rebalance(self))
 
     async def poll(self, timeout_ms: int = 500) -> int:
         """Read one batch, buffer it, flush+commit when a threshold is met; records read."""
@@ -105,11 +126,7 @@ class Archiver(AsyncService):
             for r in records:
                 n += 1
                 try:
-                    msg: HostSnapshot | JobEvent = (
-                        decode(r.value, HostSnapshot)
-                        if kind == "samples"
-                        else decode(r.value, JobEvent)
-                    )
+                    msg = _decode(kind, r.value)
                 except SchemaError:
                     self.invalid_records += 1
                     continue
@@ -155,11 +172,12 @@ class Archiver(AsyncService):
             self._last_flush = self.clock.monotonic()
 
     async def caught_up(self) -> bool:
-        """True when every assigned partition has been read to its current end."""
+        """True when every assigned partition has been read to its current end (or none of
+        the topics existed at :meth:`start`: nothing to read)."""
         assert self.consumer is not None
         assigned = self.consumer.assignment()
         if not assigned:
-            return False
+            return not self._present
         ends = await self.consumer.end_offsets(list(assigned))
         for tp in assigned:
             if await self.consumer.position(tp) < ends[tp]:
@@ -229,6 +247,25 @@ class Archiver(AsyncService):
             starts = await self.consumer.beginning_offsets(missing)
             for tp in missing:
                 self.writer.remove_uncommitted(self.kinds[tp.topic], tp.partition, starts[tp])
+
+
+def topic_pattern(topics: Iterable[str]) -> str:
+    """A regular expression that matches exactly ``topics``.
+
+    >>> p = topic_pattern(["dprobe.jobs", "dprobe.cluster"])
+    >>> [bool(re.match(p, t)) for t in ("dprobe.jobs", "dprobe.cluster", "dprobeXjobs")]
+    [True, True, False]
+    """
+    return "^(?:" + "|".join(re.escape(t) for t in sorted(topics)) + ")$"
+
+
+def _decode(kind: str, value: bytes | None) -> HostSnapshot | JobEvent | ClusterReport:
+    """The message of a record of topic ``kind``; :class:`SchemaError` when invalid."""
+    if kind == "samples":
+        return decode(value, HostSnapshot)
+    if kind == "cluster":
+        return decode(value, ClusterReport)
+    return decode(value, JobEvent)
 
 
 class _Rebalance(ConsumerRebalanceListener):

@@ -1,7 +1,8 @@
-"""Idempotent hourly Parquet files of the raw topics, written atomically.
+"""Idempotent hourly Parquet files of the archived topics, written atomically.
 
 Rows are buffered per (topic kind, partition, event-time hour) and written at
-:meth:`ArchiveWriter.flush`, one file per buffer, named by what it holds::
+:meth:`ArchiveWriter.flush`, one file per buffer, in a folder per kind (``samples``,
+``jobs``, ``cluster``), named by what it holds::
 
     DIR/samples/date=2026-11-30/hour=13/samples-p0-o1200-o4799.parquet
 
@@ -79,7 +80,8 @@ def file_name(kind: str, partition: int, first: int, last: int) -> str:
 
 
 def list_files(out_dir: str | Path, kind: str | None = None) -> Iterator[ArchiveFile]:
-    """Every archive file under ``out_dir`` (of one ``kind`` if given), in path order."""
+    """Every archive file under ``out_dir`` (of one ``kind`` if given), in path order; a
+    kind without a folder (an archive written before it was archived) has none."""
     root = Path(out_dir)
     for k in (kind,) if kind else KINDS:
         for path in sorted((root / k).glob("date=*/hour=*/*.parquet")):

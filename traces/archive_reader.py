@@ -1,9 +1,13 @@
 """Read a ``dprobe archive`` folder back as records, in event-time order.
 
-Files are grouped by their event-time hour (``date=.../hour=...``); each hour of both
-topics is read at once and sorted by (event time, partition, offset), so memory holds one
-hour at a time. Keys and values are the archived bytes, unchanged. ``PATH`` may be the
-archive folder, one topic's folder, or one file.
+Files are grouped by their event-time hour (``date=.../hour=...``); each hour of every
+topic (``samples``, ``jobs``, ``cluster``) is read at once and sorted by event time, so
+memory holds one hour at a time. At the same event time the scheduler's reports
+(``cluster``) come first, so a replayed plan sees the quotas before the demand of that
+instant; then partition, topic (samples before jobs) and offset. Keys and values are the
+archived bytes, unchanged. An archive written before ``cluster`` was archived has no
+``cluster`` folder and reads as it did. ``PATH`` may be the archive folder, one topic's
+folder, or one file.
 
 Example:
     >>> import tempfile
@@ -71,12 +75,13 @@ def count_records(files: list[ArchiveFile]) -> int:
 def read_archive(
     path: str | Path, files: list[ArchiveFile] | None = None
 ) -> Iterator[ReplayRecord]:
-    """Every archived record under ``path`` in event-time order (ties: partition, offset)."""
+    """Every archived record under ``path`` in event-time order (ties: ``cluster`` first,
+    then partition, topic and offset)."""
     by_hour: dict[tuple[str, str], list[ArchiveFile]] = defaultdict(list)
     for f in files if files is not None else archive_files(path):
         by_hour[(f.path.parent.parent.name, f.path.parent.name)].append(f)
     for hour in sorted(by_hour):
-        rows: list[tuple[float, int, int, int, bytes | None, bytes, str]] = []
+        rows: list[tuple[float, int, int, int, int, bytes | None, bytes, str]] = []
         for f in by_hour[hour]:
             try:
                 table = pq.read_table(f.path, columns=_COLUMNS)
@@ -86,16 +91,26 @@ def read_archive(
             bad = next((i for i, t in enumerate(d["ts"]) if not _finite(t)), None)
             if bad is not None:
                 raise UsageError(f"{f.path}: row {bad + 1}: ts must be a finite number")
-            rank = KINDS.index(f.kind)
+            lead, rank = _order(f.kind)
             rows += [
-                (ts, part, rank, off, key, value, f.kind)
+                (ts, lead, part, rank, off, key, value, f.kind)
                 for ts, part, off, key, value in zip(
                     d["ts"], d["partition"], d["offset"], d["key"], d["value"], strict=True
                 )
             ]
-        rows.sort(key=lambda r: (r[0], r[1], r[2], r[3]))
-        for ts, _part, _rank, _off, key, value, kind in rows:
+        rows.sort(key=lambda r: (r[0], r[1], r[2], r[3], r[4]))
+        for ts, _lead, _part, _rank, _off, key, value, kind in rows:
             yield ReplayRecord(ts, kind, key, value)  # type: ignore[arg-type]
+
+
+def _order(kind: str) -> tuple[int, int]:
+    """Tie-breaks of ``kind`` at one event time: before every partition (``cluster``: the
+    quotas the demand of that instant is planned against), and within a partition.
+
+    >>> sorted(["jobs", "samples", "cluster"], key=_order)
+    ['cluster', 'samples', 'jobs']
+    """
+    return (0 if kind == "cluster" else 1), KINDS.index(kind)
 
 
 def _finite(x: object) -> bool:

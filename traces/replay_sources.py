@@ -3,7 +3,7 @@
 =================  ======================================================================
 format             becomes
 =================  ======================================================================
-``dprobe-parquet``  the archived samples and job events, byte for byte
+``dprobe-parquet``  the archived samples, job events and cluster reports, byte for byte
 ``demand-csv``      synthetic hosts of running GPUs + a pending job per tenant
 ``helios-vc``       the same; running/pending/total GPUs of each VC minute
 ``jobs-csv``        submit/start/finish JobEvents + synthetic hosts of running jobs

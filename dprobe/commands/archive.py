@@ -1,10 +1,11 @@
-"""Archive the raw topics (dprobe.samples, dprobe.jobs) to hourly Parquet files.
+"""Archive the raw topics (dprobe.samples, dprobe.jobs, dprobe.cluster) to hourly Parquet files.
 
 Files are zstd-compressed, one per topic, partition and event-time hour, named by their
 offset range (OUT/samples/date=2026-11-30/hour=13/samples-p0-o1200-o4799.parquet), so a
 restart overwrites instead of duplicating. Offsets are committed only once the files are
-on disk. Invalid records are counted, not archived. Stop with SIGTERM or Ctrl-C (buffers
-are flushed first); --until-end stops once everything present has been archived.
+on disk. Invalid records are counted, not archived. A topic that does not exist yet is
+not created; it is archived once it appears. Stop with SIGTERM or Ctrl-C (buffers are
+flushed first); --until-end stops once everything present has been archived.
 
   dprobe archive --out /data/dprobe-archive
   dprobe replay /data/dprobe-archive --format dprobe-parquet --speed 60

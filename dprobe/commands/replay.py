@@ -1,11 +1,11 @@
 """Replay an archive or a public trace into Kafka, in event-time order.
 
-Formats: dprobe-parquet (a `dprobe archive` folder: samples and job events, byte for
-byte), demand-csv (ts,tenant,demand_gpus[,quota_gpus]) and helios-vc (a Helios per-VC
-minute CSV, or a folder of them): running GPUs become synthetic hosts with one whole-GPU
-process per running GPU, pending GPUs a pending job per tenant; jobs-csv (Philly/Chronus):
-submit/start/finish job events (a job starts when submitted) and synthetic hosts of the
-running jobs. See docs/replay.md.
+Formats: dprobe-parquet (a `dprobe archive` folder: samples, job events and cluster
+reports, byte for byte), demand-csv (ts,tenant,demand_gpus[,quota_gpus]) and helios-vc
+(a Helios per-VC minute CSV, or a folder of them): running GPUs become synthetic hosts
+with one whole-GPU process per running GPU, pending GPUs a pending job per tenant;
+jobs-csv (Philly/Chronus): submit/start/finish job events (a job starts when submitted)
+and synthetic hosts of the running jobs. See docs/replay.md.
 
 Replays write to topics of their own, dprobe-replay.samples, .jobs and .cluster (quotas
 a trace carries), so live workers never see history as late data; run a worker on them

@@ -1,6 +1,8 @@
 """Archive then replay on a real broker: a synthetic run processed live (windows A),
 archived with ``dprobe archive``, replayed with ``dprobe replay --format dprobe-parquet
---speed 0`` into fresh topics and processed by a fresh worker (windows B): A == B."""
+--speed 0`` into fresh topics and processed by a fresh worker (windows B): A == B. And the
+scheduler's reports on the cluster topic: archived with ``--until-end`` and replayed onto
+the fresh prefix's cluster topic byte for byte."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from dprobe import schema
 from dprobe.sinks.parquet_archive import list_files
@@ -143,3 +147,80 @@ async def test_replayed_archive_yields_the_same_windows(
     b = {k: w for k, w in b.items() if k[1] <= last}
     assert set(b) == set(a)
     assert b == a
+
+
+async def _keyed(bootstrap: str, topic: str, until: int) -> list[tuple[bytes | None, bytes]]:
+    """(key, value) of the first ``until`` records of ``topic`` (it must exist)."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
+    )
+    out: list[tuple[bytes | None, bytes]] = []
+    async with consumer:
+        for _ in range(60):
+            if len(out) >= until:
+                break
+            batch = await consumer.getmany(timeout_ms=500)
+            out += [(r.key, r.value) for records in batch.values() for r in records]
+    return out
+
+
+async def _run(bootstrap: str, prefix: str, *args: str) -> str:
+    """Run one dprobe command with ``prefix`` as its topic prefix; its stderr (exit 0)."""
+    proc = await asyncio.create_subprocess_exec(
+        *_cli(bootstrap, *args),
+        env=_env(prefix),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    return err.decode()
+
+
+async def test_archived_cluster_reports_are_replayed_byte_for_byte(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    live, again = f"clive{tag}.", f"cagain{tag}."
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:  # the cluster topic as dprobe cluster publish creates it (jobs never exists)
+        await admin.create_topics(
+            [
+                NewTopic(f"{live}samples", 2, 1),
+                NewTopic(f"{live}cluster", 1, 1, topic_configs={"cleanup.policy": "compact"}),
+            ]
+        )
+    finally:
+        await admin.close()
+    snaps = make_snapshots(hosts=2, ticks=5, t0=T0, seed=3)
+    first = schema.ClusterReport(
+        ts=T0, source="kueue", capacity_gpus=64, quotas={"vc-a": 40, "vc-b": 24}, complete=True
+    )
+    reports = [
+        (b"kueue", schema.encode(first)),
+        (b"ops", b'{"source": "ops", "v": 1, "ts": 1700000002.5, "quotas": {"vc-c": 8}}'),
+    ]
+    await produce(kafka_bootstrap, f"{live}cluster", reports)
+    await produce(kafka_bootstrap, f"{live}samples", snapshot_records(snaps))
+
+    out = tmp_path / "archive"
+    err = await _run(
+        kafka_bootstrap,
+        live,
+        "archive",
+        "--out",
+        str(out),
+        "--group-id",
+        f"ar-{tag}",
+        "--until-end",
+    )
+    assert f"archived {len(snaps) + 2} records" in err
+    assert [f.path.name for f in list_files(out, "cluster")] == ["cluster-p0-o0-o1.parquet"]
+
+    replay = ("replay", str(out), "--format", "dprobe-parquet", "--prefix", again, "--speed", "0")
+    err = await _run(kafka_bootstrap, again, *replay, "--no-progress")
+    assert f"replayed {len(snaps) + 2} records" in err
+    assert await _keyed(kafka_bootstrap, f"{again}cluster", 2) == reports
+    got = await _keyed(kafka_bootstrap, f"{again}samples", len(snaps))
+    assert sorted(got) == sorted(snapshot_records(snaps))

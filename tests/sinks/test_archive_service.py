@@ -1,5 +1,6 @@
 """The archive service on a real broker: valid records archived once, invalid ones counted,
-offsets committed after the files, and files never committed removed on restart."""
+offsets committed after the files, files never committed removed on restart, cluster
+reports archived, and a missing topic never created."""
 
 from __future__ import annotations
 
@@ -28,6 +29,16 @@ async def _topics(bootstrap: str, prefix: str) -> None:
     await admin.start()
     try:
         await admin.create_topics([NewTopic(f"{prefix}{t}", 2, 1) for t in ("samples", "jobs")])
+    finally:
+        await admin.close()
+
+
+async def _existing(bootstrap: str, prefix: str) -> set[str]:
+    """Topics under ``prefix`` (asking for all topics, so that none is created)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return {t for t in await admin.list_topics() if t.startswith(prefix)}
     finally:
         await admin.close()
 
@@ -91,6 +102,10 @@ async def test_archive_commits_after_files_and_skips_invalid(
     assert archiver.records == len(snaps) + len(jobs)
     assert archiver.invalid_records == 4
 
+    # the cluster topic does not exist: archived without it, and not created on the way
+    assert await _existing(kafka_bootstrap, prefix) == {f"{prefix}samples", f"{prefix}jobs"}
+    assert not (out / "cluster").exists()
+
     got = list(read_archive(out))
     assert sorted(r.value for r in got) == sorted(
         [schema.encode(s) for s in snaps] + [schema.encode(e) for e in jobs]
@@ -111,3 +126,51 @@ async def test_archive_commits_after_files_and_skips_invalid(
     assert again.records == 0
     assert not stray.exists()
     assert sorted(f.path for f in list_files(out)) == files
+
+
+async def test_cluster_reports_archived_byte_for_byte(kafka_bootstrap: str, tmp_path: Path) -> None:
+    prefix = f"ac{uuid.uuid4().hex[:8]}."
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:  # as dprobe cluster publish creates it: one partition, compacted
+        compact = {"cleanup.policy": "compact"}
+        await admin.create_topics([NewTopic(f"{prefix}cluster", 1, 1, topic_configs=compact)])
+    finally:
+        await admin.close()
+    reports = [
+        (b"kueue", b'{"v":1,"ts":1700000000.0,"source":"kueue","capacity_gpus":64,'
+                   b'"quotas":{"vc-a":40,"vc-b":24},"complete":true}'),
+        (b"ops", b'{"source": "ops", "v": 1, "ts": 1700000030.5, "quotas": {"vc-c": 8}}'),
+    ]  # fmt: skip
+    invalid = (b"kueue", b'{"v":1,"ts":1700000060.0,"source":"kueue","quotas":{"vc-a":-1}}')
+    await produce(kafka_bootstrap, f"{prefix}cluster", [reports[0], invalid, reports[1]])
+    out = tmp_path / "archive"
+    settings = ArchiveSettings(
+        kafka=KafkaSettings(bootstrap=kafka_bootstrap, topic_prefix=prefix),
+        out_dir=out,
+        group_id=f"archive-{uuid.uuid4().hex[:8]}",
+    )
+    async with Archiver(settings) as archiver:
+        await asyncio.wait_for(archiver.run(asyncio.Event(), until_end=True), 60)
+    assert (archiver.records, archiver.invalid_records) == (2, 1)
+    assert [(r.kind, r.key, r.value) for r in read_archive(out)] == [
+        ("cluster", key, value) for key, value in reports
+    ]
+    assert [f.path.name for f in list_files(out)] == ["cluster-p0-o0-o2.parquet"]
+    # neither samples nor jobs existed: the archive created neither
+    assert await _existing(kafka_bootstrap, prefix) == {f"{prefix}cluster"}
+
+
+async def test_until_end_with_no_topic_at_all_ends_and_creates_none(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    prefix = f"an{uuid.uuid4().hex[:8]}."
+    settings = ArchiveSettings(
+        kafka=KafkaSettings(bootstrap=kafka_bootstrap, topic_prefix=prefix),
+        out_dir=tmp_path / "archive",
+        group_id=f"archive-{uuid.uuid4().hex[:8]}",
+    )
+    async with Archiver(settings) as archiver:
+        await asyncio.wait_for(archiver.run(asyncio.Event(), until_end=True), 30)
+    assert archiver.records == 0
+    assert await _existing(kafka_bootstrap, prefix) == set()
