@@ -37,15 +37,11 @@ class CheckpointError(UsageError):
 
 def save_state(state: Any, path: str | Path) -> None:
     """Write ``state`` to ``path`` atomically (temporary file, fsync, rename)."""
-    import torch
-
     path = Path(path)
-    buf = io.BytesIO()
-    torch.save(state, buf)
     tmp = path.with_suffix(path.suffix + ".tmp")
     path.parent.mkdir(parents=True, exist_ok=True)
     with tmp.open("wb") as f:
-        f.write(buf.getvalue())
+        f.write(state_bytes(state))
         f.flush()
         os.fsync(f.fileno())
     tmp.replace(path)
@@ -56,9 +52,27 @@ def load_state(path: str | Path) -> Any:
 
     ``CheckpointError`` if the file is not such a state; ``OSError`` if it cannot be read.
     """
+    return state_of(Path(path).read_bytes(), str(path))
+
+
+def state_bytes(state: Any) -> bytes:
+    """``state`` in the checkpoint format, as bytes (to store elsewhere than a file)."""
     import torch
 
-    raw = Path(path).read_bytes()
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()
+
+
+def state_of(raw: bytes, name: str) -> Any:
+    """The state in ``raw`` (from :func:`state_bytes`), read as data only;
+    ``CheckpointError`` naming ``name`` if it is not such a state.
+
+    >>> state_of(state_bytes({"a": [1, 2]}), "x")
+    {'a': [1, 2]}
+    """
+    import torch
+
     try:
         return torch.load(io.BytesIO(raw), weights_only=True)
     except pickle.UnpicklingError as exc:
@@ -67,9 +81,9 @@ def load_state(path: str | Path) -> Any:
             if "Unsupported global" in str(exc)
             else "not torch's format"
         )
-        raise CheckpointError(f"{path}: not a checkpoint ({why})") from exc
+        raise CheckpointError(f"{name}: not a checkpoint ({why})") from exc
     except Exception as exc:
-        raise CheckpointError(f"{path}: not a checkpoint (corrupt or cut short)") from exc
+        raise CheckpointError(f"{name}: not a checkpoint (corrupt or cut short)") from exc
 
 
 def first_line(exc: BaseException) -> str:

@@ -1,15 +1,13 @@
-"""The forecast-and-plan loop: closed TenantWindows in, ScalingEvents out (no Kafka here).
+"""The forecast-and-plan core: closed TenantWindows in, ScalingEvents out (no Kafka here).
 
-Each closed window is learned by the forecaster (once: a window at or before what a
-tenant has already learned is a replayed duplicate and is skipped). Planning instants
-are window ends. The windows of different tenants are closed by different window
-partitions, which can be far apart (a backlog after an outage, a rebalance), so an end is
-planned only when every one of the ``window_partitions`` partitions has reported, through
-:meth:`PlanLoop.on_progress`, that it emitted all its windows ending at or before it;
-the forecaster learns the windows of each end just before that end is planned, in
-(end, tenant) order, so plans do not depend on which partition ran ahead. A plan asks
-the forecaster for (p50, p90) at ``horizon_s`` for every tenant seen in the last
-``tenant_ttl_windows`` windows and hands them to the :class:`~dprobe.models.planner.Planner`.
+:meth:`PlanLoop.plan_end` plans one window end from the windows that end there: the
+forecaster learns them (in tenant order; a window at or before what its tenant has
+already learned is a replayed duplicate and is skipped), then the loop asks it for
+(p50, p90) at ``horizon_s`` for every tenant seen in the last ``tenant_ttl_windows``
+windows and hands them to the :class:`~dprobe.models.planner.Planner`. Which ends are
+ready, and in what order windows from several window partitions are planned, is the
+stream's business (:mod:`dprobe.streams.plan_order`); a window that arrives for an end
+already planned is only learned (:meth:`PlanLoop.learn`).
 
 Quotas: the loop assumes its moves are applied (the scheduler consumes the events). What
 the scheduler reports (:meth:`PlanLoop.on_cluster`, a ``ClusterReport``: the capacity and
@@ -24,26 +22,23 @@ A checkpoint saved under other cluster settings (``capacity_gpus``, ``node_gpus`
 ``initial_quotas``) keeps its forecaster but not its quotas: the settings win, and the
 loop says what changed in :attr:`PlanLoop.settings_changed`.
 
-The same windows and progress reports, interleaved across partitions in any order, and
-the same starting state give the same plans and the same ``event_id``s, so a worker that
-restarts from its last checkpoint and replays the windows since then re-emits identical
-events, which consumers drop.
+The same windows for each end and the same starting state give the same plans and the
+same ``event_id``s, so a worker that restarts from its last checkpoint and replays the
+windows since then re-emits identical events, which consumers drop.
 
 Example:
     >>> from dprobe.models.forecast.baselines import LastValue
     >>> from dprobe.schema import LevelCounts, TenantWindow
-    >>> settings = PlanLoopSettings(capacity_gpus=32, horizon_s=600, window_partitions=2)
-    >>> loop = PlanLoop(LastValue(), settings)
+    >>> loop = PlanLoop(LastValue(), PlanLoopSettings(capacity_gpus=32, horizon_s=600))
     >>> def w(t, end, run):
     ...     return TenantWindow(tenant=t, window_start=end - 60, window_end=end, hosts=1,
     ...         gpus_busy=run, instances=run, util_sum=0, level_counts=LevelCounts(),
     ...         effective_demand_gpus=run, pending_gpus=0, running_gpus=run)
-    >>> loop.on_window(w("a", 60, 30.0))    # tenant "a" lives in window partition 0
-    >>> loop.on_progress(0, 60.0)           # partition 1 has not closed 60 yet: no plan
-    []
-    >>> loop.on_window(w("b", 60, 1.0))     # tenant "b", partition 1
-    >>> [(e.tenant, e.action, e.delta_gpus) for e in loop.on_progress(1, 60.0)]
+    >>> events = loop.plan_end(60.0, [w("a", 60, 30.0), w("b", 60, 1.0)])
+    >>> [(e.tenant, e.action, e.delta_gpus) for e in events]
     [('a', 'scale_up', 8.0), ('b', 'scale_down', -8.0)]
+    >>> loop.plan_end(60.0, [])  # an end is planned once
+    []
 """
 
 from __future__ import annotations
@@ -72,7 +67,6 @@ class PlanLoopSettings:
     guaranteed_gpus: int = 0
     initial_quotas: Mapping[str, int] = field(default_factory=dict)
     tenant_ttl_windows: int = 5
-    window_partitions: int = 1
     planner: PlannerSettings = field(default_factory=PlannerSettings)
 
 
@@ -98,8 +92,6 @@ class PlanLoop:
         self.planner = Planner(self.settings.planner)
         self._learned: dict[str, float] = {}
         self._last: dict[str, TenantWindow] = {}
-        self._pending: dict[tuple[float, str], TenantWindow] = {}
-        self._progress: dict[int, float] = {}
         self._planned_upto = -math.inf
         self._quotas: dict[str, int] = dict(self.settings.initial_quotas)
         self._forecasts: dict[str, dict[float, tuple[float, float]]] = {}
@@ -111,36 +103,26 @@ class PlanLoop:
         self.settings_changed: str | None = None  # what load() found changed, if anything
 
     # -- the loop ---------------------------------------------------------------------
-    def on_window(self, window: TenantWindow) -> None:
-        """Take one closed window. A replayed one (at or before what its tenant has learned)
-        is skipped; a window of an end not planned yet waits for it, so the forecaster learns
-        windows in (end, tenant) order whatever order the partitions deliver them in."""
-        end = window.window_end
-        if end <= self._learned.get(window.tenant, -math.inf):
-            return
-        if end <= self._planned_upto:  # a straggler for an end already planned
-            self._learn(window)
-            return
-        self._pending[(end, window.tenant)] = window
-
-    def on_progress(self, partition: int, upto: float) -> list[ScalingEvent]:
-        """Window partition ``partition`` emitted every window ending at or before ``upto``;
-        learns the windows of every end all partitions have passed, planning each end after
-        its windows; returns the events of those plans."""
-        if not self.note_progress(partition, upto):
+    def plan_end(self, end: float, windows: list[TenantWindow]) -> list[ScalingEvent]:
+        """Learn the closed ``windows`` that end at ``end`` (tenant order), then plan
+        ``end``; the events of the plan (none for an end at or before the last planned)."""
+        for window in sorted(windows, key=lambda w: w.tenant):
+            self.learn(window)
+        if end <= self._planned_upto:
             return []
-        if len(self._progress) < self.settings.window_partitions:
-            return []
-        ready = min(self._progress.values())
-        events: list[ScalingEvent] = []
-        due = sorted(k for k in self._pending if k[0] <= ready)  # (end, tenant) order
-        for i, key in enumerate(due):
-            self._learn(self._pending.pop(key))
-            end = key[0]
-            if i + 1 == len(due) or due[i + 1][0] != end:  # the last window of this end
-                events += self._plan(end)
-                self._planned_upto = end
+        events = self._plan(end)
+        self._planned_upto = end
         return events
+
+    def learn(self, window: TenantWindow) -> None:
+        """Learn one closed window now (a straggler for an end already planned); one at or
+        before what its tenant has learned is a replayed duplicate and is skipped."""
+        if window.window_end <= self._learned.get(window.tenant, -math.inf):
+            return
+        self._score(window)
+        self.forecaster.learn_one(window)
+        self._learned[window.tenant] = window.window_end
+        self._last[window.tenant] = window
 
     def on_cluster(self, report: ClusterReport) -> None:
         """Take what the scheduler reports: its capacity and quotas replace the loop's own
@@ -160,20 +142,6 @@ class PlanLoop:
     def capacity_gpus(self) -> int:
         """The capacity plans share: the scheduler's last report, else the setting."""
         return self.settings.capacity_gpus if self._capacity is None else self._capacity
-
-    def note_progress(self, partition: int, upto: float) -> bool:
-        """Record a partition's progress without planning (restoring a journal); True if
-        it moved forward."""
-        if upto <= self._progress.get(partition, -math.inf):
-            return False
-        self._progress[partition] = upto
-        return True
-
-    def _learn(self, window: TenantWindow) -> None:
-        self._score(window)
-        self.forecaster.learn_one(window)
-        self._learned[window.tenant] = window.window_end
-        self._last[window.tenant] = window
 
     def _active(self, at: float) -> list[str]:
         ttl = self.settings.tenant_ttl_windows
@@ -298,8 +266,6 @@ class PlanLoop:
             "planner": self.planner.state_dict(),
             "learned": dict(self._learned),
             "last": {t: to_builtins(w) for t, w in self._last.items()},
-            "pending": [to_builtins(w) for _, w in sorted(self._pending.items())],
-            "progress": dict(self._progress),
             "planned_upto": self._planned_upto,
             "quotas": dict(self._quotas),
             "forecasts": {
@@ -330,11 +296,6 @@ class PlanLoop:
         self.planner.load_state_dict(state["planner"])
         self._learned = dict(state["learned"])
         self._last = {t: msgspec.convert(w, TenantWindow) for t, w in state["last"].items()}
-        self._pending = {
-            (w.window_end, w.tenant): w
-            for w in (msgspec.convert(x, TenantWindow) for x in state.get("pending", []))
-        }
-        self._progress = {int(p): u for p, u in state.get("progress", {}).items()}
         self._planned_upto = state["planned_upto"]
         self._quotas = dict(state["quotas"])
         self._forecasts = {

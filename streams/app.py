@@ -31,7 +31,9 @@ from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec, demand_settings
 from dprobe.streams.deadletter import DeadLetters
 from dprobe.streams.ingest import Ingest
+from dprobe.streams.plan_order import PlanOrder
 from dprobe.streams.planning import Planning
+from dprobe.streams.planning_store import PlanningStore
 from dprobe.streams.recovery import SeekFirstTableManager
 from dprobe.streams.state.window_agg import WindowSettings
 from dprobe.streams.topics import TopicNames
@@ -99,7 +101,6 @@ def window_settings(s: WorkerSettings) -> WindowSettings:
 
 def plan_settings(s: WorkerSettings) -> PlanLoopSettings:
     return PlanLoopSettings(
-        window_partitions=s.partitions,
         capacity_gpus=s.capacity_gpus,
         horizon_s=s.plan_lead_s,
         hold_s=s.lend_horizon_s,
@@ -200,12 +201,21 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         on_progress=progress,
         level_of=demand_settings.job_level_of(s),
     )
+    planning_table = app.Table("planning", partitions=1, key_type=bytes, value_type=bytes)
     planning = Planning(
-        loop=PlanLoop(forecaster(s), plan_settings(s)),
+        make_order=lambda: PlanOrder(PlanLoop(forecaster(s), plan_settings(s)), s.partitions),
+        store=PlanningStore(planning_table, chunk_bytes=s.max_state_bytes),
         events_topic=scaling_events,
         stats=stats,
-        checkpoint=Path(s.data_dir) / "plan-loop.ckpt",
+        legacy_checkpoint=Path(s.data_dir) / "plan-loop.ckpt",
     )
+
+    @app.on_partitions_revoked.connect
+    def planning_revoked(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
+        """The planning partition went elsewhere: the next owner plans from the table."""
+        revoked = args[0] if args else set()
+        if any(tp.topic == names.planning for tp in revoked):
+            planning.revoke()
 
     async def guarded(handler: Any, event: Any) -> None:
         """Run one record's handler; a bug never stalls the partition: the record goes
@@ -254,7 +264,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
     @app.agent(planning_topic, name="planning")
     async def planning_agent(stream: Any) -> None:
         async for event in stream.events():
-            await guarded(lambda e: planning.on_message(e.value), event)
+            await guarded(lambda e: planning.on_message(e.value, e.message.offset), event)
 
     @app.timer(interval=max(1.0, s.source_idle_s / 4))
     async def idle_sources() -> None:

@@ -1,95 +1,115 @@
 """Forecast-and-plan stage: closed TenantWindows -> forecaster + planner -> ScalingEvents.
 
-What the scheduler reports on ``dprobe.cluster`` (capacity, quotas) is validated by the
-worker that reads it and forwarded to the planning topic too, so it reaches the plan loop
-in one order with the windows, is journaled and checkpointed with them, and a replay of
-the planning topic applies it at the same point.
-
 The window stage forwards every TenantWindow it emits to the single-partition internal
 topic ``<app_id>-planning``, so exactly one worker of the group plans for all tenants.
 After its windows, each window partition forwards its progress (every window ending at
-or before a time is out). This stage feeds both to
-:class:`~dprobe.models.plan_loop.PlanLoop`, produces the events of any plan a progress
-record completes to ``dprobe.scaling-events`` (key = tenant) and awaits their delivery
-before the record is acknowledged (so before its offset is committed);
-then, after each plan, it checkpoints the loop (forecaster, planner history, quotas) to
-``<data_dir>/plan-loop.ckpt``, so a restarted worker resumes warm and re-emits identical
-events (same ``event_id``) for anything it replays. Records that arrive between two
-plans (windows waiting for their end to be planned, progress) are appended to
-``plan-loop.ckpt.journal`` before they are acknowledged, and taken back on restart.
+or before a time is out). What the scheduler reports on ``dprobe.cluster`` (capacity,
+quotas) is validated by the worker that reads it and forwarded to the planning topic too,
+so it reaches the plan loop in one order with the windows.
+
+This stage feeds them to a :class:`~dprobe.streams.plan_order.PlanOrder` (which plans each
+window end once every window partition has passed it). For each record, in this order:
+
+1. it is journaled in the ``planning`` table (:mod:`dprobe.streams.planning_store`);
+2. the events of any plan it completes are produced to ``dprobe.scaling-events``
+   (key = tenant) and their delivery awaited;
+3. after a plan, the loop's whole state (forecaster, calibration, damping history, quotas,
+   windows waiting) is checkpointed into the table, replacing the journal it covers;
+
+all delivered before the record is acknowledged, so before its offset is committed. The
+table's changelog is a compacted Kafka topic: the worker that is assigned the planning
+partition next (after a rebalance, a crash, a rolling upgrade) rebuilds the table, loads
+the checkpoint, takes back the journal, skips the records the checkpoint covers, and goes
+on exactly where the last owner stopped; the events it re-emits for records it replays
+carry the same ``event_id`` (consumers drop them).
+
+A worker upgraded from a version that kept this state in local files
+(``<data_dir>/plan-loop.ckpt`` and its ``.journal``) starts from them once, while the
+table holds no checkpoint yet.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dprobe import schema
-from dprobe.models.checkpoint import CheckpointError
-from dprobe.models.plan_loop import PlanLoop
+from dprobe.models.checkpoint import CheckpointError, load_state, state_bytes, state_of
 from dprobe.sinks.worker_stats import TenantView, WorkerStats
 from dprobe.streams import codec
+from dprobe.streams.plan_order import PlanOrder
+from dprobe.streams.planning_store import PlanningStore
 
 log = logging.getLogger(__name__)
 
 
 class Planning:
-    """The per-record logic of the planning agent; faust objects are injected."""
+    """The per-record logic of the planning agent; faust objects are injected.
+
+    ``make_order`` builds a fresh plan order (forecaster, planner, settings): the state
+    in the store, if any, is loaded into it at the first record after each assignment.
+    """
 
     def __init__(
-        self, *, loop: PlanLoop, events_topic: Any, stats: WorkerStats, checkpoint: Path
+        self,
+        *,
+        make_order: Callable[[], PlanOrder],
+        store: PlanningStore,
+        events_topic: Any,
+        stats: WorkerStats,
+        legacy_checkpoint: Path | None = None,
     ) -> None:
-        self.loop = loop
+        self.make_order = make_order
+        self.order = make_order()
+        self.store = store
         self.events = events_topic
         self.stats = stats
-        self.checkpoint = checkpoint
-        self.journal = checkpoint.with_name(checkpoint.name + ".journal")
-        try:
-            if loop.load(checkpoint):
-                log.info("forecaster and planner resumed from %s", checkpoint)
-                if loop.settings_changed:
-                    log.warning(
-                        "settings changed since %s was saved (%s): the settings win; quotas "
-                        "start again from them and from the scheduler's next report",
-                        checkpoint,
-                        loop.settings_changed,
-                    )
-        except CheckpointError as exc:
-            log.warning("%s: starting with a fresh forecaster and planner", exc)
-        self._replay_journal()
+        self.legacy = legacy_checkpoint
+        self._restored = False
+        self._covered = -1  # offsets up to this one are in the checkpoint loaded
         self._refresh_views()
 
-    def _replay_journal(self) -> None:
-        """Take back what arrived after the last checkpoint (its offsets may be committed):
-        windows waiting for their end to be planned, and partitions' progress."""
-        if not self.journal.exists():
-            return
-        n = 0
-        for line in self.journal.read_bytes().splitlines():
-            try:
-                message = codec.decode_planning(line)
-            except (schema.SchemaError, ValueError):  # a line cut short by a crash
-                continue
-            if isinstance(message, codec.WindowProgress):
-                self.loop.note_progress(message.partition, message.upto)
-            elif isinstance(message, schema.ClusterReport):
-                self.loop.on_cluster(message)
-            else:
-                self.loop.on_window(message)
-            n += 1
-        log.info("planning: %d records taken back from %s", n, self.journal)
+    @property
+    def loop(self) -> Any:
+        """The plan loop (forecaster + planner) of the current order."""
+        return self.order.loop
 
-    async def on_message(self, raw: bytes) -> None:
-        """One record of the planning topic: a closed window, or a window partition's
-        progress (which may complete plans). Journaled first: the offset of a record is
-        committed long before a checkpoint covers it."""
+    def revoke(self) -> None:
+        """The planning partition went to another worker: forget its state here."""
+        self._restored = False
+        self.store.forget_local()
+        self.order = self.make_order()
+        self._refresh_views()  # no tenant views from a worker that does not plan
+
+    async def on_message(self, raw: bytes, offset: int) -> None:
+        """One record of the planning topic at ``offset``: a closed window, a window
+        partition's progress (which may complete plans), or a cluster report."""
+        if not self._restored:
+            self._restore(offset)
+        if offset <= self._covered:
+            return  # the checkpoint already holds it
         message = codec.decode_planning(raw)
-        self.journal.parent.mkdir(parents=True, exist_ok=True)
-        with self.journal.open("ab") as f:
-            f.write(raw + b"\n")
+        await self.store.journal(offset, raw)
+        before = self.loop.planned_upto
+        await self._apply(message)
+        if self.loop.planned_upto != before:
+            await self.store.checkpoint(offset, state_bytes(self.order.state_dict()))
+            self._retire_legacy()
+        if self.loop.planned_upto != before or isinstance(message, schema.ClusterReport):
+            self._refresh_views()  # a window alone changes no view before its end is planned
+
+    async def _apply(self, message: Any) -> None:
         if isinstance(message, codec.WindowProgress):
-            await self._plan(message)
+            events = self.order.on_progress(message.partition, message.upto)
+            futures = [
+                await self.events.send(key=ev.tenant.encode(), value=schema.encode(ev))
+                for ev in events
+            ]
+            for fut, ev in zip(futures, events, strict=True):
+                await fut
+                self.stats.scaling_events[ev.action] += 1
         elif isinstance(message, schema.ClusterReport):
             self.loop.on_cluster(message)
             self.stats.cluster_reports += 1
@@ -101,23 +121,89 @@ class Planning:
                 len(message.quotas),
                 " (complete: unlisted tenants hold none)" if message.complete else "",
             )
-            self._refresh_views()
-        else:  # a window waits for its end to be planned: no view changes before that
-            self.loop.on_window(message)
+        else:  # a window waits for its end to be planned
+            self.order.on_window(message)
 
-    async def _plan(self, progress: codec.WindowProgress) -> None:
-        before = self.loop.planned_upto
-        events = self.loop.on_progress(progress.partition, progress.upto)
-        futures = [
-            await self.events.send(key=ev.tenant.encode(), value=schema.encode(ev)) for ev in events
-        ]
-        for fut, ev in zip(futures, events, strict=True):
-            await fut
-            self.stats.scaling_events[ev.action] += 1
-        if self.loop.planned_upto != before:
-            self.loop.save(self.checkpoint)
-            self.journal.unlink(missing_ok=True)  # the checkpoint covers all of it
+    # -- restoring ----------------------------------------------------------------------
+    def _restore(self, first: int) -> None:
+        """Load the state the last owner left (the table was rebuilt from its changelog
+        before records flow), then take back its journal up to record ``first``."""
+        self._restored = True
+        self.order = self.make_order()
+        self._covered = -1
+        try:
+            head = self.store.head()
+            if head is not None:
+                self._load(state_of(self.store.load(head), "planning table"), "the planning table")
+                self._covered = head.offset
+            elif self.legacy is not None and self.legacy.exists():
+                self._restore_legacy(self.legacy)
+                return
+        except CheckpointError as exc:
+            log.warning("%s: starting with a fresh forecaster and planner", exc)
+            self.order = self.make_order()
+        n = 0
+        for _, raw in self.store.journal_between(self._covered, first):
+            self._take_back(raw)
+            n += 1
+        log.info(
+            "planning: resumed %s, %d record(s) taken back from the journal, from offset %d",
+            "from a checkpoint" if self._covered >= 0 else "fresh", n, first,
+        )  # fmt: skip
         self._refresh_views()
+
+    def _load(self, state: dict[str, Any], where: str) -> None:
+        fresh = self.order.state_dict()
+        try:
+            self.order.load_state_dict(state)
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
+            self.order.load_state_dict(fresh)
+            raise CheckpointError(
+                f"{where}: the checkpoint does not fit this forecaster or its settings ({exc})"
+            ) from exc
+        log.info("forecaster and planner resumed from %s", where)
+        if self.loop.settings_changed:
+            log.warning(
+                "settings changed since %s was saved (%s): the settings win; quotas start "
+                "again from them and from the scheduler's next report",
+                where,
+                self.loop.settings_changed,
+            )
+
+    def _take_back(self, raw: bytes) -> None:
+        """Re-apply one journaled record without producing anything (its events, if any,
+        were delivered before it was journaled over)."""
+        try:
+            message = codec.decode_planning(raw)
+        except (schema.SchemaError, ValueError):  # a line cut short (local journal)
+            return
+        if isinstance(message, codec.WindowProgress):
+            self.order.note_progress(message.partition, message.upto)
+        elif isinstance(message, schema.ClusterReport):
+            self.loop.on_cluster(message)
+        else:
+            self.order.on_window(message)
+
+    def _restore_legacy(self, path: Path) -> None:
+        """Start once from the local files an older worker kept."""
+        try:
+            self._load(load_state(path), str(path))
+        except CheckpointError as exc:
+            log.warning("%s: starting with a fresh forecaster and planner", exc)
+            self.order = self.make_order()
+        journal = path.with_name(path.name + ".journal")
+        if journal.exists():
+            for line in journal.read_bytes().splitlines():
+                self._take_back(line)
+        log.info("planning: resumed from %s (moved into the planning table at the next plan)", path)
+        self._refresh_views()
+
+    def _retire_legacy(self) -> None:
+        """The table holds a checkpoint now: the local files are not read again."""
+        if self.legacy is None or not self.legacy.exists():
+            return
+        self.legacy.replace(self.legacy.with_name(self.legacy.name + ".migrated"))
+        self.legacy.with_name(self.legacy.name + ".journal").unlink(missing_ok=True)
 
     def _refresh_views(self) -> None:
         """Mirror the loop's per-tenant view into the stats the exporter reads."""

@@ -101,6 +101,7 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
         changelogs = {
             f"{s.app_id}-hosts-changelog": partitions[names.samples],
             f"{s.app_id}-windows-changelog": s.partitions,
+            f"{s.app_id}-planning-changelog": 1,
         }
         compact = {"cleanup.policy": "compact"}
         todo = [

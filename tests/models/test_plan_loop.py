@@ -1,6 +1,6 @@
-"""PlanLoop: an end is planned only once every window partition has passed it, whatever
-order the partitions' windows arrive in; plans are zero-sum; a restored loop continues
-exactly like the original."""
+"""PlanLoop behind a PlanOrder: an end is planned only once every window partition has
+passed it, whatever order the partitions' windows arrive in; plans are zero-sum; a
+restored loop continues exactly like the original."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import random
 from dprobe.models.forecast.baselines import LastValue
 from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
 from dprobe.schema import LevelCounts, ScalingEvent, TenantWindow
+from dprobe.streams.plan_order import PlanOrder
 
 W = 60.0
 PARTITION = {"vc-a": 0, "vc-b": 1, "vc-c": 1, "vc-d": 2}
@@ -58,7 +59,7 @@ def _interleave(logs: dict[int, list[tuple[str, object]]], rng: random.Random) -
     return out
 
 
-def _run(loop: PlanLoop, messages: list) -> list[ScalingEvent]:
+def _run(loop: PlanOrder, messages: list) -> list[ScalingEvent]:
     events: list[ScalingEvent] = []
     for kind, body in messages:
         if kind == "window":
@@ -68,9 +69,9 @@ def _run(loop: PlanLoop, messages: list) -> list[ScalingEvent]:
     return events
 
 
-def _loop() -> PlanLoop:
-    settings = PlanLoopSettings(capacity_gpus=64, horizon_s=W, window_partitions=3)
-    return PlanLoop(LastValue(), settings)
+def _loop() -> PlanOrder:
+    settings = PlanLoopSettings(capacity_gpus=64, horizon_s=W)
+    return PlanOrder(PlanLoop(LastValue(), settings), partitions=3)
 
 
 def test_plans_wait_for_every_partition_whatever_the_arrival_order() -> None:
@@ -139,9 +140,8 @@ def test_hold_keeps_what_a_tenant_needs_within_the_lend_horizon() -> None:
             initial_quotas={"vc-a": 16, "vc-b": 48},
         )
         loop = PlanLoop(_TwoHorizons(), s)
-        loop.on_window(_window("vc-a", W, 48.0))
-        loop.on_window(_window("vc-b", W, 0.0))
-        return {e.tenant: e.delta_gpus for e in loop.on_progress(0, W)}
+        windows = [_window("vc-a", W, 48.0), _window("vc-b", W, 0.0)]
+        return {e.tenant: e.delta_gpus for e in loop.plan_end(W, windows)}
 
     # vc-a wants 32 more; vc-b, idle now, is forecast to need 24 GPUs within an hour
     assert events(0.0) == {"vc-a": 32.0, "vc-b": -32.0}

@@ -34,9 +34,8 @@ def _loop(capacity: int = 64) -> PlanLoop:
 
 
 def _step(loop: PlanLoop, end: float, demand: dict[str, tuple[float, float]]) -> list[ScalingEvent]:
-    for tenant, (running, pending) in sorted(demand.items()):
-        loop.on_window(_window(tenant, end, running, pending))
-    return loop.on_progress(0, end)
+    windows = [_window(t, end, running, pending) for t, (running, pending) in demand.items()]
+    return loop.plan_end(end, windows)
 
 
 def _moves(events: list[ScalingEvent]) -> dict[str, tuple[float, float]]:

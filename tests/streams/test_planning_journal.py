@@ -1,6 +1,7 @@
-"""The planning stage keeps what arrived between two checkpoints: a worker killed while
-windows wait for their end to be planned plans exactly what an uninterrupted one does,
-although the offsets of those windows were committed before the kill."""
+"""The planning stage keeps its state in its table's changelog: a worker that takes the
+planning partition over, at any record, from the changelog the last owner wrote, plans
+exactly what an uninterrupted one does, although the offsets of the records since the
+last checkpoint were committed before the handover."""
 
 from __future__ import annotations
 
@@ -9,19 +10,34 @@ from pathlib import Path
 
 import pytest
 
+from dprobe import schema
+from dprobe.models.checkpoint import save_state
 from dprobe.models.forecast.baselines import LastValue
 from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
 from dprobe.schema import decode_scaling_event
 from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec
+from dprobe.streams.plan_order import PlanOrder
 from dprobe.streams.planning import Planning
+from dprobe.streams.planning_store import PlanningStore
 from tests.models.test_plan_loop import _interleave, _partition_logs
-from tests.streams.test_batch_semantics import FakeTopic
+from tests.streams.test_batch_semantics import FakeTable, FakeTopic
 
 
-def _planning(tmp: Path, events: FakeTopic) -> Planning:
-    loop = PlanLoop(LastValue(), PlanLoopSettings(horizon_s=60.0, window_partitions=3))
-    return Planning(loop=loop, events_topic=events, stats=WorkerStats(), checkpoint=tmp / "ckpt")
+def _order() -> PlanOrder:
+    return PlanOrder(PlanLoop(LastValue(), PlanLoopSettings(horizon_s=60.0)), partitions=3)
+
+
+def _planning(
+    table: FakeTable, events: FakeTopic, *, chunk_bytes: int = 512, legacy: Path | None = None
+) -> Planning:
+    return Planning(
+        make_order=_order,
+        store=PlanningStore(table, chunk_bytes=chunk_bytes),
+        events_topic=events,
+        stats=WorkerStats(),
+        legacy_checkpoint=legacy,
+    )
 
 
 def _records() -> list[bytes]:
@@ -34,38 +50,120 @@ def _records() -> list[bytes]:
     return out
 
 
-async def test_a_killed_planner_takes_back_the_windows_it_had_not_planned(tmp_path: Path) -> None:
-    records = _records()
+def _ids(topic: FakeTopic) -> list[str]:
+    return [decode_scaling_event(v).event_id for _, _, v in topic.sent]
+
+
+async def _uninterrupted(records: list[bytes]) -> FakeTopic:
     whole = FakeTopic()
-    uninterrupted = _planning(tmp_path / "a", whole)
-    for raw in records:
-        await uninterrupted.on_message(raw)
+    planning = _planning(FakeTable(), whole)
+    for offset, raw in enumerate(records):
+        await planning.on_message(raw, offset)
     assert whole.sent
-
-    events = FakeTopic()
-    first = _planning(tmp_path / "b", events)
-    # Kill right after a window record that waits for planning (not covered by a
-    # checkpoint); the restarted worker resumes *after* it, as if its offset was committed.
-    kill = next(
-        i
-        for i, raw in enumerate(records)
-        if i > len(records) // 2 and raw.startswith(codec.PLAN_WINDOW)
-    )
-    for raw in records[: kill + 1]:
-        await first.on_message(raw)
-    second = _planning(tmp_path / "b", events)
-    for raw in records[kill + 1 :]:
-        await second.on_message(raw)
-    got = {decode_scaling_event(v).event_id for _, _, v in events.sent}
-    assert got == {decode_scaling_event(v).event_id for _, _, v in whole.sent}
+    return whole
 
 
-def test_a_corrupt_checkpoint_starts_planning_fresh_with_one_warning(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("kind", ["window", "progress", "plan"])
+async def test_a_new_owner_resumes_from_the_changelog_the_last_one_wrote(kind: str) -> None:
+    records = _records()
+    whole = await _uninterrupted(records)
+
+    table, events = FakeTable(), FakeTopic()
+    first = _planning(table, events)
+    # The handover comes right after a record of this kind, whose offset is committed:
+    # a window waiting for its end, a progress that planned nothing, a progress that
+    # completed a plan (and so a checkpoint).
+    starts = {"window": codec.PLAN_WINDOW, "progress": codec.PROGRESS}
+    n = 0
+    for handover, raw in enumerate(records):
+        before = len(events.sent)
+        await first.on_message(raw, handover)
+        planned = len(events.sent) > before
+        wanted = planned if kind == "plan" else raw.startswith(starts[kind]) and not planned
+        if handover > len(records) // 2 and wanted:
+            break
+        n += 1
+    assert n < len(records) - 1, "no handover point of that kind"
+    second = _planning(FakeTable.recovered(table.changelog), events)
+    for offset in range(handover + 1, len(records)):
+        await second.on_message(records[offset], offset)
+    # the whole run's events: the same ids, in the same order, none twice, none missing
+    assert _ids(events) == _ids(whole)
+
+
+async def test_records_the_checkpoint_covers_are_skipped_when_read_again() -> None:
+    """The commit lags the checkpoint: the new owner reads records the checkpoint holds."""
+    records = _records()
+    whole = await _uninterrupted(records)
+    table, events = FakeTable(), FakeTopic()
+    first = _planning(table, events)
+    for offset, raw in enumerate(records[: len(records) // 2]):
+        await first.on_message(raw, offset)
+    second = _planning(FakeTable.recovered(table.changelog), events)
+    redo = len(records) // 4  # the last committed offset, long before the handover
+    for offset in range(redo, len(records)):
+        await second.on_message(records[offset], offset)
+    seen = set(_ids(events))
+    assert seen == set(_ids(whole))
+    assert len(_ids(events)) >= len(_ids(whole))  # repeats carry the same ids (dropped)
+
+
+async def test_the_changelog_holds_one_checkpoint_and_only_the_journal_after_it() -> None:
+    table = FakeTable()
+    planning = _planning(table, FakeTopic(), chunk_bytes=256)
+    records = _records()
+    for offset, raw in enumerate(records):
+        await planning.on_message(raw, offset)
+    head = planning.store.head()
+    assert head is not None and head.chunks > 1  # the state spans several records
+    live = FakeTable.recovered(table.changelog).data  # what compaction keeps
+    chunks = [k for k in live if k.startswith(b"c|")]
+    journal = sorted(int(k[2:]) for k in live if k.startswith(b"j|"))
+    assert len(chunks) == head.chunks
+    assert all(k.split(b"|")[1] == b"%020d" % head.gen for k in chunks)
+    assert journal == list(range(head.offset + 1, len(records)))
+    assert max(len(v) for v in live.values()) <= 256
+
+
+async def test_a_corrupt_checkpoint_starts_planning_fresh_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    (tmp_path / "ckpt").write_bytes(b"not a checkpoint")
+    table = FakeTable()
+    planning = _planning(table, FakeTopic())
+    for offset, raw in enumerate(_records()[:200]):
+        await planning.on_message(raw, offset)
+    head = planning.store.head()
+    assert head is not None
+    broken = FakeTable.recovered(table.changelog)
+    broken.data[b"c|%020d|%06d" % (head.gen, 0)] = b"not a checkpoint"
     with caplog.at_level("WARNING", logger="dprobe.streams.planning"):
-        planning = _planning(tmp_path, FakeTopic())
-    assert planning.loop.forecaster.forecast("vc-a", [60.0]) == {60.0: (0.0, 0.0)}
+        second = _planning(broken, FakeTopic())
+        await second.on_message(_records()[200], 200)
+    assert second.loop.forecaster.forecast("vc-a", [60.0]) == {60.0: (0.0, 0.0)}
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert len(warnings) == 1 and "not a checkpoint" in warnings[0] and "fresh" in warnings[0]
+    assert len(warnings) == 1 and "digest" in warnings[0] and "fresh" in warnings[0]
+
+
+async def test_a_worker_upgraded_from_local_files_starts_from_them_once(tmp_path: Path) -> None:
+    """An older worker kept the state in <data_dir>/plan-loop.ckpt and its journal."""
+    records = _records()
+    whole = await _uninterrupted(records)
+    events = FakeTopic()
+    old = _order()
+    half = len(records) // 2
+    for raw in records[:half]:  # what the older worker planned and saved
+        message = codec.decode_planning(raw)
+        if isinstance(message, codec.WindowProgress):
+            for ev in old.on_progress(message.partition, message.upto):
+                events.sent.append((0, ev.tenant.encode(), schema.encode(ev)))
+        else:
+            old.on_window(message)
+    legacy = tmp_path / "plan-loop.ckpt"
+    save_state(old.state_dict(), legacy)
+    table = FakeTable()
+    planning = _planning(table, events, legacy=legacy)
+    for offset in range(half, len(records)):
+        await planning.on_message(records[offset], offset)
+    assert _ids(events) == _ids(whole)
+    assert not legacy.exists() and (tmp_path / "plan-loop.ckpt.migrated").exists()
+    assert planning.store.head() is not None

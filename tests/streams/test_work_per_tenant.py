@@ -19,7 +19,9 @@ from dprobe.schema import LevelCounts, TenantWindow
 from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec
 from dprobe.streams.deadletter import DeadLetters
+from dprobe.streams.plan_order import PlanOrder
 from dprobe.streams.planning import Planning
+from dprobe.streams.planning_store import PlanningStore
 from dprobe.streams.state.window_agg import Partial, WindowSettings
 from dprobe.streams.windows import Windows
 from tests.streams.test_batch_semantics import FakeTable, FakeTopic, _event
@@ -37,8 +39,12 @@ def _window(tenant: str, end: float) -> TenantWindow:
 
 async def test_views_are_built_once_per_plan_not_per_window(tmp_path: Path) -> None:
     loop = PlanLoop(LastValue(), PlanLoopSettings(capacity_gpus=800, horizon_s=60.0))
+    order = PlanOrder(loop, partitions=1)
     planning = Planning(
-        loop=loop, events_topic=FakeTopic(), stats=WorkerStats(), checkpoint=tmp_path / "c"
+        make_order=lambda: order,
+        store=PlanningStore(FakeTable(), chunk_bytes=65_536),
+        events_topic=FakeTopic(),
+        stats=WorkerStats(),
     )
     calls = {"n": 0}
     tenants_of = loop.tenants
@@ -48,12 +54,16 @@ async def test_views_are_built_once_per_plan_not_per_window(tmp_path: Path) -> N
         return tenants_of()
 
     loop.tenants = counting  # type: ignore[method-assign]
+    offset = 0
     for end in (T0 + 60.0, T0 + 120.0):
         for i in range(500):
-            await planning.on_message(codec.encode_plan_window(_window(f"vc-{i:04d}", end)))
-        assert calls["n"] == (1 if end > T0 + 60.0 else 0)  # only the plan before
-        await planning.on_message(codec.encode_progress(codec.WindowProgress(0, end)))
-    assert calls["n"] == 2  # one per plan
+            await planning.on_message(codec.encode_plan_window(_window(f"vc-{i:04d}", end)), offset)
+            offset += 1
+        # once when planning starts (restoring its state), then only the plan before
+        assert calls["n"] == (2 if end > T0 + 60.0 else 1)
+        await planning.on_message(codec.encode_progress(codec.WindowProgress(0, end)), offset)
+        offset += 1
+    assert calls["n"] == 3  # the start, then one per plan
     assert set(planning.stats.tenants) == {f"vc-{i:04d}" for i in range(500)}
 
 
