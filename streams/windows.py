@@ -19,9 +19,13 @@ into shards and kept under a byte budget, see :mod:`dprobe.streams.state.bounds`
 - ``w|TENANT|START`` and ``w|TENANT|START|s<k>``: the window state of
   :mod:`dprobe.streams.state.window_agg`, split by host into ``host_shards`` shards
   (merged when the window closes);
-- ``j|TENANT`` and ``j|TENANT|s<k>``: the tenant's job book
-  (:mod:`dprobe.streams.state.job_book`), split by job into ``book_shards`` shards, each
-  job with the level the injected ``level_of`` predicts for it when it is first seen;
+- ``jb|TENANT|JOB``: one job of the tenant's job book (:mod:`dprobe.streams.state.job_book`,
+  ``JOB`` the job's digest), with the level the injected ``level_of`` predicts for it when
+  it is first seen; a job event rewrites that one value, whatever the number of jobs. The
+  books of a partition's tenants are indexed in memory, read from the table again when
+  ``jt|PARTITION`` (which instance last wrote them) is not this instance's own. A book
+  stored whole by an older worker (``j|TENANT`` and ``j|TENANT|s<k>``) is moved job by job
+  when first read. The byte budget is kept per ``book_shards`` share of a book;
 - ``p|PARTITION`` and ``p|PARTITION|i<k>``: the partition's
   :class:`~dprobe.streams.state.partition.PartitionState` (watermark sources, closed and
   reported progress; its tenant index in ``index_shards`` shards) in its stored form;
@@ -51,6 +55,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -89,7 +94,31 @@ def _wkey(tenant: str, start: float, shard: int = 0) -> bytes:
 
 
 def _jkey(tenant: str, shard: int = 0) -> bytes:
+    """A shard of a whole job book, as older workers stored it."""
     return shard_key(f"j|{tenant}".encode(), shard)
+
+
+def _bprefix(tenant: str) -> bytes:
+    return b"jb|" + tenant.encode() + b"|"
+
+
+def _bkey(tenant: str, job: str) -> bytes:
+    """One job (``job``: its digest) of ``tenant``'s job book."""
+    return _bprefix(tenant) + job.encode()
+
+
+def _tkey(partition: int) -> bytes:
+    return b"jt|" + str(partition).encode()
+
+
+class _JobIndex:
+    """The job books of one partition's tenants as this instance last wrote them."""
+
+    def __init__(self, token: Any) -> None:
+        self.token = token  # the ``jt|PARTITION`` value they match
+        self.books: dict[str, job_book.TenantJobs] = {}
+        self.batch: Any = None  # the batch they were last checked for
+        self.stamped = False  # whether that batch wrote this instance's token
 
 
 def _pkey(partition: int, shard: int | None = None) -> bytes:
@@ -165,6 +194,9 @@ class Windows:
         self.newest_source_ts = 0.0  # highest progress any samples partition reported here
         self._late_logged_at = -math.inf
         self._late_unlogged = 0
+        self._jobs: dict[int, _JobIndex] = {}  # partition -> its tenants' job books
+        self._instance = os.urandom(8).hex()  # names this instance's writes of them
+        self._writes = 0
 
     async def on_updates(self, events: Sequence[Any]) -> None:
         """Apply one batch of tenant-updates records (faust events, in read order)."""
@@ -267,33 +299,106 @@ class Windows:
         return ps.watermark(sources=self.sources, grace_s=self.cfg.grace_s)
 
     def _on_job(self, ev: schema.JobEvent, ps: PartitionState, batch: _Batch) -> None:
-        key = _jkey(ev.tenant, shard_of(ev.job, self.cfg.book_shards))
-        book = batch.get(key) or job_book.initial()
+        index = self._job_index(batch, ps)
+        book = index.books.get(ev.tenant) or job_book.TenantJobs(self.cfg.book_shards)
         limit = self.cfg.max_state_bytes
-        if job_book.bytes_bound(book) + job_book.EVENT_BYTES > limit:
-            job_book.forget_oldest(book)  # make room: forget the oldest finished jobs
-            if job_book.bytes_bound(book) + job_book.EVENT_BYTES > limit:
-                raise StateFull(
-                    f"job book shard of {ev.tenant!r} holds too many jobs for {limit} bytes "
-                    f"(job {ev.job!r}); raise worker.job_book_shards or worker.max_state_bytes"
-                )
-            batch.set(key, book)
+        forgotten, fits = book.make_room(ev.job, limit)
+        self._stage_jobs(index, ev.tenant, book, forgotten, batch=batch)
+        if not fits:
+            raise StateFull(
+                f"job book shard of {ev.tenant!r} holds too many jobs for {limit} bytes "
+                f"(job {ev.job!r}); raise worker.job_book_shards or worker.max_state_bytes"
+            )
         level = None
         if self.level_of is not None and ev.event in ("submit", "start"):
             level = self.level_of(ev)
         ps.note_job(ev.tenant, ev.ts)
-        job_book.apply_into(book, ev, level=level)
-        batch.set(key, book)
+        index.books[ev.tenant] = book
+        changed = book.apply(ev, level=level)
+        if changed is not None:
+            self._stage_jobs(index, ev.tenant, book, (changed,), batch=batch)
 
-    def _books(self, tenant: str, batch: _Batch) -> list[tuple[bytes, Any]]:
-        """The stored shards of ``tenant``'s job book, with their keys."""
-        keys = [_jkey(tenant, k) for k in range(self.cfg.book_shards)]
-        return [(k, b) for k in keys if (b := batch.get(k)) is not None]
+    def _job_index(self, batch: _Batch, ps: PartitionState | None = None) -> _JobIndex:
+        """The job books of ``batch``'s partition, read from the table again unless the
+        last writes of them there were this instance's own (another worker held the
+        partition since, or this instance has not read them yet)."""
+        index = self._jobs.get(batch.partition)
+        if index is not None and index.batch is batch:
+            return index
+        token = batch.get(_tkey(batch.partition))
+        if index is None or index.token != token:
+            index = self._load_jobs(batch, ps or self._load_partition(batch), token)
+            self._jobs[batch.partition] = index
+        if index.batch is not batch:
+            index.batch, index.stamped = batch, False
+        return index
 
-    def _book(self, tenant: str, batch: _Batch) -> Any:
-        """``tenant``'s whole job book (read-only), or ``None`` without any job event."""
-        books = [b for _, b in self._books(tenant, batch)]
-        return job_book.combined(books) if books else None
+    def _load_jobs(self, batch: _Batch, ps: PartitionState, token: Any) -> _JobIndex:
+        """Index the stored job books of ``ps``'s tenants: one pass over the table's keys
+        (after a restart or a rebalance), whole books of older workers moved job by job,
+        what the windows closed so far used dropped (a job's value keeps it until the
+        job's next write, see :meth:`job_book.TenantJobs.prune`)."""
+        index = _JobIndex(token)
+        tenants = ps.job_tenants
+        if not tenants:
+            return index
+        prefixes = {_bprefix(t): t for t in tenants}
+        entries: dict[str, dict[str, Any]] = {t: {} for t in tenants}
+        for key in list(self.table.data.keys()):
+            if key.startswith(b"jb|") and (t := prefixes.get(key[:-16])) is not None:
+                value = batch.get(key)
+                if value is not None:
+                    entries[t][key[-16:].decode()] = value
+        n = self.cfg.book_shards
+        for t in tenants:
+            legacy = {k: v for k in range(n) if (v := batch.get(_jkey(t, k))) is not None}
+            book, moved, emptied = job_book.TenantJobs.from_stored(
+                n, entries[t], legacy, pruned_before=ps.closed_end
+            )
+            index.books[t] = book
+            self._stage_jobs(index, t, book, moved, emptied, batch=batch)
+        return index
+
+    def _stage_jobs(
+        self,
+        index: _JobIndex,
+        tenant: str,
+        book: job_book.TenantJobs,
+        jobs: Sequence[str],
+        legacy: Sequence[int] = (),
+        *,
+        batch: _Batch,
+    ) -> None:
+        """Put the changed values of ``tenant``'s book into the batch (``None``: delete),
+        and this instance's token with the first of a batch."""
+        if not jobs and not legacy:
+            return
+        for job in jobs:
+            batch.set(_bkey(tenant, job), book.stored(job))
+        for k in legacy:
+            batch.set(_jkey(tenant, k), book.legacy_stored(k))
+        if not index.stamped or index.batch is not batch:
+            self._writes += 1
+            index.token = f"{self._instance}:{self._writes}"
+            index.batch, index.stamped = batch, True
+            batch.set(_tkey(batch.partition), index.token)
+
+    def _job_book(self, tenant: str, batch: _Batch) -> job_book.TenantJobs | None:
+        """``tenant``'s job book (read-only), or ``None`` without any job event."""
+        return self._job_index(batch).books.get(tenant)
+
+    def _job_tenants_at(self, ps: PartitionState, batch: _Batch, start: float) -> set[str]:
+        """Tenants whose job books have something to say about the window at ``start``."""
+        end = start + self.cfg.window_s
+        books = self._job_index(batch, ps).books
+        return {t for t, book in books.items() if book.has_jobs_at(start, end)}
+
+    def _prune_jobs(self, ps: PartitionState, batch: _Batch, before: float) -> None:
+        """The job books drop what every window ending at or before ``before`` used."""
+        index = self._job_index(batch, ps)
+        for t, book in index.books.items():
+            jobs, legacy = book.prune(before)
+            self._stage_jobs(index, t, book, jobs, legacy, batch=batch)
 
     def _window_state(self, tenant: str, start: float, batch: _Batch) -> Any:
         """``tenant``'s window at ``start``, its shards merged (read-only)."""
@@ -313,12 +418,7 @@ class Windows:
         watermark = self.watermark(ps)
         closable_at = time.monotonic()  # when this worker could close them: one clock
         for start in ps.ready_starts(watermark=watermark, window_s=w):
-            tenants = ps.tenants_open_at(start)
-            for t in ps.job_tenants:
-                if t not in tenants:
-                    book = self._book(t, batch)
-                    if book is not None and job_book.has_jobs_at(book, start, start + w):
-                        tenants.add(t)
+            tenants = ps.tenants_open_at(start) | self._job_tenants_at(ps, batch, start)
             sent = [await self._emit(tenant, start, batch) for tenant in sorted(tenants)]
             forwarded = []
             for fut, window in sent:  # delivered before the state that made them goes away
@@ -335,11 +435,7 @@ class Windows:
                 for k in range(self.cfg.host_shards):
                     if batch.get(_wkey(tenant, start, k)) is not None:
                         await batch.delete(_wkey(tenant, start, k))
-            for t in ps.job_tenants:
-                for key, book in self._books(t, batch):
-                    pruned = job_book.prune(book, start + w)
-                    if pruned is not book:
-                        batch.set(key, pruned)
+            self._prune_jobs(ps, batch, start + w)
         # Every window ending at or before the watermark is out: say so, after them. From
         # now on a partial for such a window is late, so the report stays true.
         upto = math.floor(watermark / w) * w if math.isfinite(watermark) else -math.inf
@@ -353,12 +449,12 @@ class Windows:
     ) -> tuple[Any, schema.TenantWindow]:
         """Send one closed window; returns (delivery future, window)."""
         state = self._window_state(tenant, start, batch)
-        book = self._book(tenant, batch)
+        book = self._job_book(tenant, batch)
         if book is None:
             window = result(state, self.cfg)
         else:
             end = start + self.cfg.window_s
-            active = job_book.active_at(book, end)
+            active = book.active_at(end)
             flow_cfg = self.cfg.flow
             window = result(
                 state,
@@ -368,9 +464,7 @@ class Windows:
                 pending_effective_gpus=pending_effective_gpus(
                     active, self.cfg.levels, flow_cfg.unknown_level
                 ),
-                flow=job_flow(
-                    active, job_book.events_in(book, start, end), end=end, settings=flow_cfg
-                ),
+                flow=job_flow(active, book.events_in(start, end), end=end, settings=flow_cfg),
             )
         fut = await self.features.send(key=tenant.encode(), value=schema.encode(window))
         return fut, window
