@@ -96,3 +96,23 @@ async def start_client(
         except errors as exc:
             await close()
             raise connect_error(kafka, exc, watch) from None
+
+
+async def check_credentials(kafka: KafkaSettings) -> bool:
+    """Connect once, for a service that keeps retrying afterwards: a
+    :class:`~dprobe.errors.UsageError` if the broker refuses the credentials (retrying
+    cannot help), ``False`` if it cannot be reached now, ``True`` if it answers."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.errors import KafkaConnectionError
+
+    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    with watching_auth() as watch:
+        try:
+            await admin.start()
+        except KafkaConnectionError:
+            if watch.failure is not None:
+                raise UsageError(auth_refused(kafka)) from None
+            return False
+        finally:
+            await admin.close()
+    return True

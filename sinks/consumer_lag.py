@@ -33,6 +33,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from dprobe.config import KafkaSettings
+from dprobe.kafka_auth import auth_refused, watching_auth
 from dprobe.lifecycle import AsyncService, cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -140,12 +141,14 @@ class ConsumerLag(AsyncService):
     async def _run(self) -> None:
         while True:
             try:
-                await self.refresh()
+                with watching_auth() as watch:
+                    await self.refresh()
             except asyncio.CancelledError:
                 raise
             except (KafkaError, OSError) as exc:
                 self.errors += 1
-                log.warning("consumer lag of group %s: refresh failed: %r", self.group, exc)
+                why = auth_refused(self.kafka) if watch.failure is not None else repr(exc)
+                log.warning("consumer lag of group %s: refresh failed: %s", self.group, why)
             except Exception as exc:
                 self.errors += 1
                 log.exception("consumer lag of group %s: unexpected error", self.group)

@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dprobe.commands._common import settings
     from dprobe.config import LagSettings
+    from dprobe.kafka_auth import check_credentials
     from dprobe.sinks.lag_exporter import LagExporter
     from dprobe.sinks.metrics_server import MetricsServer
 
@@ -63,6 +64,13 @@ def run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        if not await check_credentials(s.kafka):
+            print(
+                f"Kafka at {s.kafka.bootstrap} cannot be reached now; the lag is exported "
+                "once it answers",
+                file=sys.stderr,
+                flush=True,
+            )
         async with LagExporter(s, registry):
             server.serve()
             print(

@@ -47,6 +47,9 @@ def test_every_command_says_the_credentials_were_refused(
         "archive": ["archive", "--out", str(tmp_path / "a")],
         "replay": ["replay", "--format", "demand-csv", "--no-progress", str(trace)],
         "events": ["events", "--max-events", "1"],
+        "lag": ["lag", "--metrics-port", "0"],
+        "topics": ["topics", "list"],
+        "cluster": ["cluster", "show"],
     }
     for name, argv in commands.items():
         run = _run(argv, wrong, tmp_path)
