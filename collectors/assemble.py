@@ -28,6 +28,7 @@ from dprobe.collectors.service import Collector
 from dprobe.collectors.spool import Spool
 from dprobe.collectors.tenant_map import load_tenant_map
 from dprobe.collectors.tenants import TenantResolver
+from dprobe.collectors.topic_create import NewTopicSpec
 from dprobe.config import CollectorSettings
 from dprobe.schema import HostSnapshot
 
@@ -117,6 +118,7 @@ def build_collector(
             compression=settings.compression,
             batch_max=settings.send_batch_max,
             send_timeout_s=settings.send_timeout_s,
+            create=NewTopicSpec(settings.partitions, settings.replication_factor),
         )
     return Collector(
         backend,

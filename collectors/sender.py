@@ -30,6 +30,7 @@ from aiokafka.errors import KafkaError
 
 from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.spool import Spool
+from dprobe.collectors.topic_create import NewTopicSpec, ensure_topic
 from dprobe.config import KafkaSettings
 from dprobe.errors import UsageError
 from dprobe.kafka_auth import auth_refused, watching_auth
@@ -59,6 +60,8 @@ class KafkaSender:
         batch_max: most records per awaited batch.
         send_timeout_s: a batch not confirmed in this time counts as failed.
         producer_factory: builds the producer (tests inject failures here).
+        create: how to create ``topic`` if it is missing when the sender first connects
+            (:mod:`dprobe.collectors.topic_create`); ``None``: never create it.
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class KafkaSender:
         batch_max: int = 500,
         send_timeout_s: float = 15.0,
         producer_factory: ProducerFactory | None = None,
+        create: NewTopicSpec | None = None,
     ) -> None:
         self.kafka = kafka
         self.topic = topic
@@ -83,6 +87,7 @@ class KafkaSender:
         self.batch_max = batch_max
         self.send_timeout_s = send_timeout_s
         self._factory = producer_factory or self._default_producer
+        self._create = create  # done (set to None) once the topic was checked
         self._producer: Any = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -212,6 +217,9 @@ class KafkaSender:
                 await self._stop_producer(producer)
                 return False
         self.metrics.kafka_auth_failed.set(0)
+        if self._create is not None:  # before the first record could auto-create it
+            spec, self._create = self._create, None
+            await ensure_topic(self.kafka, self.topic, spec, timeout_s=self.send_timeout_s)
         self._producer = producer
         log.info("connected to Kafka at %s", self.kafka.bootstrap)
         self._down_since = None

@@ -184,10 +184,18 @@ class CollectorSettings:
     shutdown_timeout_s: float = 10.0
     spool_fsync: bool = True
     nvml_timeout_s: float = 5.0
+    # when the samples topic is missing, the collector creates it like the worker would
+    partitions: int = 4
+    replication_factor: int = 1
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0:
             raise ConfigError("collector.interval_s must be > 0")
+        if not (1 <= self.partitions <= 10_000 and 1 <= self.replication_factor <= 100):
+            raise ConfigError(
+                "collector.partitions must be within [1, 10000] and replication_factor "
+                "within [1, 100]"
+            )
         if self.compression not in {"zstd", "lz4", "gzip", "snappy", "none"}:
             raise ConfigError("collector.compression must be zstd, lz4, gzip, snappy or none")
         if self.clock_speed <= 0 or self.send_timeout_s <= 0 or self.nvml_timeout_s <= 0:

@@ -17,6 +17,7 @@ import time
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 
+from dprobe import topic_configs
 from dprobe.config import WorkerSettings
 from dprobe.errors import DprobeError
 from dprobe.kafka_auth import connect_error, start_client, watching_auth
@@ -59,16 +60,12 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
         # The internal updates topic is created here too: a consumer group that starts
         # before its topic exists is never assigned its partitions.
         missing = [t for t in (*names.external(), names.updates) if t not in existing]
-        # broker time on the samples topic: a host's skewed clock cannot also skew the
-        # record timestamp that ingest checks event time against (max_clock_skew_s)
-        broker_time = {"message.timestamp.type": "LogAppendTime"}
         # plans are few: one partition keeps their events in order for every consumer;
         # cluster reports too, and compaction keeps the latest report of each source
         counts = {names.scaling_events: s.events_partitions, names.cluster: 1}
-        configs = {
-            names.samples: broker_time,
-            names.cluster: {"cleanup.policy": "compact"},
-        }
+        # broker time on the samples topic: a host's skewed clock cannot also skew the
+        # record timestamp that ingest checks event time against (max_clock_skew_s)
+        configs = {names.samples: topic_configs.SAMPLES, names.cluster: topic_configs.COMPACTED}
         new = [
             NewTopic(
                 t,
@@ -103,9 +100,8 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
             f"{s.app_id}-windows-changelog": s.partitions,
             f"{s.app_id}-planning-changelog": 1,
         }
-        compact = {"cleanup.policy": "compact"}
         todo = [
-            NewTopic(t, n, s.replication_factor, topic_configs=compact)
+            NewTopic(t, n, s.replication_factor, topic_configs=topic_configs.COMPACTED)
             for t, n in changelogs.items()
             if t not in existing
         ]

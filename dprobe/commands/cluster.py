@@ -195,12 +195,13 @@ async def _create(kafka: KafkaSettings, topic: str, replication: int) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 
+    from dprobe import topic_configs
     from dprobe.kafka_auth import start_client
 
     admin = AIOKafkaAdminClient(**kafka.client_kwargs())
     await start_client(admin.start, admin.close, kafka, KafkaConnectionError)
     try:
-        new = NewTopic(topic, 1, replication, topic_configs={"cleanup.policy": "compact"})
+        new = NewTopic(topic, 1, replication, topic_configs=topic_configs.COMPACTED)
         with contextlib.suppress(TopicAlreadyExistsError):  # another publisher won the race
             await admin.create_topics([new])
     finally:

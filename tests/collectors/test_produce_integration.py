@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,44 @@ async def test_snapshots_reach_kafka_in_order_and_seq_survives_a_restart(kafka, 
     assert all(s.host == "node-7" and len(s.gpus) == 2 for s in snaps)
     run1 = [s.ts for s in snaps[:12]]
     assert run1 == sorted(run1)  # time moves forward within a run
+
+
+async def _layout(bootstrap: str, topic: str) -> tuple[int, str]:
+    """(partitions, message.timestamp.type) of ``topic``."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics([topic])
+        [response] = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        configs = {c[0]: c[1] for c in response.resources[0][4]}
+    finally:
+        await admin.close()
+    return len(described[0]["partitions"]), configs["message.timestamp.type"]
+
+
+async def test_a_missing_samples_topic_is_created_as_configured_not_by_the_broker(
+    kafka, tmp_path
+) -> None:
+    """A broker that creates topics on demand would give the first collector's topic its
+    own defaults (one partition, producer time); the collector creates it first."""
+    topic = f"created-{uuid.uuid4().hex[:8]}.samples"
+    settings = settings_for(kafka.bootstrap, tmp_path, partitions=3)
+    collector = build_collector(settings, registry=CollectorRegistry(), topic=topic, max_ticks=3)
+    async with collector:
+        await collector.wait()
+    assert len(await read_topic(kafka.bootstrap, topic, expect=3)) == 3
+    assert await _layout(kafka.bootstrap, topic) == (3, "LogAppendTime")
+
+    existing = await kafka.create_topic("samples", partitions=2)
+    other = build_collector(
+        settings_for(kafka.bootstrap, tmp_path / "b", partitions=5),
+        registry=CollectorRegistry(),
+        topic=existing,
+        max_ticks=2,
+    )
+    async with other:
+        await other.wait()
+    assert (await _layout(kafka.bootstrap, existing))[0] == 2  # an existing topic stays

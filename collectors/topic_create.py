@@ -1,0 +1,71 @@
+"""Create the samples topic before the collector's first record, if it is missing.
+
+A broker that creates topics on demand would make ``dprobe.samples`` at the collector's
+first send with its own defaults, often one partition, and no worker could then scale out
+past one. So the collector creates it first, as the worker and ``dprobe topics create``
+would (:attr:`NewTopicSpec.partitions`, broker time on records). An existing topic is
+left as it is. Where the collector's user may not create topics (ACLs), it says so once
+and goes on: the topic is then whoever's creates it.
+
+Example:
+    >>> NewTopicSpec(partitions=4).configs
+    {'message.timestamp.type': 'LogAppendTime'}
+    >>> import asyncio
+    >>> spec = NewTopicSpec(partitions=4)
+    >>> asyncio.run(ensure_topic(KafkaSettings(), "dprobe.samples", spec))  # doctest: +SKIP
+    'created'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+from dprobe import topic_configs
+from dprobe.config import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NewTopicSpec:
+    """How to create the topic when it is missing."""
+
+    partitions: int
+    replication_factor: int = 1
+    configs: dict[str, str] = field(default_factory=lambda: dict(topic_configs.SAMPLES))
+
+
+async def ensure_topic(
+    kafka: KafkaSettings, topic: str, spec: NewTopicSpec, *, timeout_s: float = 15.0
+) -> str:
+    """Create ``topic`` per ``spec`` unless it exists; ``"created"``, ``"exists"`` or
+    ``"failed"`` (logged once, with what to do; never raised: the collector goes on)."""
+    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    try:
+        async with asyncio.timeout(timeout_s):
+            await admin.start()
+            # metadata of all topics: asking for the named one could auto-create it
+            if topic in set(await admin.list_topics()):
+                return "exists"
+            new = NewTopic(
+                topic, spec.partitions, spec.replication_factor, topic_configs=spec.configs
+            )
+            await admin.create_topics([new])
+    except TopicAlreadyExistsError:
+        return "exists"  # another collector or the worker was first
+    except (KafkaError, OSError, TimeoutError) as exc:
+        log.warning(
+            "could not create topic %s (%s): the broker may create it with its own "
+            "defaults at the first snapshot; create it with `dprobe topics create`",
+            topic, exc,
+        )  # fmt: skip
+        return "failed"
+    finally:
+        await admin.close()
+    log.info("created topic %s with %d partition(s)", topic, spec.partitions)
+    return "created"
