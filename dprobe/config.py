@@ -223,6 +223,9 @@ class WorkerSettings:
     events_partitions: int = 1  # the scaling-events topic: one keeps plans in order
     replication_factor: int = 1
     commit_interval_s: float = 1.0
+    # the planning state is checkpointed into Kafka at most this often (0: after every
+    # plan); the journal of planning records covers the time in between
+    planning_checkpoint_s: float = 300.0
     producer_linger_ms: float = 5.0
     producer_buffer_messages: int = 10_000
     batch_max: int = 500
@@ -275,6 +278,8 @@ class WorkerSettings:
             )
         if not self.max_clock_skew_s > 0:
             raise ConfigError("worker.max_clock_skew_s must be > 0 seconds")
+        if not 0 <= self.planning_checkpoint_s <= 86_400:
+            raise ConfigError("worker.planning_checkpoint_s must be within [0, 86400] seconds")
         if not 4_096 <= self.max_state_bytes <= self.max_message_bytes:
             raise ConfigError(
                 "worker.max_state_bytes must be within [4096, worker.max_message_bytes]"

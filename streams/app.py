@@ -208,6 +208,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         events_topic=scaling_events,
         stats=stats,
         legacy_checkpoint=Path(s.data_dir) / "plan-loop.ckpt",
+        checkpoint_s=s.planning_checkpoint_s,
     )
 
     @app.on_partitions_revoked.connect

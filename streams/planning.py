@@ -13,15 +13,18 @@ window end once every window partition has passed it). For each record, in this 
 1. it is journaled in the ``planning`` table (:mod:`dprobe.streams.planning_store`);
 2. the events of any plan it completes are produced to ``dprobe.scaling-events``
    (key = tenant) and their delivery awaited;
-3. after a plan, the loop's whole state (forecaster, calibration, damping history, quotas,
-   windows waiting) is checkpointed into the table, replacing the journal it covers;
+3. after a plan, at most every ``checkpoint_s`` seconds (``worker.planning_checkpoint_s``),
+   the loop's whole state (forecaster, calibration, damping history, quotas, windows
+   waiting) is checkpointed into the table, replacing the journal it covers;
 
 all delivered before the record is acknowledged, so before its offset is committed. The
 table's changelog is a compacted Kafka topic: the worker that is assigned the planning
 partition next (after a rebalance, a crash, a rolling upgrade) rebuilds the table, loads
-the checkpoint, takes back the journal, skips the records the checkpoint covers, and goes
-on exactly where the last owner stopped; the events it re-emits for records it replays
-carry the same ``event_id`` (consumers drop them).
+the checkpoint, skips the records it covers, and runs the journal through the loop again
+(plans included: the loop is deterministic, and their events were delivered before the
+journal's records were acknowledged, so they are not sent again), then goes on exactly
+where the last owner stopped; the events it re-emits for records read again carry the
+same ``event_id`` (consumers drop them).
 
 A worker upgraded from a version that kept this state in local files
 (``<data_dir>/plan-loop.ckpt`` and its ``.journal``) starts from them once, while the
@@ -31,6 +34,8 @@ table holds no checkpoint yet.
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -60,8 +65,13 @@ class Planning:
         events_topic: Any,
         stats: WorkerStats,
         legacy_checkpoint: Path | None = None,
+        checkpoint_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.make_order = make_order
+        self.checkpoint_s = checkpoint_s
+        self.clock = clock
+        self._checkpointed_at = -math.inf
         self.order = make_order()
         self.store = store
         self.events = events_topic
@@ -93,25 +103,19 @@ class Planning:
         message = codec.decode_planning(raw)
         await self.store.journal(offset, raw)
         before = self.loop.planned_upto
-        await self._apply(message)
-        if self.loop.planned_upto != before:
+        events = self._step(message)
+        futures = [
+            await self.events.send(key=ev.tenant.encode(), value=schema.encode(ev)) for ev in events
+        ]
+        for fut, ev in zip(futures, events, strict=True):
+            await fut
+            self.stats.scaling_events[ev.action] += 1
+        planned = self.loop.planned_upto != before
+        if planned and self.clock() - self._checkpointed_at >= self.checkpoint_s:
             await self.store.checkpoint(offset, state_bytes(self.order.state_dict()))
+            self._checkpointed_at = self.clock()
             self._retire_legacy()
-        if self.loop.planned_upto != before or isinstance(message, schema.ClusterReport):
-            self._refresh_views()  # a window alone changes no view before its end is planned
-
-    async def _apply(self, message: Any) -> None:
-        if isinstance(message, codec.WindowProgress):
-            events = self.order.on_progress(message.partition, message.upto)
-            futures = [
-                await self.events.send(key=ev.tenant.encode(), value=schema.encode(ev))
-                for ev in events
-            ]
-            for fut, ev in zip(futures, events, strict=True):
-                await fut
-                self.stats.scaling_events[ev.action] += 1
-        elif isinstance(message, schema.ClusterReport):
-            self.loop.on_cluster(message)
+        if isinstance(message, schema.ClusterReport):
             self.stats.cluster_reports += 1
             log.info(
                 "cluster report from %s: capacity %s GPUs, %d quota(s)%s; plans use them "
@@ -121,8 +125,18 @@ class Planning:
                 len(message.quotas),
                 " (complete: unlisted tenants hold none)" if message.complete else "",
             )
+        if planned or isinstance(message, schema.ClusterReport):
+            self._refresh_views()  # a window alone changes no view before its end is planned
+
+    def _step(self, message: Any) -> list[Any]:
+        """Apply one decoded planning record; the events of the plans it completes."""
+        if isinstance(message, codec.WindowProgress):
+            return self.order.on_progress(message.partition, message.upto)
+        if isinstance(message, schema.ClusterReport):
+            self.loop.on_cluster(message)
         else:  # a window waits for its end to be planned
             self.order.on_window(message)
+        return []
 
     # -- restoring ----------------------------------------------------------------------
     def _restore(self, first: int) -> None:
@@ -131,6 +145,7 @@ class Planning:
         self._restored = True
         self.order = self.make_order()
         self._covered = -1
+        self._checkpointed_at = -math.inf  # the first plan shortens the journal left
         try:
             head = self.store.head()
             if head is not None:
@@ -144,7 +159,7 @@ class Planning:
             self.order = self.make_order()
         n = 0
         for _, raw in self.store.journal_between(self._covered, first):
-            self._take_back(raw)
+            self._step(codec.decode_planning(raw))  # its plans' events were delivered
             n += 1
         log.info(
             "planning: resumed %s, %d record(s) taken back from the journal, from offset %d",
@@ -171,8 +186,8 @@ class Planning:
             )
 
     def _take_back(self, raw: bytes) -> None:
-        """Re-apply one journaled record without producing anything (its events, if any,
-        were delivered before it was journaled over)."""
+        """Re-apply one record of an older worker's local journal (windows, progress and
+        reports that arrived since its last plan) without planning."""
         try:
             message = codec.decode_planning(raw)
         except (schema.SchemaError, ValueError):  # a line cut short (local journal)

@@ -29,14 +29,24 @@ def _order() -> PlanOrder:
 
 
 def _planning(
-    table: FakeTable, events: FakeTopic, *, chunk_bytes: int = 512, legacy: Path | None = None
+    table: FakeTable,
+    events: FakeTopic,
+    *,
+    chunk_bytes: int = 512,
+    legacy: Path | None = None,
+    checkpoint_s: float = 0.0,
 ) -> Planning:
+    """A planning stage whose clock moves 60 s per record (so ``checkpoint_s`` counts
+    records: 0 checkpoints after every plan)."""
+    ticks = iter(range(0, 10**9, 60))
     return Planning(
         make_order=_order,
         store=PlanningStore(table, chunk_bytes=chunk_bytes),
         events_topic=events,
         stats=WorkerStats(),
         legacy_checkpoint=legacy,
+        checkpoint_s=checkpoint_s,
+        clock=lambda: float(next(ticks)),
     )
 
 
@@ -63,13 +73,16 @@ async def _uninterrupted(records: list[bytes]) -> FakeTopic:
     return whole
 
 
+@pytest.mark.parametrize("checkpoint_s", [0.0, 600.0, 1e9])  # every plan, some, only the first
 @pytest.mark.parametrize("kind", ["window", "progress", "plan"])
-async def test_a_new_owner_resumes_from_the_changelog_the_last_one_wrote(kind: str) -> None:
+async def test_a_new_owner_resumes_from_the_changelog_the_last_one_wrote(
+    kind: str, checkpoint_s: float
+) -> None:
     records = _records()
     whole = await _uninterrupted(records)
 
     table, events = FakeTable(), FakeTopic()
-    first = _planning(table, events)
+    first = _planning(table, events, checkpoint_s=checkpoint_s)
     # The handover comes right after a record of this kind, whose offset is committed:
     # a window waiting for its end, a progress that planned nothing, a progress that
     # completed a plan (and so a checkpoint).
@@ -84,7 +97,10 @@ async def test_a_new_owner_resumes_from_the_changelog_the_last_one_wrote(kind: s
             break
         n += 1
     assert n < len(records) - 1, "no handover point of that kind"
-    second = _planning(FakeTable.recovered(table.changelog), events)
+    if checkpoint_s > 0:  # the journal spans plans: the new owner runs them again
+        head = first.store.head()
+        assert head is not None and head.offset < handover - 10
+    second = _planning(FakeTable.recovered(table.changelog), events, checkpoint_s=checkpoint_s)
     for offset in range(handover + 1, len(records)):
         await second.on_message(records[offset], offset)
     # the whole run's events: the same ids, in the same order, none twice, none missing
