@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
 
 from dprobe import schema
 from tests.conftest import _free_port
@@ -140,6 +141,32 @@ async def _owner(ports: list[int], *, timeout_s: float = 150.0) -> int:
     raise AssertionError("no worker planned")
 
 
+async def _planning_committed(bootstrap: str, app_id: str) -> int:
+    """The offset the group has committed on its planning topic (-1: none yet)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(app_id)
+    finally:
+        await admin.close()
+    return max(
+        (o.offset for tp, o in offsets.items() if tp.topic == f"{app_id}-planning"), default=-1
+    )
+
+
+async def _wait_committed(bootstrap: str, app_id: str, *, at_least: int = 1) -> int:
+    """Wait until the group has committed planning records (so a new owner cannot simply
+    read the planning topic again from its start)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60.0
+    while loop.time() < deadline:
+        committed = await _planning_committed(bootstrap, app_id)
+        if committed >= at_least:
+            return committed
+        await asyncio.sleep(0.5)
+    raise AssertionError("the planning offsets were never committed")
+
+
 def _prefix() -> tuple[str, str]:
     tag = uuid.uuid4().hex[:8]
     return f"f{tag}.", f"planner-{tag}"
@@ -189,6 +216,7 @@ async def test_sigkill_of_the_planning_owner_changes_no_scaling_event(
     with ExitStack() as stack:
         workers = list(_workers(stack, kafka_bootstrap, tmp_path, prefix, app_id, 2))
         owner = await _owner([port for _, port in workers])
+        committed = await _wait_committed(kafka_bootstrap, app_id)
         # traffic keeps flowing while the owner dies
         await produce(kafka_bootstrap, samples, snapshot_records(snaps[third : 2 * third]))
         workers[owner][0].send_signal(signal.SIGKILL)
@@ -201,6 +229,8 @@ async def test_sigkill_of_the_planning_owner_changes_no_scaling_event(
         events = await _events(kafka_bootstrap, prefix, timeout_s=400)
         survivor = workers[1 - owner]
         assert survivor[0].poll() is None
+        # the survivor went on from the committed offset, not from the topic's start
+        assert await _planning_committed(kafka_bootstrap, app_id) > committed
         assert _planned(survivor[1]) > 0, "the survivor never planned"
     got = _by_id(events)
     assert sorted(got) == sorted(ref)  # same ids: none missing, none extra
@@ -221,6 +251,7 @@ async def test_a_graceful_rebalance_changes_no_scaling_event(
     with ExitStack() as stack:
         workers = list(_workers(stack, kafka_bootstrap, tmp_path, prefix, app_id, 2))
         owner = await _owner([port for _, port in workers])
+        await _wait_committed(kafka_bootstrap, app_id)
         await produce(kafka_bootstrap, samples, snapshot_records(snaps[third : 2 * third]))
         # a third worker joins, and the owner leaves cleanly: planning moves for sure
         workers += list(_workers(stack, kafka_bootstrap, tmp_path, prefix, app_id, 1))
