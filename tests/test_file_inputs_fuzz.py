@@ -120,3 +120,39 @@ def test_settings_that_would_exhaust_the_broker_are_refused(tmp_path: Path) -> N
     cfg.write_text("[worker]\npartitions = 100000000000000000\n")
     with pytest.raises(UsageError, match=r"worker.partitions must be within \[1, 10000\]"):
         load(WorkerSettings, file=cfg, env={})
+
+
+def test_a_settings_file_of_gigabytes_is_refused_without_reading_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    big = tmp_path / "sparse.toml"
+    with big.open("wb") as f:
+        f.truncate(2 << 30)  # 2 GiB of holes: reading it whole would need 2 GiB of memory
+    with pytest.raises(UsageError) as info:
+        load(WorkerSettings, file=big, env={})
+    assert str(big) in str(info.value) and "\n" not in str(info.value)
+    code = main(["--config", str(big), "collect", "--backend", "synthetic", "--once"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_an_archive_row_without_an_event_time_is_one_line(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dprobe.sinks.archive_schema import SCHEMAS
+    from dprobe.traces.archive_reader import read_archive
+
+    d = tmp_path / "jobs" / "date=2023-11-14" / "hour=00"
+    d.mkdir(parents=True)
+    rows = [
+        {"partition": 0, "offset": i, "timestamp_ms": None, "key": b"k", "value": b"{}", "ts": ts}
+        for i, ts in enumerate([1_700_000_000.0, None])
+    ]
+    # written by another tool: dprobe's own schema declares ts non-nullable
+    schema = SCHEMAS["jobs"]
+    at = schema.get_field_index("ts")
+    schema = schema.set(at, schema.field(at).with_nullable(True))
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), d / "jobs-p0-o0-o1.parquet")
+    with pytest.raises(UsageError, match=r"row 2: ts must be a finite number"):
+        list(read_archive(tmp_path))
