@@ -211,12 +211,18 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         checkpoint_s=s.planning_checkpoint_s,
     )
 
+    # A rebalance revokes every partition first (even those that stay), then assigns.
     @app.on_partitions_revoked.connect
     def planning_revoked(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
-        """The planning partition went elsewhere: the next owner plans from the table."""
-        revoked = args[0] if args else set()
-        if any(tp.topic == names.planning for tp in revoked):
+        """Planning state is loaded again from the table at the next planning record."""
+        if any(tp.topic == names.planning for tp in (args[0] if args else ())):
             planning.revoke()
+
+    @app.on_partitions_assigned.connect
+    def planning_assigned(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
+        """Planning went to another worker: drop this worker's copy of its state."""
+        if not any(tp.topic == names.planning for tp in (args[0] if args else ())):
+            planning.released()
 
     async def guarded(handler: Any, event: Any) -> None:
         """Run one record's handler; a bug never stalls the partition: the record goes

@@ -87,11 +87,18 @@ class Planning:
         return self.order.loop
 
     def revoke(self) -> None:
-        """The planning partition went to another worker: forget its state here."""
+        """A rebalance began: the state is loaded again from the table at the next record
+        (faust keeps the table current while the partition stays on this worker, and
+        rebuilds it from the changelog when it comes back)."""
+        self._restored = False
+
+    def released(self) -> None:
+        """The planning partition is another worker's now: drop this worker's copy of its
+        state and its tenant views."""
         self._restored = False
         self.store.forget_local()
         self.order = self.make_order()
-        self._refresh_views()  # no tenant views from a worker that does not plan
+        self._refresh_views()
 
     async def on_message(self, raw: bytes, offset: int) -> None:
         """One record of the planning topic at ``offset``: a closed window, a window

@@ -12,7 +12,7 @@ import subprocess
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from pathlib import Path
 
 import pytest
@@ -167,6 +167,39 @@ async def _wait_committed(bootstrap: str, app_id: str, *, at_least: int = 1) -> 
     raise AssertionError("the planning offsets were never committed")
 
 
+async def _members(bootstrap: str, group: str, n: int, *, timeout_s: float = 120.0) -> None:
+    """Wait until ``group`` is stable with ``n`` members."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            [described] = await admin.describe_consumer_groups([group])
+        finally:
+            await admin.close()
+        _, _, state, _, _, members = described.groups[0][:6]
+        if state == "Stable" and len(members) == n:
+            return
+        await asyncio.sleep(1.0)
+    raise AssertionError(f"group {group} never had {n} stable members")
+
+
+async def _planned_more(workers: list, before: float, *, timeout_s: float = 120.0) -> None:
+    """Wait until the workers together have produced more events than ``before``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        total = 0.0
+        for _, port in workers:
+            with suppress(OSError):
+                total += _planned(port)
+        if total > before:
+            return
+        await asyncio.sleep(1.0)
+    raise AssertionError("no plan after the rebalance")
+
+
 def _prefix() -> tuple[str, str]:
     tag = uuid.uuid4().hex[:8]
     return f"f{tag}.", f"planner-{tag}"
@@ -252,9 +285,14 @@ async def test_a_graceful_rebalance_changes_no_scaling_event(
         workers = list(_workers(stack, kafka_bootstrap, tmp_path, prefix, app_id, 2))
         owner = await _owner([port for _, port in workers])
         await _wait_committed(kafka_bootstrap, app_id)
-        await produce(kafka_bootstrap, samples, snapshot_records(snaps[third : 2 * third]))
-        # a third worker joins, and the owner leaves cleanly: planning moves for sure
+        # a third worker joins: every partition is revoked and assigned again, and the
+        # planning partition may stay where it was; plans go on across that rebalance
         workers += list(_workers(stack, kafka_bootstrap, tmp_path, prefix, app_id, 1))
+        await _members(kafka_bootstrap, app_id, 3)
+        before = sum(_planned(port) for _, port in workers[:2])
+        await produce(kafka_bootstrap, samples, snapshot_records(snaps[third : 2 * third]))
+        await _planned_more(workers, before)
+        # then the owner leaves cleanly: planning moves for sure
         workers[owner][0].send_signal(signal.SIGTERM)
         assert workers[owner][0].wait(timeout=60) == 0
         await produce(
