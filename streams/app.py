@@ -32,7 +32,7 @@ from dprobe.streams import codec, demand_settings
 from dprobe.streams.deadletter import DeadLetters
 from dprobe.streams.ingest import Ingest
 from dprobe.streams.plan_order import PlanOrder
-from dprobe.streams.planning import Planning
+from dprobe.streams.planning import DeliveryFailed, Planning
 from dprobe.streams.planning_store import PlanningStore
 from dprobe.streams.recovery import SeekFirstTableManager
 from dprobe.streams.state.window_agg import WindowSettings
@@ -229,7 +229,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         to the dead-letter topic with reason ``processing_error`` and the stream moves on."""
         try:
             await handler(event)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, DeliveryFailed):
             raise
         except Exception as exc:  # noqa: BLE001 - logged with its traceback there
             await deadletters.processing_error(event.value, exc, event.message)
@@ -270,8 +270,12 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
 
     @app.agent(planning_topic, name="planning")
     async def planning_agent(stream: Any) -> None:
+        async def plan(e: Any) -> None:
+            await planning.on_message(e.value, e.message.offset)
+
         async for event in stream.events():
-            await guarded(lambda e: planning.on_message(e.value, e.message.offset), event)
+            # an output not delivered (or a dead letter not sent) ends the process unacked
+            await fatal(lambda e: guarded(plan, e), event)
 
     @app.timer(interval=max(1.0, s.source_idle_s / 4))
     async def idle_sources() -> None:

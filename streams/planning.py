@@ -33,10 +33,12 @@ table holds no checkpoint yet.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,11 @@ from dprobe.streams.plan_order import PlanOrder
 from dprobe.streams.planning_store import PlanningStore
 
 log = logging.getLogger(__name__)
+
+
+class DeliveryFailed(Exception):
+    """An output of a planning record (its journal entry, its plans' events, a checkpoint)
+    was not delivered: the record must not be acknowledged (the worker exits instead)."""
 
 
 class Planning:
@@ -107,19 +114,24 @@ class Planning:
             self._restore(offset)
         if offset <= self._covered:
             return  # the checkpoint already holds it
-        message = codec.decode_planning(raw)
-        await self.store.journal(offset, raw)
+        message = codec.decode_planning(raw)  # invalid: a dead letter, never journaled
+        async with _delivering("its journal entry", offset):
+            await self.store.journal(offset, raw)
         before = self.loop.planned_upto
         events = self._step(message)
-        futures = [
-            await self.events.send(key=ev.tenant.encode(), value=schema.encode(ev)) for ev in events
-        ]
-        for fut, ev in zip(futures, events, strict=True):
-            await fut
-            self.stats.scaling_events[ev.action] += 1
+        async with _delivering(f"{len(events)} scaling event(s)", offset):
+            futures = [
+                await self.events.send(key=ev.tenant.encode(), value=schema.encode(ev))
+                for ev in events
+            ]
+            for fut, ev in zip(futures, events, strict=True):
+                await fut
+                self.stats.scaling_events[ev.action] += 1
         planned = self.loop.planned_upto != before
         if planned and self.clock() - self._checkpointed_at >= self.checkpoint_s:
-            await self.store.checkpoint(offset, state_bytes(self.order.state_dict()))
+            blob = state_bytes(self.order.state_dict())
+            async with _delivering("a checkpoint", offset):
+                await self.store.checkpoint(offset, blob)
             self._checkpointed_at = self.clock()
             self._retire_legacy()
         if isinstance(message, schema.ClusterReport):
@@ -159,14 +171,16 @@ class Planning:
                 self._load(state_of(self.store.load(head), "planning table"), "the planning table")
                 self._covered = head.offset
             elif self.legacy is not None and self.legacy.exists():
-                self._restore_legacy(self.legacy)
-                return
+                self._restore_legacy(self.legacy)  # then the table's journal since the upgrade
         except CheckpointError as exc:
             log.warning("%s: starting with a fresh forecaster and planner", exc)
             self.order = self.make_order()
         n = 0
-        for _, raw in self.store.journal_between(self._covered, first):
-            self._step(codec.decode_planning(raw))  # its plans' events were delivered
+        for at, raw in self.store.journal_between(self._covered, first):
+            try:  # its plans' events were delivered: they are not sent again
+                self._step(codec.decode_planning(raw))
+            except Exception:  # it failed the same way when it came in
+                log.exception("planning: journaled record at offset %d fails again; skipped", at)
             n += 1
         log.info(
             "planning: resumed %s, %d record(s) taken back from the journal, from offset %d",
@@ -207,10 +221,11 @@ class Planning:
             self.order.on_window(message)
 
     def _restore_legacy(self, path: Path) -> None:
-        """Start once from the local files an older worker kept."""
+        """Start from the local files an older worker kept (until the first checkpoint in
+        the table; the records since the upgrade are in the table's journal)."""
         try:
             self._load(load_state(path), str(path))
-        except CheckpointError as exc:
+        except (CheckpointError, OSError) as exc:
             log.warning("%s: starting with a fresh forecaster and planner", exc)
             self.order = self.make_order()
         journal = path.with_name(path.name + ".journal")
@@ -218,7 +233,6 @@ class Planning:
             for line in journal.read_bytes().splitlines():
                 self._take_back(line)
         log.info("planning: resumed from %s (moved into the planning table at the next plan)", path)
-        self._refresh_views()
 
     def _retire_legacy(self) -> None:
         """The table holds a checkpoint now: the local files are not read again."""
@@ -243,3 +257,14 @@ class Planning:
             )
             for t, v in views.items()
         }
+
+
+@contextlib.asynccontextmanager
+async def _delivering(what: str, offset: int) -> AsyncIterator[None]:
+    """Turn a failed delivery into :class:`DeliveryFailed` (the record stays unacknowledged)."""
+    try:
+        yield
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        raise DeliveryFailed(f"planning record at offset {offset}: {what} not delivered") from exc

@@ -5,10 +5,12 @@ last checkpoint were committed before the handover."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from pathlib import Path
 
 import pytest
+from aiokafka.errors import KafkaTimeoutError
 
 from dprobe import schema
 from dprobe.models.checkpoint import save_state
@@ -16,9 +18,9 @@ from dprobe.models.forecast.baselines import LastValue
 from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
 from dprobe.schema import decode_scaling_event
 from dprobe.sinks.worker_stats import WorkerStats
-from dprobe.streams import codec
+from dprobe.streams import codec, table_io
 from dprobe.streams.plan_order import PlanOrder
-from dprobe.streams.planning import Planning
+from dprobe.streams.planning import DeliveryFailed, Planning
 from dprobe.streams.planning_store import PlanningStore
 from tests.models.test_plan_loop import _interleave, _partition_logs
 from tests.streams.test_batch_semantics import FakeTable, FakeTopic
@@ -160,8 +162,13 @@ async def test_a_corrupt_checkpoint_starts_planning_fresh_with_one_warning(
     assert len(warnings) == 1 and "digest" in warnings[0] and "fresh" in warnings[0]
 
 
-async def test_a_worker_upgraded_from_local_files_starts_from_them_once(tmp_path: Path) -> None:
-    """An older worker kept the state in <data_dir>/plan-loop.ckpt and its journal."""
+@pytest.mark.parametrize("rebalance", [False, True])
+async def test_a_worker_upgraded_from_local_files_starts_from_them_once(
+    tmp_path: Path, rebalance: bool
+) -> None:
+    """An older worker kept the state in <data_dir>/plan-loop.ckpt and its journal; a
+    rebalance before the first checkpoint in the table loses nothing either (the state is
+    loaded from the local files again, then the table's journal since the upgrade)."""
     records = _records()
     whole = await _uninterrupted(records)
     events = FakeTopic()
@@ -177,9 +184,61 @@ async def test_a_worker_upgraded_from_local_files_starts_from_them_once(tmp_path
     legacy = tmp_path / "plan-loop.ckpt"
     save_state(old.state_dict(), legacy)
     table = FakeTable()
-    planning = _planning(table, events, legacy=legacy)
+    planning = _planning(table, events, legacy=legacy, checkpoint_s=1e9 if rebalance else 0.0)
+    first_plan = None
     for offset in range(half, len(records)):
+        if rebalance and offset == half + 3:
+            planning.revoke()  # a rebalance that leaves planning here, before any plan
+        before = len(events.sent)
         await planning.on_message(records[offset], offset)
+        if first_plan is None and len(events.sent) > before:
+            first_plan = offset
+    assert first_plan is not None and first_plan > half + 3
     assert _ids(events) == _ids(whole)
     assert not legacy.exists() and (tmp_path / "plan-loop.ckpt.migrated").exists()
     assert planning.store.head() is not None
+
+
+async def test_an_event_not_delivered_leaves_the_record_unacknowledged() -> None:
+    """The agent ends the process on DeliveryFailed instead of acknowledging the record."""
+    records = _records()
+    events = FakeTopic(deliver=False)
+    planning = _planning(FakeTable(), events)
+    for offset, raw in enumerate(records):
+        pending = asyncio.ensure_future(planning.on_message(raw, offset))
+        await asyncio.sleep(0)
+        if not events.futures:
+            await pending
+            continue
+        events.futures[0].set_exception(KafkaTimeoutError())
+        with pytest.raises(DeliveryFailed, match=f"offset {offset}: .* scaling event"):
+            await pending
+        return
+    raise AssertionError("no plan")
+
+
+async def test_a_journaled_record_that_fails_again_is_skipped_and_the_rest_taken_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    records = _records()
+    broken = 40  # a record whose handling raised (a bug): it stays in the journal
+    without = FakeTopic()  # the reference: the same records, that one never applied
+    reference = _planning(FakeTable(), without)
+    for offset, raw in enumerate(records):
+        if offset != broken:
+            await reference.on_message(raw, offset)
+    table, events = FakeTable(), FakeTopic()
+    first = _planning(table, events, checkpoint_s=1e9)
+    for offset, raw in enumerate(records[:120]):
+        if offset == broken:
+            await table_io.put(table, 0, b"j|%020d" % offset, b"T{not a window")
+            continue
+        await first.on_message(raw, offset)
+    second = _planning(FakeTable.recovered(table.changelog), events, checkpoint_s=1e9)
+    with caplog.at_level("ERROR", logger="dprobe.streams.planning"):
+        for offset in range(120, len(records)):
+            await second.on_message(records[offset], offset)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        f"planning: journaled record at offset {broken} fails again; skipped"
+    ]
+    assert _ids(events) == _ids(without)
