@@ -1,24 +1,36 @@
 """Stream worker benchmark on a real broker: process samples/s and window-close delay.
 
-Prints, for one worker process (``dprobe worker``) on a local single-node Kafka:
+Prints, for ``--workers`` worker processes (``dprobe worker``, one consumer group) on a
+local single-node Kafka:
 
-1. throughput: a backlog of snapshots (8 GPUs x 8 processes = 64 process samples each)
-   is produced first; the worker then ingests and windows it. Rate = process samples
-   committed per second between the worker's first commit and the moment every snapshot
-   is committed and the internal updates topic is drained. Measured in the same run: a
-   bare aiokafka consume-and-decode loop over the same topic (the ceiling), and the ratio.
+1. throughput: a backlog of snapshots (8 GPUs x 8 processes = 64 process samples each,
+   hosts spread evenly over the ``--partitions`` partitions of the samples topic) is
+   produced first; the workers then ingest and window it. Rate = process samples
+   committed per second between the first commit made once every worker holds its
+   partitions and the moment every snapshot is committed and the internal updates topic
+   is drained. Measured in the same run: a bare aiokafka consume-and-decode loop over the
+   same topic (the ceiling, one process), and the ratio. Medians (and ranges) of
+   ``--runs`` runs.
 2. latency: live traffic paced at 1 Hz per host with event time = wall time; for each
    TenantWindow, delay = its Kafka record timestamp - window_end. Target p99 <= grace + 2 s.
 
-    python benchmarks/worker_throughput.py [--snapshots 20000] [--runs 3] [--latency-s 60]
+    python benchmarks/worker_throughput.py [--snapshots 20000] [--runs 5] [--workers 1]
+        [--partitions 4] [--latency-s 60] [--json]
 
-Uses KAFKA_BOOTSTRAP when set, else starts the project's local broker on free ports.
+With ``--json`` the last line is one JSON object: ``samples_per_s``, ``bare_samples_per_s``,
+``ratio`` (medians; the ratio is each run's own), ``p99_close_delay_s``, ``workers``,
+``runs``, plus ``partitions`` and ``samples_per_s_range``.
+
+Worker settings come from the environment as usual (``DPROBE_WORKER_BATCH_MAX=2000
+python benchmarks/worker_throughput.py`` measures another batch size). Uses
+KAFKA_BOOTSTRAP when set, else starts the project's local broker on free ports.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import statistics
@@ -44,7 +56,6 @@ from tests.streams.helpers import worker_process
 
 GB = 1_000_000_000
 TENANTS = [f"vc-{i}" for i in range(8)]
-PARTITIONS = 4
 
 
 def snapshot(rng: random.Random, host: str, seq: int, ts: float) -> schema.HostSnapshot:
@@ -80,13 +91,13 @@ def snapshot(rng: random.Random, host: str, seq: int, ts: float) -> schema.HostS
     )
 
 
-async def create_topics(bootstrap: str, prefix: str) -> None:
+async def create_topics(bootstrap: str, prefix: str, partitions: int) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         await admin.create_topics(
             [
-                NewTopic(f"{prefix}{t}", PARTITIONS, 1)
+                NewTopic(f"{prefix}{t}", partitions, 1)
                 for t in ("samples", "jobs", "features", "deadletter", "scaling-events")
             ]
         )
@@ -94,7 +105,7 @@ async def create_topics(bootstrap: str, prefix: str) -> None:
         await admin.close()
 
 
-async def produce_backlog(bootstrap: str, topic: str, n: int, hosts: int) -> None:
+async def produce_backlog(bootstrap: str, topic: str, n: int, hosts: int, partitions: int) -> None:
     rng = random.Random(1)
     t0 = time.time() - n / hosts - 3600
     values = [
@@ -113,8 +124,8 @@ async def produce_backlog(bootstrap: str, topic: str, n: int, hosts: int) -> Non
         compression_type="lz4",
     )
     async with prod:
-        for host, value in values:
-            await prod.send(topic, key=host.encode(), value=value)
+        for k, (host, value) in enumerate(values):  # host h on partition h % partitions
+            await prod.send(topic, key=host.encode(), value=value, partition=k % hosts % partitions)
         await prod.flush()
 
 
@@ -131,12 +142,27 @@ async def end_total(consumer: AIOKafkaConsumer, topic: str, partitions: int) -> 
     return sum(ends.values())
 
 
-async def throughput_run(bootstrap: str, n: int, hosts: int, tmp: Path) -> tuple[float, float]:
+async def stable_members(admin: AIOKafkaAdminClient, group: str) -> int:
+    """Members of ``group`` once it is stable (every member holds its partitions), else 0."""
+    try:
+        responses = await admin.describe_consumer_groups([group])
+    except Exception:  # not there yet
+        return 0
+    for response in responses:
+        for described in response.groups:
+            if described[2] == "Stable":  # (error, group, state, protocol_type, protocol, members)
+                return len(described[5])
+    return 0
+
+
+async def throughput_run(
+    bootstrap: str, n: int, hosts: int, tmp: Path, *, workers: int, partitions: int
+) -> tuple[float, float]:
     prefix = f"b{uuid.uuid4().hex[:6]}."
     app_id = f"bench-{uuid.uuid4().hex[:6]}"
-    await create_topics(bootstrap, prefix)
+    await create_topics(bootstrap, prefix, partitions)
     samples = f"{prefix}samples"
-    await produce_backlog(bootstrap, samples, n, hosts)
+    await produce_backlog(bootstrap, samples, n, hosts, partitions)
     ceiling = await bare_consume_rate(bootstrap, samples, n)
     updates = f"{app_id}-tenant-updates"
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
@@ -144,31 +170,40 @@ async def throughput_run(bootstrap: str, n: int, hosts: int, tmp: Path) -> tuple
     await admin.start()
     await probe.start()
     try:
-        with worker_process(
-            bootstrap,
-            prefix=prefix,
-            app_id=app_id,
-            data_dir=tmp / app_id,
-            window_s=60.0,
-            grace_s=10.0,
-            partitions=PARTITIONS,
-            log=tmp / f"{app_id}.log",
-        ) as proc:
+        with ExitStack() as procs:
+            started = [
+                procs.enter_context(
+                    worker_process(
+                        bootstrap,
+                        prefix=prefix,
+                        app_id=app_id,
+                        data_dir=tmp / f"{app_id}-{w}",
+                        window_s=60.0,
+                        grace_s=10.0,
+                        partitions=partitions,
+                        log=tmp / f"{app_id}-{w}.log",
+                    )
+                )
+                for w in range(workers)
+            ]
             first_t = first_c = None
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
-                if proc.poll() is not None:
-                    raise RuntimeError(f"worker exited; see {tmp / (app_id + '.log')}")
+                if any(proc.poll() is not None for proc in started):
+                    raise RuntimeError(f"a worker exited; see {tmp}/{app_id}-*.log")
                 c = await committed(admin, app_id, samples)
                 if first_t is None and c > 0:
-                    first_t, first_c = time.monotonic(), c
-                if c >= n:
-                    ends = await end_total(probe, updates, PARTITIONS)
+                    if c >= n:
+                        raise RuntimeError("the backlog was read before every worker joined")
+                    if workers == 1 or await stable_members(admin, app_id) >= workers:
+                        first_t, first_c = time.monotonic(), c
+                if first_t is not None and c >= n:
+                    ends = await end_total(probe, updates, partitions)
                     if await committed(admin, app_id, updates) >= ends > 0:
                         break
             else:
-                raise RuntimeError("worker did not finish the backlog in 600 s")
+                raise RuntimeError("the workers did not finish the backlog in 600 s")
             assert first_t is not None and first_c is not None
             elapsed = time.monotonic() - first_t
             rate = (n - first_c) * 64 / elapsed
@@ -201,24 +236,30 @@ async def bare_consume_rate(bootstrap: str, topic: str, n: int) -> float:
     return samples / elapsed
 
 
-async def latency_run(bootstrap: str, hosts: int, seconds: float, tmp: Path) -> list[float]:
+async def latency_run(
+    bootstrap: str, hosts: int, seconds: float, tmp: Path, *, workers: int, partitions: int
+) -> list[float]:
     prefix = f"l{uuid.uuid4().hex[:6]}."
     app_id = f"lat-{uuid.uuid4().hex[:6]}"
     window_s, grace_s = 10.0, 2.0
-    await create_topics(bootstrap, prefix)
+    await create_topics(bootstrap, prefix, partitions)
     rng = random.Random(2)
     delays: list[float] = []
-    with worker_process(
-        bootstrap,
-        prefix=prefix,
-        app_id=app_id,
-        data_dir=tmp / app_id,
-        window_s=window_s,
-        grace_s=grace_s,
-        partitions=PARTITIONS,
-        log=tmp / f"{app_id}.log",
-    ):
-        await asyncio.sleep(12)  # the worker joins its group
+    with ExitStack() as procs:
+        for w in range(workers):
+            procs.enter_context(
+                worker_process(
+                    bootstrap,
+                    prefix=prefix,
+                    app_id=app_id,
+                    data_dir=tmp / f"{app_id}-{w}",
+                    window_s=window_s,
+                    grace_s=grace_s,
+                    partitions=partitions,
+                    log=tmp / f"{app_id}-{w}.log",
+                )
+            )
+        await asyncio.sleep(12)  # the workers join their group
         prod = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
         cons = AIOKafkaConsumer(
             f"{prefix}features",
@@ -260,44 +301,75 @@ def kafka_bootstrap(stack: ExitStack, tmp: Path) -> str:
     return broker.bootstrap
 
 
+def p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--snapshots", type=int, default=20000)
     ap.add_argument("--hosts", type=int, default=40)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--latency-s", type=float, default=60.0)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--workers", type=int, default=1, help="worker processes, one group")
+    ap.add_argument("--partitions", type=int, default=4, help="of samples and updates")
+    ap.add_argument("--latency-s", type=float, default=60.0, help="0: no latency run")
+    ap.add_argument("--json", action="store_true", help="end with one JSON line of medians")
     args = ap.parse_args()
+    shape = {"workers": args.workers, "partitions": args.partitions}
     with tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
         tmp = Path(tmpdir)
         bootstrap = kafka_bootstrap(stack, tmp)
-        rates, ceilings = [], []
+        rates, ceilings, ratios = [], [], []
         for i in range(args.runs):
-            rate, ceiling = asyncio.run(throughput_run(bootstrap, args.snapshots, args.hosts, tmp))
+            rate, ceiling = asyncio.run(
+                throughput_run(bootstrap, args.snapshots, args.hosts, tmp, **shape)
+            )
             rates.append(rate)
             ceilings.append(ceiling)
+            ratios.append(rate / ceiling)
             print(
-                f"run {i + 1}: worker {rate:,.0f} samples/s, bare consume+decode "
-                f"{ceiling:,.0f} samples/s, ratio {rate / ceiling:.2f}",
+                f"run {i + 1}: {args.workers} worker(s) {rate:,.0f} samples/s, bare "
+                f"consume+decode {ceiling:,.0f} samples/s, ratio {rate / ceiling:.2f}",
                 flush=True,
             )
         print(
-            f"throughput (median of {args.runs}): worker {statistics.median(rates):,.0f} "
-            f"process samples/s; ceiling {statistics.median(ceilings):,.0f}; ratio "
-            f"{statistics.median(r / c for r, c in zip(rates, ceilings, strict=True)):.2f}"
+            f"throughput (median of {args.runs}, {args.workers} worker(s), "
+            f"{args.partitions} partitions): {statistics.median(rates):,.0f} process "
+            f"samples/s (range {min(rates):,.0f}-{max(rates):,.0f}); ceiling "
+            f"{statistics.median(ceilings):,.0f}; ratio {statistics.median(ratios):.2f}",
+            flush=True,
         )
-        delays = asyncio.run(latency_run(bootstrap, 20, args.latency_s, tmp))
-        delays.sort()
-        if delays:
-            p50 = delays[len(delays) // 2]
-            p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))]
+        delay_p99 = None
+        if args.latency_s > 0:
+            delays = asyncio.run(latency_run(bootstrap, 20, args.latency_s, tmp, **shape))
+            if delays:
+                delays.sort()
+                delay_p99 = p99(delays)
+                print(
+                    f"window-close delay over {len(delays)} windows (grace 2 s): "
+                    f"p50 {delays[len(delays) // 2]:.2f} s, p99 {delay_p99:.2f} s, "
+                    f"max {delays[-1]:.2f} s"
+                )
+            else:
+                print("no window closed during the latency run")
+        if args.json:
             print(
-                f"window-close delay over {len(delays)} windows (grace 2 s): "
-                f"p50 {p50:.2f} s, p99 {p99:.2f} s, max {delays[-1]:.2f} s"
+                json.dumps(
+                    {
+                        "samples_per_s": statistics.median(rates),
+                        "bare_samples_per_s": statistics.median(ceilings),
+                        "ratio": statistics.median(ratios),
+                        "p99_close_delay_s": delay_p99,
+                        "workers": args.workers,
+                        "runs": args.runs,
+                        "partitions": args.partitions,
+                        "samples_per_s_range": [min(rates), max(rates)],
+                    }
+                )
             )
-        else:
-            print("no window closed during the latency run")
 
 
 if __name__ == "__main__":

@@ -251,7 +251,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
     @app.agent(samples, name="ingest")
     async def ingest_agent(stream: Any) -> None:
         async for batch in stream.take_events(s.batch_max, within=s.batch_within_s):
-            await fatal(ingest.on_snapshots, batch)
+            await fatal(ingest.submit_held, batch)  # acknowledged once its outputs left
 
     @app.agent(jobs, name="jobs")
     async def jobs_agent(stream: Any) -> None:

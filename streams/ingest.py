@@ -22,13 +22,26 @@ snapshot whose partials were lost; a replay re-sends identical partials, which t
 stage ignores (it applies each ``(host, seq)`` once). All of this assumes that, after a
 start or a rebalance, records are read in order from the committed offset, which faust's
 own table recovery did not ensure (:mod:`dprobe.streams.recovery` makes it so).
+
+Pipelining: the worker folds the next batch while the previous batches' partials are on
+the way (:meth:`Ingest.submit`, at most ``depth`` batches behind). The rest of a batch
+(await the partials' delivery, write the sequence state and await its changelog
+delivery, announce progress) runs in order, batch after batch, in the background; only
+then are the batch's records acknowledged to faust (:func:`hold_acks`), so an offset is
+never committed before the outputs of its record were delivered. Until its state is
+written, a batch's sequence states are kept in memory for the batches folded after it.
+A batch whose outputs fail to leave ends the process (as a failed batch always did): the
+worker restarts from its last commit.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import time
-from collections.abc import Mapping, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dprobe import schema
@@ -39,6 +52,37 @@ from dprobe.streams.state import seq_tracker
 from dprobe.streams.state.window_agg import Partial, WindowSettings, split_snapshot
 
 log = logging.getLogger(__name__)
+DEPTH = 4  # batches whose outputs may still be on the way while the next one is folded
+
+
+def hold_acks(events: Sequence[Any]) -> Callable[[], None]:
+    """Keep faust from acknowledging ``events`` until the returned function is called.
+
+    ``stream.take_events`` acknowledges a batch when the agent asks for the next one;
+    one more reference on each message keeps that acknowledgement from being the last
+    one, so the offsets stay uncommitted until the function drops it (once the
+    batch's outputs are delivered).
+    """
+    for event in events:
+        event.message.incref()
+
+    def release() -> None:
+        for event in events:
+            message = event.message
+            if event.ack():  # the last reference: the offset may now be committed
+                event.app.sensors.on_message_out(message.tp, message.offset, message)
+
+    return release
+
+
+def exit_process(exc: BaseException) -> None:
+    """End the worker at once without committing anything more (a supervisor restarts
+    it from its last commit)."""
+    log.critical(
+        "a batch's outputs were not delivered; exiting without committing it", exc_info=exc
+    )
+    logging.shutdown()
+    os._exit(70)
 
 
 class Ingest:
@@ -72,26 +116,127 @@ class Ingest:
         self._forwarded_at: dict[int, float] = {}
         self._assigned_at: dict[int, float] = {}
         self._seen_offset: dict[int, int] = {}
-        self._in_batch: set[int] = set()
+        self._in_flight: Counter[int] = Counter()  # partition -> its batches on the way
+        self._unwritten: dict[bytes, tuple[int, dict[str, Any]]] = {}  # key -> (batch, state)
+        self._pending: deque[asyncio.Future[None]] = deque()
+        self._batches = 0
+        self.depth = DEPTH
+        self.on_failure: Callable[[BaseException], None] = exit_process
 
     async def on_snapshots(self, events: Sequence[Any]) -> None:
-        """Fold one batch of ``dprobe.samples`` records (faust events, in read order).
+        """Fold one batch of ``dprobe.samples`` records (faust events, in read order) and
+        return once all its effects are delivered (:meth:`submit`, then :meth:`drain`)."""
+        await self.submit(events)
+        await self.drain()
+
+    async def submit(
+        self, events: Sequence[Any], *, release: Callable[[], None] | None = None
+    ) -> None:
+        """Fold one batch and send its partials; the rest follows in the background.
 
         Order of effects, so that nothing is lost or counted twice after a crash: the
         partials of the whole batch (one message per tenant) are sent and their delivery
-        awaited; only then is the per-host sequence state written; then each source's
-        progress is announced. A crash before the state write replays the batch: the
-        window stage ignores the partials it already applied (per ``(host, seq)``).
+        awaited; only then is the per-host sequence state written (and its delivery
+        awaited); then each source's progress is announced; then ``release`` is called
+        (the batch's records may be committed). Batches complete in the order they were
+        submitted. A crash before the state write replays the batch: the window stage
+        ignores the partials it already applied (per ``(host, seq)``).
+
+        Returns once the batch is folded and no more than ``depth`` batches (this one
+        included) are still on the way. With ``release`` (the worker's agent), a batch
+        that fails after this returned calls ``on_failure`` (by default: the process
+        exits).
         """
         seen = {event.message.partition: event.message.offset for event in events}
-        self._in_batch = set(seen)  # not idle while their records are on the way
+        self._in_flight.update(seen.keys())  # not idle while their records are on the way
+        self._batches += 1
+        batch_id = self._batches
         try:
-            await self._fold(events)
-        finally:
-            self._in_batch = set()
-            self._seen_offset.update(seen)
+            sent, hosts, progress = await self._fold(events)
+        except BaseException:
+            self._landed(seen)
+            raise
+        for key, (_, state) in hosts.items():
+            self._unwritten[key] = (batch_id, state)
+        task = asyncio.ensure_future(
+            self._complete(
+                previous=self._pending[-1] if self._pending else None,
+                batch_id=batch_id,
+                sent=sent,
+                hosts=hosts,
+                progress=progress,
+                seen=seen,
+                release=release,
+            )
+        )
+        if release is not None:
+            task.add_done_callback(self._check)
+        self._pending.append(task)
+        while self._pending and self._pending[0].done():
+            await self._pending.popleft()
+        while len(self._pending) > self.depth:
+            await self._pending.popleft()
 
-    async def _fold(self, events: Sequence[Any]) -> None:
+    async def submit_held(self, events: Sequence[Any]) -> None:
+        """:meth:`submit` for the worker's agent: faust acknowledges ``events`` only once
+        the batch's outputs were delivered (:func:`hold_acks`)."""
+        await self.submit(events, release=hold_acks(events))
+
+    async def drain(self) -> None:
+        """Wait until every submitted batch completed (raises what made one fail)."""
+        while self._pending:
+            await self._pending[0]
+            self._pending.popleft()
+
+    def _check(self, task: asyncio.Future[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.on_failure(task.exception())  # type: ignore[arg-type]
+
+    async def _complete(
+        self,
+        *,
+        previous: asyncio.Future[None] | None,
+        batch_id: int,
+        sent: list[Any],
+        hosts: dict[bytes, tuple[int, dict[str, Any]]],
+        progress: dict[int, float],
+        seen: dict[int, int],
+        release: Callable[[], None] | None,
+    ) -> None:
+        try:
+            if previous is not None:
+                await asyncio.shield(previous)  # in order: its state and progress first
+            for fut in sent:
+                await fut
+            writes = [
+                await table_io.put(self.hosts, partition, key, codec.dumps(state))
+                for key, (partition, state) in hosts.items()
+            ]
+            for source, ts in sorted(progress.items()):
+                await self._advance(source, ts)
+            for fut in writes:
+                if fut is not None:
+                    await fut
+            if release is not None:
+                release()
+        finally:
+            for key in hosts:
+                if self._unwritten.get(key, (None,))[0] == batch_id:
+                    del self._unwritten[key]
+            self._landed(seen)
+
+    def _landed(self, seen: dict[int, int]) -> None:
+        self._in_flight.subtract(seen.keys())
+        for partition in seen:
+            if self._in_flight[partition] <= 0:
+                del self._in_flight[partition]
+        self._seen_offset.update(seen)
+
+    async def _fold(
+        self, events: Sequence[Any]
+    ) -> tuple[list[Any], dict[bytes, tuple[int, dict[str, Any]]], dict[int, float]]:
+        """Decode, validate, dedupe and split one batch; send its partials. Returns their
+        delivery futures, the batch's new sequence states and each source's progress."""
         by_tenant: dict[str, list[Partial]] = {}
         hosts: dict[bytes, tuple[int, dict[str, Any]]] = {}
         progress: dict[int, float] = {}
@@ -121,12 +266,7 @@ class Ingest:
             for tenant, parts in sorted(by_tenant.items())
             for value in self._messages(parts)
         ]
-        for fut in sent:
-            await fut
-        for key, (partition, state) in hosts.items():
-            await table_io.put(self.hosts, partition, key, codec.dumps(state))
-        for source, ts in sorted(progress.items()):
-            await self._advance(source, ts)
+        return sent, hosts, progress
 
     def _observe(
         self,
@@ -136,7 +276,7 @@ class Ingest:
     ) -> list[Partial] | None:
         """Dedupe and gap-count one snapshot; its partials (``None`` for a duplicate)."""
         key = snap.host.encode()
-        known = hosts.get(key)
+        known = hosts.get(key) or self._unwritten.get(key)  # this batch's, or one on the way
         state = known[1] if known else codec.loads(self.hosts.get(key)) or seq_tracker.initial()
         state, verdict, lost = seq_tracker.observe(
             state, seq=snap.seq, ts=snap.ts, reset_after_s=self.reset_after_s
@@ -237,7 +377,7 @@ class Ingest:
             caught_up = seen is None or (highwater is not None and seen + 1 >= highwater)
             if (
                 newest > 0.0
-                and source not in self._in_batch
+                and source not in self._in_flight
                 and caught_up
                 and now - since >= self.window.source_idle_s
                 and self._source_ts.get(source, 0.0) < newest

@@ -53,13 +53,14 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from dprobe.models.job_flow import FlowSettings
-from dprobe.models.levels import LEVELS, LevelSettings, classify
+from dprobe.models.levels import LEVELS, LevelSettings
 from dprobe.schema import HostSnapshot, JobFlow, LevelCounts, TenantWindow
 from dprobe.streams.state.bounds import DEFAULT_MAX_STATE_BYTES, digest
 
@@ -114,26 +115,21 @@ def split_snapshot(snap: HostSnapshot, cfg: WindowSettings, lost: int = 0) -> li
     (a seq gap); it is attributed to every tenant present in ``snap``.
     """
     ws = window_start(snap.ts, cfg.window_s)
-    gpus = {g.uuid: g for g in snap.gpus}
+    level_of, weights = _levels(cfg.levels)
+    gpus = {g.uuid: (g.util, g.mem_total) for g in snap.gpus}
     acc: dict[str, list[Any]] = {}
-    lv = cfg.levels
     for p in snap.procs:
         a = acc.get(p.tenant)
         if a is None:
             a = acc[p.tenant] = [0, set(), 0.0, [0, 0, 0, 0], 0.0]
-        g = gpus.get(p.gpu)
-        level = classify(
-            lv,
-            gpu_util=g.util if g is not None else p.sm_util,
-            sm_util=p.sm_util,
-            mem_used_bytes=p.mem_used,
-            mem_total_bytes=g.mem_total if g is not None else 0,
-        )
+        sm_util = p.sm_util
+        gpu_util, mem_total = gpus.get(p.gpu, (sm_util, 0))
+        i = level_of(gpu_util, sm_util, p.mem_used, mem_total)
         a[0] += 1
         a[1].add(p.gpu)
-        a[2] += p.sm_util
-        a[3][_LEVEL_INDEX[level]] += 1
-        a[4] += lv.weight(level)
+        a[2] += sm_util
+        a[3][i] += 1
+        a[4] += weights[i]
     dt = snap.interval_s
     return [
         Partial(
@@ -152,6 +148,40 @@ def split_snapshot(snap: HostSnapshot, cfg: WindowSettings, lost: int = 0) -> li
         )
         for tenant, a in sorted(acc.items())
     ]
+
+
+_LEVEL_RULES: dict[
+    LevelSettings, tuple[Callable[[float, float, float, float], int], tuple[float, ...]]
+] = {}
+
+
+def _levels(
+    lv: LevelSettings,
+) -> tuple[Callable[[float, float, float, float], int], tuple[float, ...]]:
+    """``(level_of, weights)`` for ``lv``: ``level_of(gpu_util, sm_util, mem_used,
+    mem_total)`` is the index in :data:`LEVELS` of what :func:`classify` returns for a
+    process (the same rules, its thresholds bound once: this runs for every process
+    sample), ``weights`` the weight of each level in that order."""
+    known = _LEVEL_RULES.get(lv)
+    if known is not None:
+        return known
+    ex, l3, l1, l2 = (_LEVEL_INDEX[k] for k in ("EX", "L3", "L1", "L2"))
+    ex_frac, l3_util, l3_sm = lv.ex_min_mem_frac, lv.l3_min_util_pct, lv.l3_min_sm_util_pct
+    l1_util, l1_mem = lv.l1_max_util_pct, lv.l1_max_mem_bytes
+
+    def level_of(gpu_util: float, sm_util: float, mem_used: float, mem_total: float) -> int:
+        if mem_total > 0 and mem_used >= ex_frac * mem_total:
+            return ex
+        if gpu_util > l3_util and sm_util > l3_sm:
+            return l3
+        if gpu_util < l1_util and mem_used < l1_mem:
+            return l1
+        return l2
+
+    rules = (level_of, tuple(lv.weight(level) for level in LEVELS))
+    if len(_LEVEL_RULES) < 64:  # settings are few; never grow without bound
+        _LEVEL_RULES[lv] = rules
+    return rules
 
 
 def initial(tenant: str, start: float) -> dict[str, Any]:
@@ -175,10 +205,25 @@ def bytes_bound(state: dict[str, Any]) -> int:
     return STATE_BASE_BYTES + HOST_ENTRY_BYTES * len(state["applied"])
 
 
+_DIGESTS: dict[str, str] = {}
+_DIGESTS_MAX = 1 << 17
+
+
+def host_digest(host: str) -> str:
+    """:func:`~dprobe.streams.state.bounds.digest` of ``host``, remembered (it is asked
+    for every partial; the cache is bounded)."""
+    d = _DIGESTS.get(host)
+    if d is None:
+        if len(_DIGESTS) >= _DIGESTS_MAX:
+            _DIGESTS.clear()
+        d = _DIGESTS[host] = digest(host)
+    return d
+
+
 def is_new_host(state: dict[str, Any], host: str) -> bool:
     """Whether ``host`` has no entry in ``state`` yet (adding it grows the state)."""
     applied = state["applied"]
-    return digest(host) not in applied and host not in applied
+    return host_digest(host) not in applied and host not in applied
 
 
 def add(state: dict[str, Any], part: Partial) -> dict[str, Any]:
@@ -191,18 +236,25 @@ def add_into(state: dict[str, Any], part: Partial) -> bool:
     """Fold ``part`` into ``state`` in place, in time independent of the window's size;
     ``False`` (and nothing changed) when its snapshot was already applied."""
     applied = state["applied"]
-    key = digest(part.host)
-    last = applied.get(key, applied.get(part.host, -1))  # a host name: stored before digests
+    key = host_digest(part.host)
+    last = applied.get(key)
+    if last is None:
+        last = applied.get(part.host, -1)  # a host name: stored before digests
     if part.seq <= last:
         return False
     applied.pop(part.host, None)
     applied[key] = part.seq
     state["samples"] += part.samples
-    for k in _SUMS:
-        state[k] += round(getattr(part, k) * MICRO)
+    state["instance_s"] += round(part.instance_s * MICRO)  # the sums of _SUMS
+    state["gpu_s"] += round(part.gpu_s * MICRO)
+    state["util_sum"] += round(part.util_sum * MICRO)
+    state["weighted_s"] += round(part.weighted_s * MICRO)
     levels = state["levels"]
-    for i, n in enumerate(part.levels):
-        levels[i] += n
+    a, b, c, d = part.levels
+    levels[0] += a
+    levels[1] += b
+    levels[2] += c
+    levels[3] += d
     state["lost"] += part.lost
     return True
 
