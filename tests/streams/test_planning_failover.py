@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.structs import TopicPartition
 
 from dprobe import schema
 from tests.conftest import _free_port
@@ -74,32 +75,55 @@ def _snapshots(windows: int = WINDOWS) -> list[schema.HostSnapshot]:
     return out
 
 
-async def _events(bootstrap: str, prefix: str, *, timeout_s: float, quiet_s: float = 10.0) -> list:
-    """Every scaling event under ``prefix``, read until a window past the data's last one
-    has been emitted (so the data's last end is planned) and no new event came for
-    ``quiet_s`` (or the time is up)."""
-    events, features = f"{prefix}scaling-events", f"{prefix}features"
-    consumer = AIOKafkaConsumer(
-        events, features, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
-    )
-    past_data = T0 + (WINDOWS + 1) * WINDOW_S
-    out: list[schema.ScalingEvent] = []
+async def _events(bootstrap: str, prefix: str, app_id: str, *, timeout_s: float) -> list:
+    """Every scaling event under ``prefix`` once the group has planned everything: a
+    window past the data's last one has been emitted (so every window of the data and its
+    partition's progress went to the planning topic), and the group's committed offset on
+    the planning topic has reached that topic's end (the events of every record it
+    planned were delivered before its offset was committed)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    quiet_until = loop.time() + quiet_s
-    done = False
+    past_data = T0 + (WINDOWS + 1) * WINDOW_S
+    planning = TopicPartition(f"{app_id}-planning", 0)
+    consumer = AIOKafkaConsumer(
+        f"{prefix}features", bootstrap_servers=bootstrap, auto_offset_reset="earliest"
+    )
     async with consumer:
-        while loop.time() < deadline and not (done and loop.time() > quiet_until):
-            batch = await consumer.getmany(timeout_ms=500)
-            for tp, records in batch.items():
-                if tp.topic == features:
-                    done |= any(
-                        schema.decode_window(r.value).window_end >= past_data for r in records
-                    )
-                elif records:
-                    out += [schema.decode_scaling_event(r.value) for r in records]
-                    quiet_until = loop.time() + quiet_s
-    assert done, "the data's windows were not all emitted in time"
+        past: set[str] = set()
+        while past != set(TENANTS):  # each tenant's window partition is past the data
+            assert loop.time() < deadline, "the data's windows were not all emitted in time"
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                windows = [schema.decode_window(r.value) for r in records]
+                past |= {w.tenant for w in windows if w.window_end >= past_data}
+        ends: list[int] = []
+        while len(ends) < 3 or len(set(ends[-3:])) > 1:  # planned to an end that stays
+            assert loop.time() < deadline, "the planning topic was not planned to its end"
+            end = (await consumer.end_offsets([planning]))[planning]
+            if await _planning_committed(bootstrap, app_id) >= end > 0:
+                ends.append(end)
+            await asyncio.sleep(1.0)
+    return await _read_all(bootstrap, f"{prefix}scaling-events")
+
+
+async def _read_all(bootstrap: str, topic: str) -> list[schema.ScalingEvent]:
+    """Every record of ``topic`` up to its end now, decoded as scaling events."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        [described] = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    parts = [TopicPartition(topic, p["partition"]) for p in described["partitions"]]
+    assert parts, f"no topic {topic}"
+    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    out: list[schema.ScalingEvent] = []
+    async with reader:
+        reader.assign(parts)
+        await reader.seek_to_beginning(*parts)
+        ends = await reader.end_offsets(parts)
+        while [tp for tp, end in ends.items() if await reader.position(tp) < end]:
+            for records in (await reader.getmany(timeout_ms=500)).values():
+                out += [schema.decode_scaling_event(r.value) for r in records]
     return out
 
 
@@ -228,7 +252,7 @@ async def _reference(bootstrap: str, tmp_path: Path, snaps: list) -> dict:
     await produce(bootstrap, f"{prefix}samples", snapshot_records(snaps + closing_snapshots(snaps)))
     with ExitStack() as stack:
         [(proc, _)] = list(_workers(stack, bootstrap, tmp_path / "ref", prefix, app_id, 1))
-        events = await _events(bootstrap, prefix, timeout_s=240)
+        events = await _events(bootstrap, prefix, app_id, timeout_s=240)
         assert proc.poll() is None
     ref = _by_id(events)
     assert len(ref) >= 10 and len({e[1] for e in ref.values()}) >= 5, "too few plans to compare"
@@ -259,7 +283,7 @@ async def test_sigkill_of_the_planning_owner_changes_no_scaling_event(
             samples,
             snapshot_records(snaps[2 * third :] + closing_snapshots(snaps)),
         )
-        events = await _events(kafka_bootstrap, prefix, timeout_s=400)
+        events = await _events(kafka_bootstrap, prefix, app_id, timeout_s=400)
         survivor = workers[1 - owner]
         assert survivor[0].poll() is None
         # the survivor went on from the committed offset, not from the topic's start
@@ -294,13 +318,13 @@ async def test_a_graceful_rebalance_changes_no_scaling_event(
         await _planned_more(workers, before)
         # then the owner leaves cleanly: planning moves for sure
         workers[owner][0].send_signal(signal.SIGTERM)
-        assert workers[owner][0].wait(timeout=60) == 0
+        assert workers[owner][0].wait(timeout=150) == 0  # a stop waits for the rebalance
         await produce(
             kafka_bootstrap,
             samples,
             snapshot_records(snaps[2 * third :] + closing_snapshots(snaps)),
         )
-        events = await _events(kafka_bootstrap, prefix, timeout_s=400)
+        events = await _events(kafka_bootstrap, prefix, app_id, timeout_s=400)
         rest = [w for i, w in enumerate(workers) if i != owner]
         assert all(proc.poll() is None for proc, _ in rest)
         assert any(_planned(port) > 0 for _, port in rest), "no other worker planned"
