@@ -244,7 +244,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.critical("a batch failed; exiting without committing it", exc_info=True)
+            log.critical("a batch or record failed; exiting without committing it", exc_info=True)
             logging.shutdown()
             os._exit(70)
 
