@@ -3,8 +3,9 @@
 Prints, for ``--workers`` worker processes (``dprobe worker``, one consumer group) on a
 local single-node Kafka:
 
-1. throughput: a backlog of snapshots (8 GPUs x 8 processes = 64 process samples each,
-   hosts spread evenly over the ``--partitions`` partitions of the samples topic) is
+1. throughput: a backlog of snapshots (8 GPUs x 8 processes = 64 process samples each by
+   default, ``--procs-per-gpu``; hosts spread evenly over the ``--partitions`` partitions of
+   the samples topic) is
    produced first; the workers then ingest and window it. Rate = process samples
    committed per second between the first commit made once every worker holds its
    partitions and the moment every snapshot is committed and the internal updates topic
@@ -56,6 +57,7 @@ from tests.streams.helpers import worker_process
 
 GB = 1_000_000_000
 TENANTS = [f"vc-{i}" for i in range(8)]
+PROCS_PER_GPU = 8  # --procs-per-gpu: a snapshot carries 8 x this process samples
 
 
 def snapshot(rng: random.Random, host: str, seq: int, ts: float) -> schema.HostSnapshot:
@@ -74,7 +76,7 @@ def snapshot(rng: random.Random, host: str, seq: int, ts: float) -> schema.HostS
                 power_w=350.0,
             )
         )
-        for j in range(8):
+        for j in range(PROCS_PER_GPU):
             procs.append(
                 schema.Proc(
                     pid=1000 + 8 * i + j,
@@ -206,7 +208,7 @@ async def throughput_run(
                 raise RuntimeError("the workers did not finish the backlog in 600 s")
             assert first_t is not None and first_c is not None
             elapsed = time.monotonic() - first_t
-            rate = (n - first_c) * 64 / elapsed
+            rate = (n - first_c) * 8 * PROCS_PER_GPU / elapsed
     finally:
         await probe.stop()
         await admin.close()
@@ -317,7 +319,12 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4, help="of samples and updates")
     ap.add_argument("--latency-s", type=float, default=60.0, help="0: no latency run")
     ap.add_argument("--json", action="store_true", help="end with one JSON line of medians")
+    ap.add_argument(
+        "--procs-per-gpu", type=int, default=8, help="processes per GPU (8 GPUs per snapshot)"
+    )
     args = ap.parse_args()
+    global PROCS_PER_GPU
+    PROCS_PER_GPU = args.procs_per_gpu
     shape = {"workers": args.workers, "partitions": args.partitions}
     with tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
         tmp = Path(tmpdir)
@@ -339,7 +346,9 @@ def main() -> None:
             f"throughput (median of {args.runs}, {args.workers} worker(s), "
             f"{args.partitions} partitions): {statistics.median(rates):,.0f} process "
             f"samples/s (range {min(rates):,.0f}-{max(rates):,.0f}); ceiling "
-            f"{statistics.median(ceilings):,.0f}; ratio {statistics.median(ratios):.2f}",
+            f"{statistics.median(ceilings):,.0f}; ratio {statistics.median(ratios):.2f}; "
+            f"{statistics.median(rates) / (8 * PROCS_PER_GPU):,.0f} snapshots/s of "
+            f"{8 * PROCS_PER_GPU} process samples",
             flush=True,
         )
         delay_p99 = None
@@ -367,6 +376,7 @@ def main() -> None:
                         "runs": args.runs,
                         "partitions": args.partitions,
                         "samples_per_s_range": [min(rates), max(rates)],
+                        "samples_per_snapshot": 8 * PROCS_PER_GPU,
                     }
                 )
             )
