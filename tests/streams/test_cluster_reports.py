@@ -4,6 +4,8 @@ and a report that is not valid goes to the dead-letter topic with its reason."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -79,6 +81,18 @@ def _scrape(port: int) -> str:
         return r.read().decode()
 
 
+async def _until_reported(port: int, timeout_s: float = 120.0) -> None:
+    """Wait until the worker's planner has taken the cluster report."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        with contextlib.suppress(OSError):
+            if "dprobe_cluster_reports_total 1.0" in _scrape(port):
+                return
+        await asyncio.sleep(0.5)
+    raise AssertionError("the worker never took the cluster report")
+
+
 def _publish(bootstrap: str, prefix: str, *args: str) -> None:
     env = {**os.environ, "DPROBE_KAFKA_TOPIC_PREFIX": prefix}
     cmd = [sys.executable, "-m", "dprobe.cli", "--bootstrap", bootstrap, "cluster", "publish"]
@@ -103,7 +117,6 @@ async def test_the_worker_plans_from_the_reported_capacity_and_quotas(
         "--source", "kueue",
     )  # fmt: skip
     await produce(kafka_bootstrap, f"{prefix}cluster", [(b"bad", b'{"v":1,"ts":1}')])
-    await produce(kafka_bootstrap, f"{prefix}samples", snapshot_records(_snapshots(6 * 8)))
     port = _free_port()
     env = {"DPROBE_WORKER_CAPACITY_GPUS": "64", "DPROBE_WORKER_METRICS_PORT": str(port)}
     with worker_process(
@@ -116,6 +129,10 @@ async def test_the_worker_plans_from_the_reported_capacity_and_quotas(
         log=tmp_path / "worker.log",
         env=env,
     ) as proc:
+        # the report reaches the planner through its own topic: the data comes after it,
+        # as in a running cluster (a plan made before the first report uses the settings)
+        await _until_reported(port)
+        await produce(kafka_bootstrap, f"{prefix}samples", snapshot_records(_snapshots(6 * 8)))
         raws = await consume(kafka_bootstrap, f"{prefix}scaling-events", until=2, timeout_s=150)
         dead = await consume(kafka_bootstrap, f"{prefix}deadletter", until=1, timeout_s=30)
         metrics = _scrape(port)
