@@ -35,6 +35,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -157,6 +158,36 @@ async def stable_members(admin: AIOKafkaAdminClient, group: str) -> int:
     return 0
 
 
+def start_workers(
+    stack: ExitStack,
+    bootstrap: str,
+    prefix: str,
+    app_id: str,
+    *,
+    tmp: Path,
+    workers: int,
+    partitions: int,
+    window_s: float,
+    grace_s: float,
+) -> list[subprocess.Popen[bytes]]:
+    """``workers`` worker processes of one group, stopped when ``stack`` closes."""
+    return [
+        stack.enter_context(
+            worker_process(
+                bootstrap,
+                prefix=prefix,
+                app_id=app_id,
+                data_dir=tmp / f"{app_id}-{w}",
+                window_s=window_s,
+                grace_s=grace_s,
+                partitions=partitions,
+                log=tmp / f"{app_id}-{w}.log",
+            )
+        )
+        for w in range(workers)
+    ]
+
+
 async def throughput_run(
     bootstrap: str, n: int, hosts: int, tmp: Path, *, workers: int, partitions: int
 ) -> tuple[float, float]:
@@ -173,21 +204,17 @@ async def throughput_run(
     await probe.start()
     try:
         with ExitStack() as procs:
-            started = [
-                procs.enter_context(
-                    worker_process(
-                        bootstrap,
-                        prefix=prefix,
-                        app_id=app_id,
-                        data_dir=tmp / f"{app_id}-{w}",
-                        window_s=60.0,
-                        grace_s=10.0,
-                        partitions=partitions,
-                        log=tmp / f"{app_id}-{w}.log",
-                    )
-                )
-                for w in range(workers)
-            ]
+            started = start_workers(
+                procs,
+                bootstrap,
+                prefix,
+                app_id,
+                tmp,
+                workers,
+                partitions,
+                window_s=60.0,
+                grace_s=10.0,
+            )
             first_t = first_c = None
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
@@ -248,19 +275,10 @@ async def latency_run(
     rng = random.Random(2)
     delays: list[float] = []
     with ExitStack() as procs:
-        for w in range(workers):
-            procs.enter_context(
-                worker_process(
-                    bootstrap,
-                    prefix=prefix,
-                    app_id=app_id,
-                    data_dir=tmp / f"{app_id}-{w}",
-                    window_s=window_s,
-                    grace_s=grace_s,
-                    partitions=partitions,
-                    log=tmp / f"{app_id}-{w}.log",
-                )
-            )
+        start_workers(
+            procs, bootstrap, prefix, app_id, tmp=tmp, workers=workers,
+            partitions=partitions, window_s=window_s, grace_s=grace_s,
+        )  # fmt: skip
         await asyncio.sleep(12)  # the workers join their group
         prod = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
         cons = AIOKafkaConsumer(

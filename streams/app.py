@@ -211,17 +211,21 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         checkpoint_s=s.planning_checkpoint_s,
     )
 
+    def holds_planning(args: tuple[Any, ...]) -> bool:
+        """Whether a rebalance signal's partitions (its first argument) include planning."""
+        return any(tp.topic == names.planning for tp in (args[0] if args else ()))
+
     # A rebalance revokes every partition first (even those that stay), then assigns.
     @app.on_partitions_revoked.connect
     def planning_revoked(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
         """Planning state is loaded again from the table at the next planning record."""
-        if any(tp.topic == names.planning for tp in (args[0] if args else ())):
+        if holds_planning(args):
             planning.revoke()
 
     @app.on_partitions_assigned.connect
     def planning_assigned(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
         """Planning went to another worker: drop this worker's copy of its state."""
-        if not any(tp.topic == names.planning for tp in (args[0] if args else ())):
+        if not holds_planning(args):
             planning.released()
 
     async def guarded(handler: Any, event: Any) -> None:

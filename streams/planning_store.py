@@ -123,10 +123,9 @@ class PlanningStore:
         """Journaled records with ``after < offset < before``, in offset order."""
         out = []
         for key in list(self.table.data):
-            if key.startswith(_JOURNAL):
-                offset = int(key[len(_JOURNAL) :])
-                if after < offset < before:
-                    out.append((offset, self.table.data[key]))
+            offset = _journal_offset(key)
+            if offset is not None and after < offset < before:
+                out.append((offset, self.table.data[key]))
         return sorted(out)
 
     def forget_local(self) -> None:
@@ -139,14 +138,20 @@ def _journal_key(offset: int) -> bytes:
     return b"j|%020d" % offset
 
 
+def _journal_offset(key: bytes) -> int | None:
+    """The planning offset of a journal key (``None``: not a journal key)."""
+    return int(key[len(_JOURNAL) :]) if key.startswith(_JOURNAL) else None
+
+
 def _chunk_key(gen: int, i: int) -> bytes:
     return b"c|%020d|%06d" % (gen, i)
 
 
 def _stale(key: bytes, head: Head) -> bool:
     """A journal entry ``head`` covers, or a piece of another checkpoint."""
-    if key.startswith(_JOURNAL):
-        return int(key[len(_JOURNAL) :]) <= head.offset
+    offset = _journal_offset(key)
+    if offset is not None:
+        return offset <= head.offset
     if key.startswith(_CHUNK):
         return int(key.split(b"|")[1]) != head.gen
     return False

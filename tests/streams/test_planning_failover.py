@@ -7,13 +7,15 @@ different after dedupe by id, the same quotas."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import urllib.request
 import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from aiokafka import AIOKafkaConsumer
@@ -38,6 +40,7 @@ TENANTS = ("vc-a", "vc-b", "vc-c", "vc-d")
 # GPUs each tenant runs in window m (pattern[m % 6]); at most the 64 GPUs of 8 hosts
 PATTERNS = ((8, 16, 24, 32, 24, 16), (32, 24, 16, 8, 16, 24), (8, 8, 16, 16, 8, 8), (8,) * 6)
 WINDOWS = 18
+T = TypeVar("T")
 
 
 def _snapshots(windows: int = WINDOWS) -> list[schema.HostSnapshot]:
@@ -107,12 +110,8 @@ async def _events(bootstrap: str, prefix: str, app_id: str, *, timeout_s: float)
 
 async def _read_all(bootstrap: str, topic: str) -> list[schema.ScalingEvent]:
     """Every record of ``topic`` up to its end now, decoded as scaling events."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
+    async with _admin(bootstrap) as admin:
         [described] = await admin.describe_topics([topic])
-    finally:
-        await admin.close()
     parts = [TopicPartition(topic, p["partition"]) for p in described["partitions"]]
     assert parts, f"no topic {topic}"
     reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
@@ -150,78 +149,84 @@ def _planned(port: int) -> float:
     )
 
 
-async def _owner(ports: list[int], *, timeout_s: float = 150.0) -> int:
-    """Index of the worker that plans (it has produced events)."""
+async def _until(check: Callable[[], Awaitable[T | None]], failure: str, timeout_s: float) -> T:
+    """Poll ``check`` every half second until it returns something other than ``None``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while loop.time() < deadline:
-        for i, port in enumerate(ports):
-            try:
-                if _planned(port) > 0:
-                    return i
-            except OSError:
-                pass
-        await asyncio.sleep(1.0)
-    raise AssertionError("no worker planned")
+        found = await check()
+        if found is not None:
+            return found
+        await asyncio.sleep(0.5)
+    raise AssertionError(failure)
+
+
+def _planned_or_zero(port: int) -> float:
+    """:func:`_planned`, 0 while the worker's /metrics does not answer yet."""
+    try:
+        return _planned(port)
+    except OSError:
+        return 0.0
+
+
+async def _owner(ports: list[int]) -> int:
+    """Index of the worker that plans (it has produced events)."""
+
+    async def planner() -> int | None:
+        return next((i for i, port in enumerate(ports) if _planned_or_zero(port) > 0), None)
+
+    return await _until(planner, "no worker planned", 150.0)
 
 
 async def _planning_committed(bootstrap: str, app_id: str) -> int:
     """The offset the group has committed on its planning topic (-1: none yet)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
+    async with _admin(bootstrap) as admin:
         offsets = await admin.list_consumer_group_offsets(app_id)
-    finally:
-        await admin.close()
     return max(
         (o.offset for tp, o in offsets.items() if tp.topic == f"{app_id}-planning"), default=-1
     )
 
 
-async def _wait_committed(bootstrap: str, app_id: str, *, at_least: int = 1) -> int:
+async def _wait_committed(bootstrap: str, app_id: str) -> int:
     """Wait until the group has committed planning records (so a new owner cannot simply
-    read the planning topic again from its start)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 60.0
-    while loop.time() < deadline:
-        committed = await _planning_committed(bootstrap, app_id)
-        if committed >= at_least:
-            return committed
-        await asyncio.sleep(0.5)
-    raise AssertionError("the planning offsets were never committed")
+    read the planning topic again from its start); the committed offset."""
+
+    async def committed() -> int | None:
+        offset = await _planning_committed(bootstrap, app_id)
+        return offset if offset >= 1 else None
+
+    return await _until(committed, "the planning offsets were never committed", 60.0)
 
 
-async def _members(bootstrap: str, group: str, n: int, *, timeout_s: float = 120.0) -> None:
+async def _members(bootstrap: str, group: str, n: int) -> None:
     """Wait until ``group`` is stable with ``n`` members."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while loop.time() < deadline:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        await admin.start()
-        try:
+
+    async def stable() -> bool | None:
+        async with _admin(bootstrap) as admin:
             [described] = await admin.describe_consumer_groups([group])
-        finally:
-            await admin.close()
         _, _, state, _, _, members = described.groups[0][:6]
-        if state == "Stable" and len(members) == n:
-            return
-        await asyncio.sleep(1.0)
-    raise AssertionError(f"group {group} never had {n} stable members")
+        return True if state == "Stable" and len(members) == n else None
+
+    await _until(stable, f"group {group} never had {n} stable members", 120.0)
 
 
-async def _planned_more(workers: list, before: float, *, timeout_s: float = 120.0) -> None:
+async def _planned_more(workers: list, before: float) -> None:
     """Wait until the workers together have produced more events than ``before``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while loop.time() < deadline:
-        total = 0.0
-        for _, port in workers:
-            with suppress(OSError):
-                total += _planned(port)
-        if total > before:
-            return
-        await asyncio.sleep(1.0)
-    raise AssertionError("no plan after the rebalance")
+
+    async def more() -> bool | None:
+        return True if sum(_planned_or_zero(port) for _, port in workers) > before else None
+
+    await _until(more, "no plan after the rebalance", 120.0)
+
+
+@contextlib.asynccontextmanager
+async def _admin(bootstrap: str) -> AsyncIterator[AIOKafkaAdminClient]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        yield admin
+    finally:
+        await admin.close()
 
 
 def _prefix() -> tuple[str, str]:
@@ -259,52 +264,60 @@ async def _reference(bootstrap: str, tmp_path: Path, snaps: list) -> dict:
     return ref
 
 
-async def test_sigkill_of_the_planning_owner_changes_no_scaling_event(
-    kafka_bootstrap: str, tmp_path: Path
-) -> None:
+async def _first_third(bootstrap: str, tmp_path: Path) -> tuple[list, dict, str, str]:
+    """The data, the reference run's events, and the prefix and group of a second run
+    whose samples topic holds the first third of the data."""
     snaps = _snapshots()
-    ref = await _reference(kafka_bootstrap, tmp_path, snaps)
-
+    ref = await _reference(bootstrap, tmp_path, snaps)
     prefix, app_id = _prefix()
-    await create_worker_topics(kafka_bootstrap, prefix)
+    await create_worker_topics(bootstrap, prefix)
+    await produce(bootstrap, f"{prefix}samples", snapshot_records(snaps[: len(snaps) // 3]))
+    return snaps, ref, prefix, app_id
+
+
+async def _second_third(bootstrap: str, prefix: str, snaps: list) -> None:
     third = len(snaps) // 3
-    samples = f"{prefix}samples"
-    await produce(kafka_bootstrap, samples, snapshot_records(snaps[:third]))
-    with ExitStack() as stack:
-        workers = list(_workers(stack, kafka_bootstrap, tmp_path, prefix, app_id, 2))
-        owner = await _owner([port for _, port in workers])
-        committed = await _wait_committed(kafka_bootstrap, app_id)
-        # traffic keeps flowing while the owner dies
-        await produce(kafka_bootstrap, samples, snapshot_records(snaps[third : 2 * third]))
-        workers[owner][0].send_signal(signal.SIGKILL)
-        workers[owner][0].wait()
-        await produce(
-            kafka_bootstrap,
-            samples,
-            snapshot_records(snaps[2 * third :] + closing_snapshots(snaps)),
-        )
-        events = await _events(kafka_bootstrap, prefix, app_id, timeout_s=400)
-        survivor = workers[1 - owner]
-        assert survivor[0].poll() is None
-        # the survivor went on from the committed offset, not from the topic's start
-        assert await _planning_committed(kafka_bootstrap, app_id) > committed
-        assert _planned(survivor[1]) > 0, "the survivor never planned"
+    await produce(bootstrap, f"{prefix}samples", snapshot_records(snaps[third : 2 * third]))
+
+
+async def _last_third_and_events(bootstrap: str, prefix: str, app_id: str, snaps: list) -> list:
+    """Produce the rest of the data (and the closing tail); every event once planned."""
+    rest = snaps[2 * (len(snaps) // 3) :] + closing_snapshots(snaps)
+    await produce(bootstrap, f"{prefix}samples", snapshot_records(rest))
+    return await _events(bootstrap, prefix, app_id, timeout_s=400)
+
+
+def _assert_same_plans(events: list, ref: dict) -> None:
     got = _by_id(events)
     assert sorted(got) == sorted(ref)  # same ids: none missing, none extra
     assert got == ref  # same tenants, ends and quotas
 
 
+async def test_sigkill_of_the_planning_owner_changes_no_scaling_event(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    snaps, ref, prefix, app_id = await _first_third(kafka_bootstrap, tmp_path)
+    with ExitStack() as stack:
+        workers = list(_workers(stack, kafka_bootstrap, tmp_path, prefix, app_id, 2))
+        owner = await _owner([port for _, port in workers])
+        committed = await _wait_committed(kafka_bootstrap, app_id)
+        # traffic keeps flowing while the owner dies
+        await _second_third(kafka_bootstrap, prefix, snaps)
+        workers[owner][0].send_signal(signal.SIGKILL)
+        workers[owner][0].wait()
+        events = await _last_third_and_events(kafka_bootstrap, prefix, app_id, snaps)
+        survivor = workers[1 - owner]
+        assert survivor[0].poll() is None
+        # the survivor went on from the committed offset, not from the topic's start
+        assert await _planning_committed(kafka_bootstrap, app_id) > committed
+        assert _planned(survivor[1]) > 0, "the survivor never planned"
+    _assert_same_plans(events, ref)
+
+
 async def test_a_graceful_rebalance_changes_no_scaling_event(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    snaps = _snapshots()
-    ref = await _reference(kafka_bootstrap, tmp_path, snaps)
-
-    prefix, app_id = _prefix()
-    await create_worker_topics(kafka_bootstrap, prefix)
-    third = len(snaps) // 3
-    samples = f"{prefix}samples"
-    await produce(kafka_bootstrap, samples, snapshot_records(snaps[:third]))
+    snaps, ref, prefix, app_id = await _first_third(kafka_bootstrap, tmp_path)
     with ExitStack() as stack:
         workers = list(_workers(stack, kafka_bootstrap, tmp_path, prefix, app_id, 2))
         owner = await _owner([port for _, port in workers])
@@ -314,20 +327,13 @@ async def test_a_graceful_rebalance_changes_no_scaling_event(
         workers += list(_workers(stack, kafka_bootstrap, tmp_path, prefix, app_id, 1))
         await _members(kafka_bootstrap, app_id, 3)
         before = sum(_planned(port) for _, port in workers[:2])
-        await produce(kafka_bootstrap, samples, snapshot_records(snaps[third : 2 * third]))
+        await _second_third(kafka_bootstrap, prefix, snaps)
         await _planned_more(workers, before)
         # then the owner leaves cleanly: planning moves for sure
         workers[owner][0].send_signal(signal.SIGTERM)
         assert workers[owner][0].wait(timeout=150) == 0  # a stop waits for the rebalance
-        await produce(
-            kafka_bootstrap,
-            samples,
-            snapshot_records(snaps[2 * third :] + closing_snapshots(snaps)),
-        )
-        events = await _events(kafka_bootstrap, prefix, app_id, timeout_s=400)
+        events = await _last_third_and_events(kafka_bootstrap, prefix, app_id, snaps)
         rest = [w for i, w in enumerate(workers) if i != owner]
         assert all(proc.poll() is None for proc, _ in rest)
         assert any(_planned(port) > 0 for _, port in rest), "no other worker planned"
-    got = _by_id(events)
-    assert sorted(got) == sorted(ref)
-    assert got == ref
+    _assert_same_plans(events, ref)
