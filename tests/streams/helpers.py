@@ -93,6 +93,21 @@ def make_snapshots(
     return out
 
 
+def job_lifecycle(
+    rng: random.Random, t: float, common: dict[str, Any], *, start_within: float, end_within: float
+) -> list[schema.JobEvent]:
+    """A random job's events from its submit at ``t``: started 7 times in 10 (within
+    ``start_within`` s), finished or cancelled 6 times in 10 (0.1-``end_within`` s later)."""
+    events = [schema.JobEvent(ts=t, event="submit", **common)]
+    if rng.random() < 0.7:
+        t += rng.uniform(0, start_within)
+        events.append(schema.JobEvent(ts=t, event="start", **common))
+    if rng.random() < 0.6:
+        t += rng.uniform(0.1, end_within)
+        events.append(schema.JobEvent(ts=t, event=rng.choice(["finish", "cancel"]), **common))
+    return events
+
+
 def closing_snapshots(
     snaps: list[schema.HostSnapshot], seconds: float = 30.0
 ) -> list[schema.HostSnapshot]:

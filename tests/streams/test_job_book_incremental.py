@@ -19,6 +19,7 @@ from dprobe.streams.state import job_book
 from dprobe.streams.state.bounds import digest
 from dprobe.streams.state.window_agg import Partial, WindowSettings
 from dprobe.streams.windows import Windows
+from tests.streams.helpers import job_lifecycle
 from tests.streams.test_batch_semantics import FakeTable, FakeTopic, _event
 
 WINDOW_S = 10.0
@@ -54,13 +55,7 @@ def _traffic(seed: int) -> list[bytes]:
         gpus = rng.choice([1, 2, 4, 8])
         t = T0 + rng.uniform(0, 100)
         common: dict[str, Any] = {"job": f"job{n}", "tenant": tenant, "gpus": gpus}
-        events.append(schema.JobEvent(ts=t, event="submit", **common))
-        if rng.random() < 0.7:
-            t += rng.uniform(0, 20)
-            events.append(schema.JobEvent(ts=t, event="start", **common))
-        if rng.random() < 0.6:
-            t += rng.uniform(0.1, 25)
-            events.append(schema.JobEvent(ts=t, event=rng.choice(["finish", "cancel"]), **common))
+        events += job_lifecycle(rng, t, common, start_within=20, end_within=25)
     events.sort(key=lambda e: e.ts + rng.uniform(-6, 6))  # out of order, a few seconds
     values = [codec.encode_partials([_partial(T0 + WINDOW_S * k)]) for k in range(16)]
     for ev in events:

@@ -20,7 +20,12 @@ from dprobe.streams.state import job_book
 from dprobe.streams.state.bounds import digest
 from dprobe.streams.state.window_agg import WindowSettings
 from dprobe.streams.windows import Windows
-from tests.streams.helpers import closing_snapshots, make_snapshots, reference_windows
+from tests.streams.helpers import (
+    closing_snapshots,
+    job_lifecycle,
+    make_snapshots,
+    reference_windows,
+)
 from tests.streams.test_batch_semantics import (
     UPDATE_PARTITIONS,
     FakeTable,
@@ -55,13 +60,7 @@ def _jobs(seed: int) -> tuple[list[schema.JobEvent], dict[str, str | None]]:
         gpus = rng.choice([1, 2, 4, 8])
         t = T0 - 20 + rng.uniform(0, 70)
         common: dict[str, Any] = {"job": job, "tenant": tenant, "gpus": gpus, **attrs}
-        events.append(schema.JobEvent(ts=t, event="submit", **common))
-        if rng.random() < 0.7:
-            t += rng.uniform(0, 25)
-            events.append(schema.JobEvent(ts=t, event="start", **common))
-        if rng.random() < 0.6:
-            t += rng.uniform(0.1, 30)
-            events.append(schema.JobEvent(ts=t, event=rng.choice(["finish", "cancel"]), **common))
+        events += job_lifecycle(rng, t, common, start_within=25, end_within=30)
     events.sort(key=lambda e: e.ts)
     return events, level
 
