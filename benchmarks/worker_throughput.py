@@ -209,9 +209,9 @@ async def throughput_run(
                 bootstrap,
                 prefix,
                 app_id,
-                tmp,
-                workers,
-                partitions,
+                tmp=tmp,
+                workers=workers,
+                partitions=partitions,
                 window_s=60.0,
                 grace_s=10.0,
             )
