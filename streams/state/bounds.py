@@ -37,16 +37,31 @@ class StateFull(DprobeError):
     reason = "state_full"
 
 
+_KNOWN: dict[str, tuple[str, int]] = {}  # name -> (digest, its value): asked per record
+_KNOWN_MAX = 1 << 17  # names remembered at most (then forgotten all at once)
+
+
+def _digest_and_value(name: str) -> tuple[str, int]:
+    known = _KNOWN.get(name)
+    if known is None:
+        if len(_KNOWN) >= _KNOWN_MAX:
+            _KNOWN.clear()
+        hexed = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+        known = _KNOWN[name] = (hexed, int(hexed, 16))
+    return known
+
+
 def digest(name: str) -> str:
-    """A fixed-size (16 hex characters) stand-in for ``name``; stable across processes."""
-    return hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    """A fixed-size (16 hex characters) stand-in for ``name``; stable across processes
+    (remembered for the names last asked for: it is asked for every record)."""
+    return _digest_and_value(name)[0]
 
 
 def shard_of(name: str, shards: int) -> int:
     """The shard (``0 .. shards - 1``) that ``name`` belongs to; stable across processes."""
     if shards <= 1:
         return 0
-    return int(digest(name), 16) % shards
+    return _digest_and_value(name)[1] % shards
 
 
 def shard_key(base: bytes, shard: int) -> bytes:

@@ -205,25 +205,10 @@ def bytes_bound(state: dict[str, Any]) -> int:
     return STATE_BASE_BYTES + HOST_ENTRY_BYTES * len(state["applied"])
 
 
-_DIGESTS: dict[str, str] = {}
-_DIGESTS_MAX = 1 << 17
-
-
-def host_digest(host: str) -> str:
-    """:func:`~dprobe.streams.state.bounds.digest` of ``host``, remembered (it is asked
-    for every partial; the cache is bounded)."""
-    d = _DIGESTS.get(host)
-    if d is None:
-        if len(_DIGESTS) >= _DIGESTS_MAX:
-            _DIGESTS.clear()
-        d = _DIGESTS[host] = digest(host)
-    return d
-
-
 def is_new_host(state: dict[str, Any], host: str) -> bool:
     """Whether ``host`` has no entry in ``state`` yet (adding it grows the state)."""
     applied = state["applied"]
-    return host_digest(host) not in applied and host not in applied
+    return digest(host) not in applied and host not in applied
 
 
 def add(state: dict[str, Any], part: Partial) -> dict[str, Any]:
@@ -236,7 +221,7 @@ def add_into(state: dict[str, Any], part: Partial) -> bool:
     """Fold ``part`` into ``state`` in place, in time independent of the window's size;
     ``False`` (and nothing changed) when its snapshot was already applied."""
     applied = state["applied"]
-    key = host_digest(part.host)
+    key = digest(part.host)
     last = applied.get(key)
     if last is None:
         last = applied.get(part.host, -1)  # a host name: stored before digests
