@@ -24,6 +24,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
+from dprobe.models.forecast.base import Forecaster
 from dprobe.models.forecast.registry import make_forecaster
 from dprobe.models.job_flow import ActiveJob, FlowEvent, job_flow
 from dprobe.schema import LevelCounts, TenantWindow
@@ -74,7 +76,7 @@ def _ages(gpus: float, rng: random.Random) -> list[float]:
     return [rng.uniform(0.0, 2e5) for _ in range(int(gpus // 8))]
 
 
-def state_bytes(model) -> int:
+def state_bytes(model: Forecaster) -> int:
     """Serialised state; for the MMoE, as if its replay buffer were full (steady state)."""
     buf = io.BytesIO()
     torch.save(model.state_dict(), buf)
@@ -86,7 +88,9 @@ def state_bytes(model) -> int:
     return size
 
 
-def run_once(make, tenants: int, warm: int, timed: int, seed: int) -> tuple[list[float], int]:
+def run_once(
+    make: Callable[[], Forecaster], tenants: int, warm: int, timed: int, seed: int
+) -> tuple[list[float], int]:
     rng = random.Random(seed)
     model = make()
     for n in range(warm):

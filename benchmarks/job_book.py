@@ -99,7 +99,7 @@ async def _measure(jobs: int, events: int) -> dict[str, float]:
     )  # fmt: skip
     offset = 0
 
-    def job(kind: str, n: int, ts: float) -> bytes:
+    def job(kind: schema.JobEventKind, n: int, ts: float) -> bytes:
         ev = schema.JobEvent(ts=ts, event=kind, job=f"train-{n:07d}", tenant=TENANT, gpus=8)
         return codec.encode_job(ev)
 
@@ -123,7 +123,12 @@ async def _measure(jobs: int, events: int) -> dict[str, float]:
     values = []
     for i in range(events):  # submit a new job, start it, finish the oldest running one
         n, step = divmod(i, 3)
-        kind, which = [("submit", jobs + n), ("start", jobs + n), ("finish", n)][step]
+        steps: list[tuple[schema.JobEventKind, int]] = [
+            ("submit", jobs + n),
+            ("start", jobs + n),
+            ("finish", n),
+        ]
+        kind, which = steps[step]
         values.append(job(kind, which, ts + 50.0 * i / events))
     records, written = table.records, table.bytes
     began = time.perf_counter()

@@ -14,21 +14,25 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
+from typing import Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dprobe.models.levels import LEVELS
 from dprobe.models.profiler import JobProfiler
 from dprobe.models.profiler_eval import leave_one_family_out, leave_one_row_out
-from dprobe.models.profiles import load_profiles, shipped_profiles
+from dprobe.models.profiles import Profile, load_profiles, shipped_profiles
 
 
-def report(name: str, rows) -> None:
+def report(name: str, rows: Sequence[Profile]) -> None:
     print(f"\n== {name}: {len(rows)} profiles, {len({r.family for r in rows})} families")
     results = {}
-    for reg in ("ridge", "knn"):
-        res = leave_one_family_out(rows, lambda reg=reg: JobProfiler(regressor=reg))
+    regressors: tuple[Literal["ridge", "knn"], ...] = ("ridge", "knn")
+    for reg in regressors:
+        res = leave_one_family_out(rows, partial(JobProfiler, regressor=reg))
         results[reg] = res
         print(
             f"LOFO level accuracy ({reg:5s}): {res.accuracy:.3f} ({round(res.accuracy * res.n)}/"

@@ -88,7 +88,7 @@ def _children(pid: int) -> list[int]:
 async def run(args: argparse.Namespace, bootstrap: str, tmp: Path) -> dict[str, Any]:
     prefix = f"s{uuid.uuid4().hex[:6]}."
     app_id = f"scale-{uuid.uuid4().hex[:6]}"
-    await create_topics(bootstrap, prefix)
+    await create_topics(bootstrap, prefix, PARTITIONS)
     samples_topic = f"{prefix}samples"
     rows: list[dict[str, float]] = []
     env = {
