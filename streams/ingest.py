@@ -4,7 +4,8 @@ Records of ``dprobe.samples`` are read in batches (up to ``batch_max`` records o
 ``batch_within_s`` seconds, settings of the worker). For each record: decode and
 validate the HostSnapshot (anything invalid goes to the dead-letter topic with reason,
 partition and offset, and the stream moves on); reject a snapshot stamped more than
-``max_clock_skew_s`` after its Kafka record (reason ``clock_skew``); drop a duplicate
+``max_clock_skew_s`` after its Kafka record (reason ``clock_skew``; one less ahead is
+taken, but moves event time only up to its record's time); drop a duplicate
 ``(host, seq)`` (neither moves event time); count
 seq gaps per host; pre-aggregate the snapshot into one partial per tenant. The partials
 of a batch go to the tenant-keyed updates topic as one message per tenant, so that topic
@@ -247,7 +248,8 @@ class Ingest:
             except schema.SchemaError as exc:
                 await self.deadletter.send(event.value, exc, message)
                 continue
-            skew = self._skew(snap.ts, message)
+            reference, what = self._reference_clock(message)
+            skew = self._skew(snap.ts, reference, what)
             if skew is not None:
                 await self.deadletter.send(event.value, skew, message)
                 continue
@@ -260,7 +262,10 @@ class Ingest:
                 continue
             for part in parts:
                 by_tenant.setdefault(part.tenant, []).append(part)
-            progress[message.partition] = max(progress.get(message.partition, 0.0), snap.ts)
+            # never past the reference clock: a host whose clock runs ahead (within
+            # max_clock_skew_s) does not close the other hosts' windows early
+            reached = min(snap.ts, reference)
+            progress[message.partition] = max(progress.get(message.partition, 0.0), reached)
         sent = [
             await self.updates.send(key=tenant.encode(), value=value)
             for tenant, parts in sorted(by_tenant.items())
@@ -308,17 +313,23 @@ class Ingest:
         half = len(parts) // 2
         return self._messages(parts[:half]) + self._messages(parts[half:])
 
-    def _skew(self, ts: float, message: Any) -> schema.SchemaError | None:
-        """A snapshot stamped more than ``max_clock_skew_s`` after its Kafka record's
+    @staticmethod
+    def _reference_clock(message: Any) -> tuple[float, str]:
+        """The clock a snapshot's time is held to, and its name: its Kafka record's
         timestamp (the broker's clock where the topic uses LogAppendTime, as the topics
-        dprobe creates do), or after this worker's own clock (a topic with producer
-        timestamps, a host whose clock is wrong for both), would move its partition's
-        event time into the future and hold every tenant's windows; it is rejected."""
+        dprobe creates do), or this worker's own clock where the record has none or one
+        ahead of it (a topic with producer timestamps, a host whose clock is wrong for both)."""
         record_ts = getattr(message, "timestamp", None)
         now = time.time()
-        reference, what = (record_ts, "its record's") if record_ts else (now, "the worker's")
-        if record_ts and now < record_ts:
-            reference, what = now, "the worker's"
+        if record_ts and record_ts <= now:
+            return record_ts, "its record's"
+        return now, "the worker's"
+
+    def _skew(self, ts: float, reference: float, what: str) -> schema.SchemaError | None:
+        """A snapshot stamped more than ``max_clock_skew_s`` after the reference clock
+        would move its partition's event time into the future and hold every tenant's
+        windows; it is rejected. (One stamped less ahead is taken, but moves its
+        partition's progress only up to the reference clock.)"""
         if ts <= reference + self.max_clock_skew_s:
             return None
         return schema.SchemaError(

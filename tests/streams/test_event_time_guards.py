@@ -1,5 +1,6 @@
 """Event time that one clock cannot break: a snapshot stamped far ahead of its Kafka
-record is a dead letter and moves no progress; a duplicate never moves progress."""
+record is a dead letter and moves no progress; one a little ahead moves progress only up
+to its record's time; a duplicate never moves progress."""
 
 from __future__ import annotations
 
@@ -33,10 +34,49 @@ async def test_a_snapshot_far_ahead_of_its_record_is_a_dead_letter_and_moves_not
     assert ingest._source_ts[0] == progress
     (letter,) = [schema.decode(v, schema.DeadLetter) for _, _, v in dead.sent]
     assert letter.reason == "clock_skew" and "ahead of its record's clock" in letter.error
-    # within the allowed skew (300 s by default) a snapshot is taken
+    # within the allowed skew (300 s by default) a snapshot is taken, but it moves its
+    # partition's progress only up to its record's time
     near = msgspec.structs.replace(snaps[-1], seq=4, ts=snaps[-1].ts + 200.0)
+    sent_before = len(updates.sent)
     await ingest.on_snapshots([_event(4, near, snaps[-1].ts + 1.0)])
-    assert ingest._source_ts[0] == near.ts
+    assert len(updates.sent) > sent_before, "its partials are sent"
+    assert ingest._source_ts[0] == snaps[-1].ts + 1.0
+
+
+async def test_a_host_whose_clock_runs_ahead_does_not_make_other_hosts_data_late() -> None:
+    """Two hosts on one samples partition; one's clock is 200 s ahead (within the allowed
+    skew). Every snapshot of the host with the right clock still lands in its window: the
+    windows equal those recomputed from its snapshots alone, and nothing is late."""
+    from collections import Counter
+
+    from dprobe.streams.state.window_agg import window_start
+    from tests.streams.test_batch_semantics import WINDOW_S, FakeTable, _windows
+    from tests.streams.test_batch_semantics import _event as update
+
+    snaps = make_snapshots(hosts=2, ticks=60)
+    good = [s for s in snaps if s.host == "host-0"]
+    fast = [msgspec.structs.replace(s, ts=s.ts + 200.0) for s in snaps if s.host == "host-1"]
+    events = []
+    for g, f in zip(good, fast, strict=True):  # appended to the log as they happen
+        events += [_event(len(events), g, g.ts + 0.05), _event(len(events) + 1, f, g.ts + 0.05)]
+    updates = FakeTopic(2)
+    ingest = _ingest(updates, FakeTable())
+    for i in range(0, len(events), 8):
+        await ingest.on_snapshots(events[i : i + 8])
+    features, table = FakeTopic(), FakeTable()
+    stage = _windows(features, table)
+    await stage.on_updates([update("u", p, i, v) for i, (p, _, v) in enumerate(updates.sent)])
+    assert stage.stats.late_partials == 0
+    emitted = [schema.decode_window(v) for _, _, v in features.sent]
+    assert emitted, "the windows of the host with the right clock closed"
+    expected: Counter[tuple[str, float]] = Counter()
+    for s in good:
+        for p in s.procs:
+            expected[(p.tenant, window_start(s.ts, WINDOW_S))] += 1
+    closed = {w.window_start for w in emitted}
+    assert max(closed) + WINDOW_S <= good[-1].ts, "nothing closed past the true time"
+    for w in emitted:  # the fast host's samples are all in windows 200 s later
+        assert w.samples == expected[(w.tenant, w.window_start)], (w.tenant, w.window_start)
 
 
 async def test_a_duplicate_never_moves_progress() -> None:
