@@ -47,7 +47,7 @@ from dprobe.models.checkpoint import CheckpointError, load_state, state_bytes, s
 from dprobe.sinks.worker_stats import TenantView, WorkerStats
 from dprobe.streams import codec
 from dprobe.streams.plan_order import PlanOrder
-from dprobe.streams.planning_store import PlanningStore
+from dprobe.streams.planning_store import Head, PlanningStore
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,8 @@ class Planning:
         self.legacy = legacy_checkpoint
         self._restored = False
         self._covered = -1  # offsets up to this one are in the checkpoint loaded
+        self._last: int | None = None  # the last record this worker's loop took
+        self._head: Head | None = None  # the checkpoint in force when it took it
         self._refresh_views()
 
     @property
@@ -94,15 +96,17 @@ class Planning:
         return self.order.loop
 
     def revoke(self) -> None:
-        """A rebalance began: the state is loaded again from the table at the next record
+        """A rebalance began: at the next record the state is loaded again from the table
         (faust keeps the table current while the partition stays on this worker, and
-        rebuilds it from the changelog when it comes back)."""
+        rebuilds it from the changelog when it comes back), unless this worker's loop is
+        still that state (:meth:`_current`)."""
         self._restored = False
 
     def released(self) -> None:
         """The planning partition is another worker's now: drop this worker's copy of its
         state and its tenant views."""
         self._restored = False
+        self._last = self._head = None
         self.store.forget_local()
         self.order = self.make_order()
         self._refresh_views()
@@ -111,7 +115,11 @@ class Planning:
         """One record of the planning topic at ``offset``: a closed window, a window
         partition's progress (which may complete plans), or a cluster report."""
         if not self._restored:
-            self._restore(offset)
+            if self._current(offset):
+                self._restored = True  # a rebalance left planning here: nothing to load
+            else:
+                self._restore(offset)
+        self._last = offset
         if offset <= self._covered:
             return  # the checkpoint already holds it
         message = codec.decode_planning(raw)  # invalid: a dead letter, never journaled
@@ -132,6 +140,7 @@ class Planning:
             blob = state_bytes(self.order.state_dict())
             async with _delivering("a checkpoint", offset):
                 await self.store.checkpoint(offset, blob)
+            self._head = self.store.head()
             self._checkpointed_at = self.clock()
             self._retire_legacy()
         if isinstance(message, schema.ClusterReport):
@@ -158,15 +167,29 @@ class Planning:
         return []
 
     # -- restoring ----------------------------------------------------------------------
+    def _current(self, first: int) -> bool:
+        """Whether this worker's loop already is the state the table holds before record
+        ``first``: it took every record up to the one before ``first`` itself, and the
+        checkpoint in force is still the one it last wrote or loaded (no other worker
+        planned in between). A rebalance that leaves planning on this worker then costs
+        no reload of the checkpoint and no replay of the journal."""
+        if self._last is None or first != self._last + 1:
+            return False
+        try:
+            return self.store.head() == self._head
+        except CheckpointError:
+            return False
+
     def _restore(self, first: int) -> None:
         """Load the state the last owner left (the table was rebuilt from its changelog
         before records flow), then take back its journal up to record ``first``."""
         self._restored = True
         self.order = self.make_order()
         self._covered = -1
+        self._last = self._head = None
         self._checkpointed_at = -math.inf  # the first plan shortens the journal left
         try:
-            head = self.store.head()
+            head = self._head = self.store.head()
             if head is not None:
                 self._load(state_of(self.store.load(head), "planning table"), "the planning table")
                 self._covered = head.offset

@@ -242,3 +242,51 @@ async def test_a_journaled_record_that_fails_again_is_skipped_and_the_rest_taken
         f"planning: journaled record at offset {broken} fails again; skipped"
     ]
     assert _ids(events) == _ids(without)
+
+
+async def test_a_rebalance_that_leaves_planning_here_reloads_nothing() -> None:
+    """Revoked and assigned again with no other worker planning in between (a worker
+    joined or left the group): the loop goes on as it was, without loading the checkpoint
+    or replaying the journal, and plans what an uninterrupted run plans."""
+    records = _records()
+    whole = await _uninterrupted(records)
+    table, events = FakeTable(), FakeTopic()
+    planning = _planning(table, events, checkpoint_s=600.0)
+    loads = []
+    load = planning.store.load
+    planning.store.load = lambda head: loads.append(head) or load(head)  # type: ignore[method-assign]
+    for offset, raw in enumerate(records):
+        if offset in (len(records) // 3, len(records) // 2):
+            order = planning.order
+            planning.revoke()
+            await planning.on_message(raw, offset)
+            assert planning.order is order, "the loop was rebuilt"
+        else:
+            await planning.on_message(raw, offset)
+    assert loads == []
+    assert _ids(events) == _ids(whole)
+
+
+async def test_a_worker_that_planning_comes_back_to_after_another_planned_reloads() -> None:
+    """Another worker took the records after this one's last and wrote a checkpoint (it
+    then failed before committing, so this worker reads on from its own last record): the
+    loop is loaded from the table again, and the whole run plans what an uninterrupted
+    one does."""
+    records = _records()
+    whole = await _uninterrupted(records)
+    table, events = FakeTable(), FakeTopic()
+    first = _planning(table, events)  # checkpoints after every plan
+    half = len(records) // 2
+    for offset in range(half):
+        await first.on_message(records[offset], offset)
+    other = _planning(FakeTable.recovered(table.changelog), events)
+    for offset in range(half, len(records) * 3 // 4):
+        await other.on_message(records[offset], offset)
+    assert other.store.head() != first.store.head(), "the other worker checkpointed"
+    first.revoke()
+    first.store.table = FakeTable.recovered(other.store.table.changelog)  # faust's rebuild
+    order = first.order
+    for offset in range(half, len(records)):
+        await first.on_message(records[offset], offset)
+    assert first.order is not order, "the loop was loaded again"
+    assert _ids(events) == _ids(whole)
