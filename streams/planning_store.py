@@ -10,16 +10,24 @@ resumes where the last owner stopped. Keys:
                             read (offset zero-padded to 20 digits)
 ``c|<gen>|<i>``             piece ``i`` of checkpoint ``gen`` (the plan loop's state in
                             the checkpoint format, cut to at most ``chunk_bytes``)
-``head``                    ``{"gen", "chunks", "sha256", "offset"}``: the checkpoint in
-                            force, covering the planning topic up to ``offset``
+``h|<offset>``              ``{"gen", "chunks", "sha256", "offset"}``: the head of the
+                            checkpoint covering the planning topic up to ``offset``; the
+                            one with the highest offset is in force
+``head``                    the same as the last head written (what workers of versions
+                            before keyed heads read: kept for a rolling upgrade)
 ==========================  ==============================================================
+
+Heads are keyed by the offset they cover, and the highest wins, so a former owner that
+wakes from a stall after another worker took planning over cannot put the table back to
+an older state: its late checkpoint covers fewer records than the new owner's, whose
+journal after it is still there.
 
 Write order (each step's changelog records are delivered before the next starts, and
 all of them before the planning record is acknowledged, so before its offset is
 committed): the record's journal entry; at a plan, the new checkpoint's pieces, then its
-head; then tombstones for the previous checkpoint's pieces and the journal it covers. A
-crash between any two steps leaves a head whose pieces exist and a journal that holds
-every record after it.
+head; then tombstones for the previous heads, the previous checkpoint's pieces and the
+journal it covers. A crash between any two steps leaves a head whose pieces exist and a
+journal that holds every record after it.
 
 Example:
     >>> import asyncio
@@ -52,7 +60,8 @@ from dprobe.models.checkpoint import CheckpointError
 from dprobe.streams import table_io
 
 PARTITION = 0  # the planning topic, and so its table, has one partition
-HEAD = b"head"
+HEAD = b"head"  # the last head written, for workers of earlier versions
+_HEAD = b"h|"
 _JOURNAL = b"j|"
 _CHUNK = b"c|"
 
@@ -91,7 +100,8 @@ class PlanningStore:
             await _delivered(fut)
         head = Head(offset, len(futures), hashlib.sha256(blob).hexdigest(), offset)
         value = json.dumps(asdict(head), sort_keys=True).encode()
-        await _delivered(await table_io.put(self.table, PARTITION, HEAD, value))
+        for key in (_head_key(offset), HEAD):
+            await _delivered(await table_io.put(self.table, PARTITION, key, value))
         stale = [k for k in list(self.table.data) if _stale(k, head)]
         futures = [await table_io.delete(self.table, PARTITION, k) for k in stale]
         for fut in futures:
@@ -99,14 +109,19 @@ class PlanningStore:
 
     # -- reading ------------------------------------------------------------------------
     def head(self) -> Head | None:
-        """The checkpoint in force, ``None`` before the first."""
-        raw = self.table.data.get(HEAD)
-        if raw is None:
-            return None
-        try:
-            return Head(**json.loads(raw))
-        except (ValueError, TypeError) as exc:
-            raise CheckpointError(f"planning table: head is not a checkpoint head ({exc})") from exc
+        """The checkpoint in force (the head covering the highest offset), ``None`` before
+        the first."""
+        heads = []
+        for key in list(self.table.data):
+            if key == HEAD or key.startswith(_HEAD):
+                try:
+                    heads.append(Head(**json.loads(self.table.data[key])))
+                except (ValueError, TypeError) as exc:
+                    raise CheckpointError(
+                        f"planning table: {key.decode(errors='replace')} is not a checkpoint "
+                        f"head ({exc})"
+                    ) from exc
+        return max(heads, key=lambda h: h.offset, default=None)
 
     def load(self, head: Head) -> bytes:
         """The bytes of checkpoint ``head``; ``CheckpointError`` if a piece is missing or
@@ -143,15 +158,21 @@ def _journal_offset(key: bytes) -> int | None:
     return int(key[len(_JOURNAL) :]) if key.startswith(_JOURNAL) else None
 
 
+def _head_key(offset: int) -> bytes:
+    return b"h|%020d" % offset
+
+
 def _chunk_key(gen: int, i: int) -> bytes:
     return b"c|%020d|%06d" % (gen, i)
 
 
 def _stale(key: bytes, head: Head) -> bool:
-    """A journal entry ``head`` covers, or a piece of another checkpoint."""
+    """A journal entry ``head`` covers, or another checkpoint's head or piece."""
     offset = _journal_offset(key)
     if offset is not None:
         return offset <= head.offset
+    if key.startswith(_HEAD):
+        return key != _head_key(head.offset)
     if key.startswith(_CHUNK):
         return int(key.split(b"|")[1]) != head.gen
     return False

@@ -140,6 +140,7 @@ async def test_the_changelog_holds_one_checkpoint_and_only_the_journal_after_it(
     assert len(chunks) == head.chunks
     assert all(k.split(b"|")[1] == b"%020d" % head.gen for k in chunks)
     assert journal == list(range(head.offset + 1, len(records)))
+    assert [k for k in live if k.startswith(b"h|")] == [b"h|%020d" % head.offset]
     assert max(len(v) for v in live.values()) <= 256
 
 
@@ -289,4 +290,68 @@ async def test_a_worker_that_planning_comes_back_to_after_another_planned_reload
     for offset in range(half, len(records)):
         await first.on_message(records[offset], offset)
     assert first.order is not order, "the loop was loaded again"
+    assert _ids(events) == _ids(whole)
+
+
+async def test_a_former_owner_waking_from_a_stall_cannot_put_the_state_back() -> None:
+    """The owner stalls; another worker takes planning over and checkpoints; the former
+    owner wakes, takes one more record and writes a checkpoint that covers fewer records
+    (after the new owner's in the changelog). A third worker that takes over next loads
+    the newest state, and the run plans what an uninterrupted one does."""
+    records = _records()
+    whole = await _uninterrupted(records)
+    events = FakeTopic()
+    stalled_table = FakeTable()
+    stalled = _planning(stalled_table, events)  # checkpoints after every plan
+    third_of = len(records) // 3
+    for offset in range(third_of):
+        await stalled.on_message(records[offset], offset)
+    before_stall = len(stalled_table.changelog)
+    new_owner = _planning(FakeTable.recovered(stalled_table.changelog), events)
+    handed = 2 * third_of
+    for offset in range(third_of, handed):
+        await new_owner.on_message(records[offset], offset)
+    # the former owner wakes and plans on with what it had (until it learns it lost the
+    # partition): its writes land in the changelog after the new owner's
+    late_plan = -1
+    for offset in range(third_of, handed):
+        if await _events_of(stalled, records[offset], offset):
+            late_plan = offset
+            break
+    stale_head = stalled.store.head()
+    assert stale_head is not None and stale_head.offset == late_plan < handed - 1
+    changelog = (
+        stalled_table.changelog[:before_stall]
+        + new_owner.store.table.changelog
+        + stalled_table.changelog[before_stall:]
+    )
+    third = _planning(FakeTable.recovered(changelog), events)
+    assert third.store.head() == new_owner.store.head()
+    for offset in range(handed, len(records)):
+        await third.on_message(records[offset], offset)
+    assert list(dict.fromkeys(_ids(events))) == _ids(whole)  # in order, after dedupe by id
+
+
+async def _events_of(planning: Planning, raw: bytes, offset: int) -> list[bytes]:
+    """The events ``planning`` sends for one record."""
+    before = len(planning.events.sent)
+    await planning.on_message(raw, offset)
+    return [v for _, _, v in planning.events.sent[before:]]
+
+
+async def test_a_table_written_by_an_earlier_version_is_resumed() -> None:
+    """Workers before keyed heads wrote the head only under ``head``: a worker that takes
+    planning over from such a table resumes from it."""
+    records = _records()
+    whole = await _uninterrupted(records)
+    table, events = FakeTable(), FakeTopic()
+    first = _planning(table, events, checkpoint_s=600.0)
+    half = len(records) // 2
+    for offset in range(half):
+        await first.on_message(records[offset], offset)
+    older = [(p, k, v) for p, k, v in table.changelog if not k.startswith(b"h|")]
+    second = _planning(FakeTable.recovered(older), events, checkpoint_s=600.0)
+    assert second.store.head() == first.store.head() is not None
+    for offset in range(half, len(records)):
+        await second.on_message(records[offset], offset)
     assert _ids(events) == _ids(whole)
