@@ -15,11 +15,11 @@ import logging
 import time
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
 
 from dprobe import topic_configs
 from dprobe.config import WorkerSettings
-from dprobe.errors import DprobeError
+from dprobe.errors import DprobeError, UsageError
 from dprobe.kafka_auth import connect_error, start_client, watching_auth
 from dprobe.streams.topics import TopicNames
 
@@ -28,6 +28,42 @@ log = logging.getLogger(__name__)
 
 class BrokerUnreachableError(DprobeError):
     retriable = True
+
+
+class AppIdInUseError(UsageError):
+    """The app id is the consumer group of workers that read other topics."""
+
+
+def changelog_topics(s: WorkerSettings, samples_partitions: int) -> dict[str, int]:
+    """The changelog topics of the worker's tables and their partition counts."""
+    return {
+        f"{s.app_id}-hosts-changelog": samples_partitions,
+        f"{s.app_id}-windows-changelog": s.partitions,
+        f"{s.app_id}-planning-changelog": 1,
+    }
+
+
+async def check_app_id(admin: AIOKafkaAdminClient, s: WorkerSettings) -> None:
+    """Refuse to join a consumer group that committed offsets on topics this worker does
+    not read: the workers of another pipeline (a replay worker started without its own
+    ``--app-id`` would otherwise share the live workers' group, internal topics and
+    planning state). Nothing is checked when the group's offsets cannot be read (a broker
+    still electing its group coordinator, no right to describe groups)."""
+    names = TopicNames.from_settings(s)
+    try:
+        offsets = await admin.list_consumer_group_offsets(s.app_id)
+    except KafkaError as exc:
+        log.debug("consumer group %s not checked: %r", s.app_id, exc)
+        return
+    ours = {*names.external(), names.updates, names.planning, *changelog_topics(s, 1)}
+    others = sorted({tp.topic for tp in offsets} - ours)
+    if others:
+        raise AppIdInUseError(
+            f"app id {s.app_id!r} is the consumer group of workers that read "
+            f"{', '.join(others)}, not {names.samples}: start this worker with an app id of "
+            f"its own (--app-id, DPROBE_WORKER_APP_ID: its own consumer group, internal "
+            f"topics and planning state), e.g. --app-id {s.kafka.topic('worker')}"
+        )
 
 
 async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, int]:
@@ -56,6 +92,7 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
                 )  # fmt: skip
         await asyncio.sleep(min(0.5 * 2**attempt, 5.0))
     try:
+        await check_app_id(admin, s)
         existing = set(await admin.list_topics())
         # The internal updates topic is created here too: a consumer group that starts
         # before its topic exists is never assigned its partitions.
@@ -95,11 +132,7 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
         # The tables' changelogs too: faust refuses a table write while it does not yet
         # see its changelog's partitions, which happens on a first start right after it
         # creates them itself.
-        changelogs = {
-            f"{s.app_id}-hosts-changelog": partitions[names.samples],
-            f"{s.app_id}-windows-changelog": s.partitions,
-            f"{s.app_id}-planning-changelog": 1,
-        }
+        changelogs = changelog_topics(s, partitions[names.samples])
         todo = [
             NewTopic(t, n, s.replication_factor, topic_configs=topic_configs.COMPACTED)
             for t, n in changelogs.items()

@@ -1,0 +1,90 @@
+"""A worker does not join the consumer group of workers that read other topics: a replay
+worker started without its own ``--app-id`` would otherwise share the live workers' group,
+internal topics and planning state."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from dprobe.config import KafkaSettings, WorkerSettings
+from dprobe.streams.provision import AppIdInUseError, changelog_topics, ensure_topics
+from dprobe.streams.topics import TopicNames
+from tests.conftest import KafkaHelper
+
+
+async def _live_group(kafka: KafkaHelper, prefix: str, group: str) -> None:
+    """A group that read and committed one record of ``<prefix>samples``."""
+    topic = f"{prefix}samples"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        await admin.close()
+    kafka.created.append(topic)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap)
+    async with producer:
+        await producer.send_and_wait(topic, b"snapshot", key=b"h1")
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    async with consumer:
+        await consumer.getone()
+        await consumer.commit()
+
+
+def _settings(kafka: KafkaHelper, prefix: str, app_id: str, tmp_path: Path) -> WorkerSettings:
+    s = WorkerSettings(
+        app_id=app_id,
+        partitions=1,
+        data_dir=tmp_path,
+        kafka=KafkaSettings(bootstrap=kafka.bootstrap, topic_prefix=prefix),
+    )
+    names = TopicNames.from_settings(s)
+    kafka.created += [*names.external(), names.updates, names.planning, *changelog_topics(s, 1)]
+    return s
+
+
+async def test_a_worker_on_other_topics_refuses_a_running_pipelines_app_id(
+    kafka: KafkaHelper, tmp_path: Path
+) -> None:
+    live, replay = kafka.unique("live") + ".", kafka.unique("replay") + "."
+    group = kafka.unique("workers")
+    await _live_group(kafka, live, group)
+    with pytest.raises(AppIdInUseError) as refused:
+        await ensure_topics(_settings(kafka, replay, group, tmp_path))
+    message = str(refused.value)
+    assert f"{live}samples" in message and f"{replay}samples" in message
+    assert "--app-id" in message
+    # the live pipeline's own workers, and a worker with an app id of its own, start
+    assert (await ensure_topics(_settings(kafka, live, group, tmp_path)))[f"{live}samples"] == 1
+    own = await ensure_topics(_settings(kafka, replay, kafka.unique("replay-workers"), tmp_path))
+    assert own[f"{replay}samples"] == 1
+
+
+async def test_dprobe_worker_exits_2_with_the_reason(kafka: KafkaHelper, tmp_path: Path) -> None:
+    live, replay = kafka.unique("live") + ".", kafka.unique("replay") + "."
+    group = kafka.unique("workers")
+    await _live_group(kafka, live, group)
+    _settings(kafka, replay, group, tmp_path)  # topics it may create are cleaned up
+    env = {**os.environ, "DPROBE_KAFKA_TOPIC_PREFIX": replay, "DPROBE_WORKER_METRICS_PORT": "0"}
+    cmd = [sys.executable, "-m", "dprobe.cli", "--bootstrap", kafka.bootstrap, "worker"]
+    cmd += ["--app-id", group, "--data-dir", str(tmp_path), "--partitions", "1"]
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    stderr = err.decode()
+    assert proc.returncode == 2, stderr[-2000:]
+    assert f"{live}samples" in stderr and "--app-id" in stderr
