@@ -3,7 +3,9 @@
 ``speed`` = event seconds per wall second: 1 is real time, 60 a minute per second, 0 as
 fast as possible. Pacing keeps to a schedule (record at event time ``t`` is sent at
 ``start + (t - t0) / speed``), so slow sends do not add up. Event times are kept unless
-``shift_to_now``: then every ``ts`` moves by the same amount so the first record is now.
+``shift_to_now``: then every ``ts`` moves by the same amount so that the replay ends now,
+its last record stamped with the time it is sent (:func:`shift_to_end_now`), and no
+record is stamped after the time it is sent: a worker rejects snapshots from the future.
 The producer is idempotent with ``acks=all``; delivery is awaited every ``await_every``
 records, every second, and at the end, so a failure stops the replay with an error.
 The clock (:mod:`dprobe.clock`) is injected: tests run pacing on a
@@ -100,10 +102,14 @@ async def replay(
     speed: float = 0.0,
     clock: Clock | None = None,
     shift_to_now: bool = False,
+    span_s: float = 0.0,
     await_every: int = 20_000,
     on_record: Callable[[ReplayRecord], None] | None = None,
 ) -> ReplayStats:
-    """Send ``records`` (event-time ordered) to ``topics[record.kind]`` paced by ``speed``."""
+    """Send ``records`` (event-time ordered) to ``topics[record.kind]`` paced by ``speed``.
+
+    ``span_s`` is the event time from the first record to the last (or more), which
+    ``shift_to_now`` needs when the replay runs faster than real time."""
     clk = clock or SystemClock()
     pacer = Pacer(speed, clk)
     stats = ReplayStats()
@@ -116,7 +122,7 @@ async def replay(
             raise ReplayError(f"no topic for {rec.kind} records")
         if shift_to_now:
             if delta is None:
-                delta = clk.now() - rec.ts
+                delta = shift_to_end_now(rec.ts, clk.now(), speed, span_s)
             rec = shifted(original, delta)
         await pacer.wait(rec.ts)
         pending.append(await sink.send(topics[rec.kind], value=rec.value, key=rec.key))
@@ -134,6 +140,22 @@ async def replay(
     await _delivered(pending)
     stats.wall_s = clk.monotonic() - started
     return stats
+
+
+def shift_to_end_now(first_ts: float, now: float, speed: float, span_s: float) -> float:
+    """What to add to every event time of a replay starting ``now`` at ``speed`` (0: as fast
+    as possible) whose records span ``span_s`` seconds from ``first_ts``, so that none is
+    stamped after the time it is sent and the last one about when it is sent. At real time
+    or slower the first record is now; faster, it is as far in the past as the replay
+    would otherwise run ahead of the clock.
+
+    >>> shift_to_end_now(1000.0, 5000.0, speed=1, span_s=3600)  # first record now
+    4000.0
+    >>> 1000.0 + shift_to_end_now(1000.0, 5000.0, speed=600, span_s=6000)  # 10 s, ends now
+    -990.0
+    """
+    ahead = span_s if speed <= 0 else span_s * max(0.0, 1.0 - 1.0 / speed)
+    return now - first_ts - ahead
 
 
 async def _delivered(futures: list[Awaitable[Any]]) -> None:

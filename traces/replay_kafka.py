@@ -61,6 +61,7 @@ async def replay_to_kafka(
     topics: dict[str, str],
     *,
     shift_to_now: bool = False,
+    span_s: float = 0.0,
     clock: Clock | None = None,
     on_record: Callable[[ReplayRecord], None] | None = None,
 ) -> ReplayStats:
@@ -79,6 +80,7 @@ async def replay_to_kafka(
             speed=settings.speed,
             clock=clock,
             shift_to_now=shift_to_now,
+            span_s=span_s,
             await_every=settings.await_every,
             on_record=on_record,
         )

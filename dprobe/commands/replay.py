@@ -23,8 +23,12 @@ and line; --strict stops at the first one (exit 2).
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from dprobe.errors import UsageError
+
+if TYPE_CHECKING:
+    from dprobe.config import ReplaySettings
 
 FORMATS = ("dprobe-parquet", "demand-csv", "helios-vc", "jobs-csv")
 
@@ -61,7 +65,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--strict", action="store_true", help="stop at the first malformed row (exit 2)")
     p.add_argument(
-        "--shift-to-now", action="store_true", help="move event times so the first record is now"
+        "--shift-to-now",
+        action="store_true",
+        help="move event times so the replay ends now (at real time: the first record is now)",
     )
     p.add_argument("--hours", type=float, help="replay only the first H hours of event time")
     p.add_argument(
@@ -75,6 +81,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="jobs-csv seconds per time unit (60)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def event_span_s(args: argparse.Namespace, s: ReplaySettings) -> float:
+    """Seconds of event time from the first record of the source to its last (one pass
+    over it, malformed rows passed over silently: the replay itself reports them)."""
+    from dprobe.traces.replay_demand import DemandLayout
+    from dprobe.traces.replay_sources import open_source
+
+    records, _ = open_source(
+        args.path,
+        args.fmt,
+        layout=DemandLayout(tick_s=s.tick_s, gpus_per_host=s.gpus_per_host),
+        time_unit_s=s.jobs_time_unit_s,
+    )
+    first = last = None
+    for rec in records:
+        first = rec.ts if first is None else first
+        last = rec.ts
+    return 0.0 if first is None or last is None else last - first
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,6 +146,9 @@ def run(args: argparse.Namespace) -> int:
     if args.hours is not None:
         records = first_hours(records, args.hours)
         total = None
+    span_s = 0.0
+    if args.shift_to_now and not 0 < s.speed <= 1:  # event time would run ahead of the clock
+        span_s = event_span_s(args, s) if args.hours is None else args.hours * 3600
     # read up to the first record before connecting, so a wrong file is named first
     records = iter(records)
     first = next(records, None)
@@ -164,7 +192,14 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         stats = asyncio.run(
-            replay_to_kafka(records, s, topics, shift_to_now=args.shift_to_now, on_record=on_record)
+            replay_to_kafka(
+                records,
+                s,
+                topics,
+                shift_to_now=args.shift_to_now,
+                span_s=span_s,
+                on_record=on_record,
+            )
         )
     finally:
         bar.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Awaitable
 from typing import Any
 
@@ -82,6 +83,29 @@ async def test_shift_to_now_moves_every_event_time_by_the_same_amount() -> None:
     got = [schema.decode_job_event(v).ts for *_, v in sink.sent]
     assert got == [1_800_000_000.0, 1_800_000_060.0]
     assert stats.first_ts == 1_800_000_000.0
+
+
+@pytest.mark.parametrize("speed", [1.0, 60.0, 600.0, 0.0])
+async def test_a_shifted_replay_never_stamps_a_record_after_the_time_it_is_sent(
+    speed: float,
+) -> None:
+    """Faster than real time, event time would run ahead of the clock (and a worker takes
+    snapshots from the future for a wrong clock): the shift puts the first record in the
+    past so that the last one is stamped about when it is sent."""
+    times = [1000.0 + 60.0 * i for i in range(61)]  # one hour
+    clock = ManualClock(start=1_800_000_000.0, monotonic_start=0.0)
+    sink = MemorySink(clock)
+    await replay(
+        _jobs(times), sink, TOPICS, speed=speed, clock=clock, shift_to_now=True, span_s=3600.0
+    )
+    stamped = [schema.decode_job_event(v).ts for *_, v in sink.sent]
+    sent_at = [1_800_000_000.0 + mono for mono, *_ in sink.sent]  # wall time when sent
+    assert all(ts <= at + 1e-6 for ts, at in zip(stamped, sent_at, strict=True))
+    assert stamped[-1] == pytest.approx(sent_at[-1], abs=1e-6)
+    gaps = [b - a for a, b in itertools.pairwise(stamped)]
+    assert gaps == pytest.approx([60.0] * 60)  # every event time moved by the same amount
+    if speed == 1.0:
+        assert stamped[0] == 1_800_000_000.0  # at real time the first record is now
 
 
 async def test_delivery_failure_stops_the_replay() -> None:
