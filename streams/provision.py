@@ -56,6 +56,7 @@ async def check_app_id(admin: AIOKafkaAdminClient, s: WorkerSettings) -> None:
         log.debug("consumer group %s not checked: %r", s.app_id, exc)
         return
     ours = {*names.external(), names.updates, names.planning, *changelog_topics(s, 1)}
+    ours.add(f"{s.app_id}-__assignor-__leader")  # faust's own, in every group of an app
     others = sorted({tp.topic for tp in offsets} - ours)
     if others:
         raise AppIdInUseError(
