@@ -59,11 +59,14 @@ async def check_app_id(admin: AIOKafkaAdminClient, s: WorkerSettings) -> None:
     ours.add(f"{s.app_id}-__assignor-__leader")  # faust's own, in every group of an app
     others = sorted({tp.topic for tp in offsets} - ours)
     if others:
+        suggested = s.kafka.topic_prefix.rstrip(".-_") + "-worker"
+        if suggested == s.app_id:
+            suggested = f"{s.app_id}-2"
         raise AppIdInUseError(
             f"app id {s.app_id!r} is the consumer group of workers that read "
             f"{', '.join(others)}, not {names.samples}: start this worker with an app id of "
             f"its own (--app-id, DPROBE_WORKER_APP_ID: its own consumer group, internal "
-            f"topics and planning state), e.g. --app-id {s.kafka.topic('worker')}"
+            f"topics and planning state), e.g. --app-id {suggested}"
         )
 
 
