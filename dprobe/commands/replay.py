@@ -148,7 +148,15 @@ def run(args: argparse.Namespace) -> int:
         total = None
     span_s = 0.0
     if args.shift_to_now and not 0 < s.speed <= 1:  # event time would run ahead of the clock
-        span_s = event_span_s(args, s) if args.hours is None else args.hours * 3600
+        if args.hours is None:
+            print(
+                "--shift-to-now: reading the trace once for its span, so the replay ends now "
+                "(--hours H skips this)",
+                file=sys.stderr,
+            )
+            span_s = event_span_s(args, s)
+        else:
+            span_s = args.hours * 3600
     # read up to the first record before connecting, so a wrong file is named first
     records = iter(records)
     first = next(records, None)
