@@ -113,3 +113,46 @@ def test_replays_write_to_their_own_topics_unless_told_to_go_live(
     assert "warning: these are the live topics" in went_live.stderr
     raws = asyncio.run(consume(kafka_bootstrap, f"{live}samples", until=2, timeout_s=30))
     assert sorted(schema.decode_snapshot(r).ts for r in raws) == [0.0, 60.0]
+
+
+@pytest.mark.integration
+def test_a_fast_shifted_replay_stamps_no_snapshot_after_its_record(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """At 600x with --shift-to-now the replay ends now: every snapshot is stamped at or
+    before its Kafka record's time (a worker dead-letters snapshots stamped more than
+    max_clock_skew_s ahead), and the last one about when it was sent."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+
+    f = tmp_path / "demand.csv"
+    f.write_text("ts,tenant,demand_gpus\n" + "".join(f"{60 * i},a,2\n" for i in range(61)))
+    prefix = f"shift{uuid.uuid4().hex[:8]}."
+    done = _dprobe(
+        "--bootstrap", kafka_bootstrap, "replay", str(f), "--format", "demand-csv",
+        "--speed", "600", "--shift-to-now", "--no-progress", replay_prefix=prefix,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+    async def stamped() -> list[tuple[float, float]]:
+        consumer = AIOKafkaConsumer(
+            f"{prefix}samples", bootstrap_servers=kafka_bootstrap,
+            auto_offset_reset="earliest", group_id=None,
+        )  # fmt: skip
+        out: list[tuple[float, float]] = []
+        async with consumer:
+            while len(out) < 61:
+                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=500), 30)
+                for records in batch.values():
+                    out += [
+                        (schema.decode_snapshot(r.value).ts, r.timestamp / 1000) for r in records
+                    ]
+        return out
+
+    pairs = sorted(asyncio.run(stamped()))
+    assert len(pairs) == 61
+    assert all(ts <= record + 1.0 for ts, record in pairs), max(t - r for t, r in pairs)
+    last_ts, last_record = pairs[-1]
+    assert last_record - last_ts < 5.0  # it ends about now
+    assert pairs[-1][0] - pairs[0][0] == 3600.0  # every time moved by the same amount
