@@ -122,8 +122,7 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
             log.info("creating topics %s", [t.name for t in new])
             with contextlib.suppress(TopicAlreadyExistsError):  # another worker won the race
                 await admin.create_topics(new)
-        described = await admin.describe_topics(list(names.external()))
-        partitions = {d["topic"]: len(d["partitions"]) for d in described}
+        partitions = await wait_for_partitions(admin, list(names.external()))
         for topic in (names.samples, names.jobs):
             if partitions.get(topic, s.partitions) < s.partitions:
                 log.warning(
@@ -148,6 +147,21 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
         return partitions
     finally:
         await admin.close()
+
+
+async def wait_for_partitions(
+    admin: AIOKafkaAdminClient, topics: list[str], *, wait_s: float = 30.0
+) -> dict[str, int]:
+    """Partitions of each of ``topics``, once the broker reports every one of them with
+    its partitions (a topic created a moment ago may be described without them yet: on a
+    fresh broker, while it also creates its consumer-offsets topic)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        described = await admin.describe_topics(topics)
+        partitions = {d["topic"]: len(d["partitions"]) for d in described}
+        if all(partitions.get(t, 0) > 0 for t in topics) or time.monotonic() > deadline:
+            return partitions
+        await asyncio.sleep(0.2)
 
 
 async def describe_topics(s: WorkerSettings, topics: list[str]) -> dict[str, int | None]:
