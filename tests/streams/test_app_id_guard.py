@@ -84,7 +84,12 @@ async def test_dprobe_worker_exits_2_with_the_reason(kafka: KafkaHelper, tmp_pat
     proc = await asyncio.create_subprocess_exec(
         *cmd, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
     )
-    _, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    finally:
+        if proc.returncode is None:  # it joined the group after all: stop it
+            proc.kill()
+            await proc.wait()
     stderr = err.decode()
     assert proc.returncode == 2, stderr[-2000:]
     assert f"{live}samples" in stderr and "--app-id" in stderr
