@@ -87,17 +87,23 @@ class DemoPlan:
         return int(self.event_span_s // self.window_s)
 
 
-def clock_start(now: datetime) -> float:
-    """Epoch seconds of 06:00 UTC on the latest Monday-Thursday at least a day before ``now``.
+def clock_start(now: datetime, span_s: float = 0.0) -> float:
+    """Epoch seconds of 06:00 UTC on the latest Monday-Thursday at least a day before
+    ``now`` from which ``span_s`` seconds of event time end by ``now``.
 
     The synthetic workload is quieter at weekends; starting on Monday to Thursday keeps a
-    run of up to a day on working days.
+    run of up to a day on working days. A longer run starts earlier: the worker takes a
+    snapshot stamped after the time it is sent as a host with a wrong clock and
+    dead-letters it (``max_clock_skew_s``), so event time must never pass the wall clock.
 
     >>> datetime.fromtimestamp(clock_start(datetime(2026, 11, 30, 9, tzinfo=UTC)), UTC)
     datetime.datetime(2026, 11, 26, 6, 0, tzinfo=datetime.timezone.utc)
+    >>> datetime.fromtimestamp(clock_start(datetime(2026, 11, 30, 9, tzinfo=UTC), 5 * 86400), UTC)
+    datetime.datetime(2026, 11, 25, 6, 0, tzinfo=datetime.timezone.utc)
     """
     day = (now.astimezone(UTC) - timedelta(days=1)).date()
-    while day.weekday() > 3:
+    while True:
+        start = datetime(day.year, day.month, day.day, START_HOUR_UTC, tzinfo=UTC)
+        if day.weekday() <= 3 and start.timestamp() + span_s <= now.timestamp():
+            return start.timestamp()
         day -= timedelta(days=1)
-    start = datetime(day.year, day.month, day.day, START_HOUR_UTC, tzinfo=UTC)
-    return start.timestamp()

@@ -246,7 +246,7 @@ class Demo:
         from dprobe.collectors.synthetic import SyntheticBackend
 
         p = self.plan
-        start = clock_start(datetime.now(UTC))
+        start = clock_start(datetime.now(UTC), p.event_span_s)
         clock = AcceleratedClock(speed=p.speed, start=start)
         tenants = tenant_names(p.tenants)
         collectors = []

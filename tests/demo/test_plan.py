@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -40,6 +40,18 @@ def test_clock_starts_at_six_on_monday_to_thursday_in_the_past(day: int) -> None
     assert start.weekday() <= 3 and start.hour == 6 and start.minute == 0
     assert (now - start).total_seconds() >= 86_400 - 6 * 3600
     assert (now - start).days <= 4
+
+
+@pytest.mark.parametrize("day", range(20, 30))
+@pytest.mark.parametrize("hours", [18, 40, 60, 240])
+def test_a_long_run_starts_early_enough_to_end_by_now(day: int, hours: int) -> None:
+    """Event time never passes the wall clock (the worker would dead-letter snapshots
+    from the future), however long the run."""
+    now = datetime(2026, 11, day, 3, tzinfo=UTC)
+    start = datetime.fromtimestamp(clock_start(now, hours * 3600.0), UTC)
+    assert start.weekday() <= 3 and start.hour == 6
+    assert start + timedelta(hours=hours) <= now
+    assert now - (start + timedelta(hours=hours)) < timedelta(days=5)  # not needlessly old
 
 
 def test_bootstrap_parsing() -> None:
