@@ -83,7 +83,6 @@ from dprobe.streams.state.window_agg import (
 
 log = logging.getLogger(__name__)
 LATE_LOG_INTERVAL_S = 60.0
-WINDOW_KEYS_MAX = 1 << 16  # window keys remembered at most (then forgotten all at once)
 
 
 def _utc(ts: float) -> str:
@@ -197,7 +196,6 @@ class Windows:
         self._late_unlogged = 0
         self._jobs: dict[int, _JobIndex] = {}  # partition -> its tenants' job books
         self._instance = os.urandom(8).hex()  # names this instance's writes of them
-        self._wkeys: dict[tuple[str, float, str], bytes] = {}
         self._writes = 0
 
     async def on_updates(self, events: Sequence[Any]) -> None:
@@ -263,7 +261,7 @@ class Windows:
             self.stats.late_partials += 1
             self._log_late(part, ps)
             return
-        key = self._window_key(part)
+        key = _wkey(part.tenant, part.window_start, shard_of(part.host, self.cfg.host_shards))
         state = batch.get(key) or initial(part.tenant, part.window_start)
         limit = self.cfg.max_state_bytes
         if is_new_host(state, part.host) and bytes_bound(state) + HOST_ENTRY_BYTES > limit:
@@ -275,18 +273,6 @@ class Windows:
         ps.open_window(part.tenant, part.window_start)
         if add_into(state, part):
             batch.set(key, state)
-
-    def _window_key(self, part: Partial) -> bytes:
-        """Table key of the shard of ``part``'s window that its host belongs to
-        (remembered: asked for every partial)."""
-        known = self._wkeys.get((part.tenant, part.window_start, part.host))
-        if known is None:
-            if len(self._wkeys) >= WINDOW_KEYS_MAX:
-                self._wkeys.clear()
-            shard = shard_of(part.host, self.cfg.host_shards)
-            known = _wkey(part.tenant, part.window_start, shard)
-            self._wkeys[(part.tenant, part.window_start, part.host)] = known
-        return known
 
     def _log_late(self, part: Partial, ps: PartitionState) -> None:
         """One log line a minute at most about late data, with the reason."""
