@@ -23,12 +23,15 @@ and line; --strict stops at the first one (exit 2).
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dprobe.errors import UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from dprobe.config import ReplaySettings
+    from dprobe.traces.replay_record import ReplayRecord
 
 FORMATS = ("dprobe-parquet", "demand-csv", "helios-vc", "jobs-csv")
 
@@ -83,18 +86,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def event_span_s(args: argparse.Namespace, s: ReplaySettings) -> float:
-    """Seconds of event time from the first record of the source to its last (one pass
-    over it, malformed rows passed over silently: the replay itself reports them)."""
+def open_trace(
+    args: argparse.Namespace, s: ReplaySettings, **kw: Any
+) -> tuple[Iterator[ReplayRecord], int | None]:
+    """The records of ``args.path`` in ``args.fmt`` as the settings lay them out
+    (``open_source``; ``kw``: ``strict``, ``on_bad``)."""
     from dprobe.traces.replay_demand import DemandLayout
     from dprobe.traces.replay_sources import open_source
 
-    records, _ = open_source(
-        args.path,
-        args.fmt,
-        layout=DemandLayout(tick_s=s.tick_s, gpus_per_host=s.gpus_per_host),
-        time_unit_s=s.jobs_time_unit_s,
-    )
+    layout = DemandLayout(tick_s=s.tick_s, gpus_per_host=s.gpus_per_host)
+    return open_source(args.path, args.fmt, layout=layout, time_unit_s=s.jobs_time_unit_s, **kw)
+
+
+def event_span_s(args: argparse.Namespace, s: ReplaySettings) -> float:
+    """Seconds of event time from the first record of the source to its last (one pass
+    over it, malformed rows passed over silently: the replay itself reports them)."""
+    records, _ = open_trace(args, s)
     first = last = None
     for rec in records:
         first = rec.ts if first is None else first
@@ -112,10 +119,8 @@ def run(args: argparse.Namespace) -> int:
 
     from dprobe.commands._common import settings
     from dprobe.config import ReplaySettings
-    from dprobe.traces.replay_demand import DemandLayout
     from dprobe.traces.replay_kafka import replay_to_kafka, topics_for
-    from dprobe.traces.replay_record import ReplayRecord
-    from dprobe.traces.replay_sources import first_hours, open_source
+    from dprobe.traces.replay_sources import first_hours
 
     s = settings(
         ReplaySettings,
@@ -135,14 +140,7 @@ def run(args: argparse.Namespace) -> int:
         bad.append(msg)
         tqdm.write(f"skipped malformed row: {msg}", file=sys.stderr)
 
-    records, total = open_source(
-        args.path,
-        args.fmt,
-        layout=DemandLayout(tick_s=s.tick_s, gpus_per_host=s.gpus_per_host),
-        time_unit_s=s.jobs_time_unit_s,
-        strict=args.strict,
-        on_bad=on_bad,
-    )
+    records, total = open_trace(args, s, strict=args.strict, on_bad=on_bad)
     if args.hours is not None:
         records = first_hours(records, args.hours)
         total = None
