@@ -40,6 +40,7 @@ class Scrape:
     forecasts: dict[tuple[str, float], tuple[float, float]] = field(default_factory=dict)
     quotas: dict[str, float] = field(default_factory=dict)
     late_partials: int | None = None  # dprobe_late_partials_total of the worker
+    dead_letters: dict[str, int] | None = None  # dprobe_deadletters_total by reason
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Recording:
     )  # tenant -> horizon -> made at window end -> (p50, p90)
     scraped_quota: dict[str, float] = field(default_factory=dict)  # latest, per tenant
     late_partials: int | None = None
+    dead_letters: dict[str, int] | None = None  # by reason, from the latest scrape
     events: list[Any] = field(default_factory=list)  # ScalingEvents, first delivery only
     actions: Counter[str] = field(default_factory=Counter)
     plans: set[str] = field(default_factory=set)
@@ -97,6 +99,8 @@ class Recording:
         self.scraped_quota.update(scrape.quotas)
         if scrape.late_partials is not None:
             self.late_partials = scrape.late_partials
+        if scrape.dead_letters is not None:
+            self.dead_letters = dict(scrape.dead_letters)
         for (tenant, horizon), pair in scrape.forecasts.items():
             at = self.latest_end(tenant)
             if at is not None:

@@ -63,6 +63,7 @@ class Summary:
     lag_last: float | None
     errors: tuple[HorizonError, ...]
     p90_calibrated: bool | None = None  # None: no scaling event said which model ran
+    dead_letters: dict[str, int] | None = None  # by reason; None: never scraped
 
 
 def calibrated_p90(rec: Recording) -> bool | None:
@@ -130,11 +131,29 @@ def summarize(rec: Recording, *, snapshots: int = 0) -> Summary:
         lag_last=lags[-1] if lags else None,
         errors=tuple(forecast_errors(rec)),
         p90_calibrated=calibrated_p90(rec),
+        dead_letters=rec.dead_letters,
     )
 
 
 def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _dead_letter_line(dead: dict[str, int] | None) -> str:
+    """How many records the worker sent to the dead-letter topic, by reason.
+
+    >>> _dead_letter_line({"clock_skew": 3, "decode_error": 0, "bad_value": 1})
+    'dead letters: 4 records (bad_value 1, clock_skew 3)'
+    >>> _dead_letter_line({"clock_skew": 0})
+    'dead letters: 0 records'
+    """
+    if dead is None:
+        return "dead letters: not measured (the worker's /metrics never answered)"
+    total = sum(dead.values())
+    if not total:
+        return "dead letters: 0 records"
+    reasons = ", ".join(f"{r} {n}" for r, n in sorted(dead.items()) if n)
+    return f"dead letters: {total} records ({reasons})"
 
 
 def format_summary(s: Summary) -> list[str]:
@@ -149,6 +168,7 @@ def format_summary(s: Summary) -> list[str]:
         f"windows: {s.windows} TenantWindows from {s.tenants} tenants{span}; "
         f"{s.snapshots} snapshots taken, {s.lost_snapshots} lost{late}"
     )
+    lines.append(_dead_letter_line(s.dead_letters))
     if s.horizons:
         horizons = ", ".join(format_duration(h) for h in s.horizons)
         lines.append(f"forecasts: {s.forecasts} recorded (horizons {horizons})")

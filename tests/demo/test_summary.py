@@ -107,12 +107,25 @@ def test_summary_lines() -> None:
     assert "forecast error 10m: MAE 1.00 GPUs over 1 forecasts vs last value 2.00 = 0.50 x" in text
 
 
+def test_dead_letters_come_from_the_latest_scrape_by_reason() -> None:
+    rec = Recording()
+    rec.add_scrape(Scrape(dead_letters={"clock_skew": 2, "bad_value": 0}))
+    rec.add_scrape(Scrape())  # a scrape without the counter keeps what was seen
+    rec.add_scrape(Scrape(dead_letters={"clock_skew": 5, "bad_value": 1, "decode_error": 0}))
+    text = "\n".join(format_summary(summarize(rec)))
+    assert "summary: dead letters: 6 records (bad_value 1, clock_skew 5)" in text
+    clean = Recording()
+    clean.add_scrape(Scrape(dead_letters={"clock_skew": 0}))
+    assert "summary: dead letters: 0 records" in format_summary(summarize(clean))
+
+
 def test_empty_run_says_so() -> None:
     text = "\n".join(format_summary(summarize(Recording())))
     assert "windows: 0 TenantWindows" in text
     assert "forecasts: 0 recorded" in text
     assert "summary: events: 0 scaling events " in text
     assert "consumer lag: not measured" in text
+    assert "dead letters: not measured" in text
     assert "forecast error: no forecast could be scored yet" in text
 
 
