@@ -324,7 +324,12 @@ def _urgent(
         if w > 0:
             want[t.tenant] = w
             continue
-        keep = max(need, ceil_to_node(t.guaranteed_gpus, node), ceil_to_node(t.hold_gpus, node))
+        # a donor keeps its need now, but never more than it may hold (``max_quota_gpus``
+        # caps its damped target below its need): the rest is lent like any idle node
+        kept_need = min(need, damped[t.tenant])
+        keep = max(
+            kept_need, ceil_to_node(t.guaranteed_gpus, node), ceil_to_node(t.hold_gpus, node)
+        )
         amount = min(t.idle_gpus, t.quota_gpus - keep)
         amount = max(0, amount - amount % node)
         spare[t.tenant] = min(amount, _offer(t, damped[t.tenant], node))

@@ -103,12 +103,29 @@ def _idle_owner_and_three(p90: float, need: float) -> tuple[int, list[TenantStat
     return capacity, tenants, [0, 0, 0, 0]
 
 
+def _capped_donor_and_waiting_jobs() -> tuple[int, list[TenantState], list[int]]:
+    """t0 holds 2 idle nodes it may not keep (``max_quota_gpus=0``) though its need is 16;
+    t3 one idle node; t4 is forecast to need one node, t5 waits for two."""
+    tenants = [
+        TenantState("t0", quota_gpus=16, idle_gpus=16, max_quota_gpus=0, need_gpus=16.0),
+        TenantState("t1", quota_gpus=0),
+        TenantState("t2", quota_gpus=0),
+        TenantState("t3", quota_gpus=8, idle_gpus=8),
+        TenantState("t4", quota_gpus=0, p90=1.0),
+        TenantState("t5", quota_gpus=0, need_gpus=16.0),
+    ]
+    return 24, tenants, [0] * 6
+
+
 @settings(max_examples=100, deadline=None)
 @given(worlds())
 # Waiting jobs held back by the rate limit must not lose their nodes to a forecast, and
 # must not take a forecast's nodes while other nodes are idle.
 @example(_idle_owner_and_three(p90=1.0, need=40.0))
 @example(_idle_owner_and_three(p90=17.0, need=40.0))
+# A donor whose need is above what it may hold (max_quota_gpus) lends the rest to waiting
+# jobs at once, not to a forecast that waiting jobs would take back in the next plan.
+@example(_capped_donor_and_waiting_jobs())
 def test_a_stable_series_never_flaps(world: tuple[int, list[TenantState], list[int]]) -> None:
     # Constant forecasts for 40 minutes of one plan a minute: every tenant's quota moves in
     # at most one direction, and the last ten plans move nothing.
