@@ -226,6 +226,9 @@ class WorkerSettings:
     # the planning state is checkpointed into Kafka at most this often (0: after every
     # plan); the journal of planning records covers the time in between
     planning_checkpoint_s: float = 300.0
+    # scaling events in Kafka transactions that fence a former planning owner (off for
+    # brokers without transactions; docs/worker.md)
+    fence_events: bool = True
     producer_linger_ms: float = 5.0
     producer_buffer_messages: int = 10_000
     batch_max: int = 500

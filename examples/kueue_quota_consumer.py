@@ -134,6 +134,7 @@ async def consume(args: argparse.Namespace, printer: Printer) -> None:
         group_id=args.group,
         enable_auto_commit=False,
         auto_offset_reset="earliest" if args.from_beginning else "latest",
+        isolation_level="read_committed",  # what the worker's transactions committed
     )
     await consumer.start()
     try:

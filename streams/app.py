@@ -30,6 +30,7 @@ from dprobe.models.planner import PlannerSettings
 from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec, demand_settings
 from dprobe.streams.deadletter import DeadLetters
+from dprobe.streams.event_fence import FencedEvents, transactional_id
 from dprobe.streams.ingest import Ingest
 from dprobe.streams.plan_order import PlanOrder
 from dprobe.streams.planning import DeliveryFailed, Planning
@@ -55,6 +56,21 @@ def broker_credentials(k: KafkaSettings) -> Any:
             ssl_context=ssl_ctx,
         )
     return faust.SSLCredentials(ssl_ctx)
+
+
+def event_producer(s: WorkerSettings) -> Any:
+    """Planning's producer of scaling events (:mod:`dprobe.streams.event_fence`): with
+    ``fence_events``, transactional, with the group's ``transactional.id``, so starting it
+    fences earlier owners."""
+    from aiokafka import AIOKafkaProducer
+
+    return AIOKafkaProducer(
+        **s.kafka.client_kwargs(),
+        transactional_id=transactional_id(s.app_id) if s.fence_events else None,
+        enable_idempotence=True,
+        acks="all",
+        compression_type="lz4",
+    )
 
 
 def forecaster(s: WorkerSettings) -> Any:
@@ -171,7 +187,9 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         max_clock_skew_s=s.max_clock_skew_s,
     )
     planning_topic = raw_topic(names.planning, partitions=1, internal=True)
-    scaling_events = raw_topic(names.scaling_events)
+    scaling_events = FencedEvents(
+        lambda: event_producer(s), names.scaling_events, transactional=s.fence_events
+    )
 
     async def forward(window: schema.TenantWindow) -> Any:
         return await planning_topic.send(key=b"plan", value=codec.encode_plan_window(window))
@@ -205,7 +223,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
     planning = Planning(
         make_order=lambda: PlanOrder(PlanLoop(forecaster(s), plan_settings(s)), s.partitions),
         store=PlanningStore(planning_table, chunk_bytes=s.max_state_bytes),
-        events_topic=scaling_events,
+        events=scaling_events,
         stats=stats,
         legacy_checkpoint=Path(s.data_dir) / "plan-loop.ckpt",
         checkpoint_s=s.planning_checkpoint_s,
@@ -214,6 +232,10 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
     def holds_planning(args: tuple[Any, ...]) -> bool:
         """Whether a rebalance signal's partitions (its first argument) include planning."""
         return any(tp.topic == names.planning for tp in (args[0] if args else ()))
+
+    @app.on_before_shutdown.connect
+    async def close_event_producer(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
+        await scaling_events.close()
 
     # A rebalance revokes every partition first (even those that stay), then assigns.
     @app.on_partitions_revoked.connect

@@ -12,7 +12,9 @@ window end once every window partition has passed it). For each record, in this 
 
 1. it is journaled in the ``planning`` table (:mod:`dprobe.streams.planning_store`);
 2. the events of any plan it completes are produced to ``dprobe.scaling-events``
-   (key = tenant) and their delivery awaited;
+   (key = tenant) in one Kafka transaction, and its commit awaited
+   (:mod:`dprobe.streams.event_fence`: the owner that takes planning over fences every
+   earlier one, so a former owner that wakes up from a stall sends nothing more);
 3. after a plan, at most every ``checkpoint_s`` seconds (``worker.planning_checkpoint_s``),
    the loop's whole state (forecaster, calibration, damping history, quotas, windows
    waiting) is checkpointed into the table, replacing the journal it covers;
@@ -69,7 +71,7 @@ class Planning:
         *,
         make_order: Callable[[], PlanOrder],
         store: PlanningStore,
-        events_topic: Any,
+        events: Any,
         stats: WorkerStats,
         legacy_checkpoint: Path | None = None,
         checkpoint_s: float = 0.0,
@@ -81,7 +83,7 @@ class Planning:
         self._checkpointed_at = -math.inf
         self.order = make_order()
         self.store = store
-        self.events = events_topic
+        self.events = events  # FencedEvents: claim(), release(), send_all()
         self.stats = stats
         self.legacy = legacy_checkpoint
         self._restored = False
@@ -107,6 +109,7 @@ class Planning:
         state and its tenant views."""
         self._restored = False
         self._last = self._head = None
+        self.events.release()
         self.store.forget_local()
         self.order = self.make_order()
         self._refresh_views()
@@ -115,6 +118,8 @@ class Planning:
         """One record of the planning topic at ``offset``: a closed window, a window
         partition's progress (which may complete plans), or a cluster report."""
         if not self._restored:
+            async with _delivering("planning's event producer (fencing earlier owners)", offset):
+                await self.events.claim()
             if self._current(offset):
                 self._restored = True  # a rebalance left planning here: nothing to load
             else:
@@ -128,13 +133,9 @@ class Planning:
         before = self.loop.planned_upto
         events = self._step(message)
         async with _delivering(f"{len(events)} scaling event(s)", offset):
-            futures = [
-                await self.events.send(key=ev.tenant.encode(), value=schema.encode(ev))
-                for ev in events
-            ]
-            for fut, ev in zip(futures, events, strict=True):
-                await fut
-                self.stats.scaling_events[ev.action] += 1
+            await self.events.send_all([(ev.tenant.encode(), schema.encode(ev)) for ev in events])
+        for ev in events:
+            self.stats.scaling_events[ev.action] += 1
         planned = self.loop.planned_upto != before
         if planned and self.clock() - self._checkpointed_at >= self.checkpoint_s:
             blob = state_bytes(self.order.state_dict())

@@ -141,6 +141,7 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
         group_id=args.group,
         enable_auto_commit=False,  # commit exactly what was handled, below
         auto_offset_reset="earliest" if args.from_beginning else "latest",
+        isolation_level="read_committed",  # whole plans only (the worker sends transactions)
         **kafka.client_kwargs(),
     )
     with watching_auth() as watch:

@@ -359,6 +359,7 @@ class Demo:
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
+            isolation_level="read_committed",  # scaling events: committed transactions only
             **self.kafka.client_kwargs(),
         )
         await consumer.start()

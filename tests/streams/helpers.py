@@ -283,7 +283,12 @@ def snapshot_records(snaps: list[schema.HostSnapshot]) -> list[tuple[bytes | Non
 
 
 async def consume(
-    bootstrap: Broker, topic: str, *, until: int, timeout_s: float = 120.0
+    bootstrap: Broker,
+    topic: str,
+    *,
+    until: int,
+    timeout_s: float = 120.0,
+    isolation_level: str = "read_uncommitted",
 ) -> list[bytes]:
     """Read ``topic`` from the start until ``until`` records arrived or the time is up."""
     consumer = AIOKafkaConsumer(
@@ -292,6 +297,7 @@ async def consume(
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         group_id=None,
+        isolation_level=isolation_level,
     )
     out: list[bytes] = []
     loop = asyncio.get_running_loop()

@@ -92,6 +92,32 @@ class FakeTopic:
         return fut
 
 
+class FakeEvents(FakeTopic):
+    """A :class:`FakeTopic` as the planning stage's event sink
+    (:class:`~dprobe.streams.event_fence.FencedEvents`): a transaction is the sends, then
+    waiting for each delivery; ``claims`` counts the producer (re)starts."""
+
+    def __init__(self, *, deliver: bool = True) -> None:
+        super().__init__(deliver=deliver)
+        self.claims = 0
+        self.current = False
+
+    async def claim(self) -> None:
+        if not self.current:
+            self.claims += 1
+            self.current = True
+
+    def release(self) -> None:
+        self.current = False
+
+    async def send_all(self, records: list[tuple[bytes, bytes]]) -> None:
+        if records:
+            await self.claim()
+        futures = [await self.send(key=k, value=v) for k, v in records]
+        for fut in futures:
+            await fut
+
+
 def _event(topic: str, partition: int, offset: int, value: bytes) -> Any:
     return SimpleNamespace(
         value=value, message=SimpleNamespace(topic=topic, partition=partition, offset=offset)

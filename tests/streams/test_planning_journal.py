@@ -23,7 +23,7 @@ from dprobe.streams.plan_order import PlanOrder
 from dprobe.streams.planning import DeliveryFailed, Planning
 from dprobe.streams.planning_store import PlanningStore
 from tests.models.test_plan_loop import _interleave, _partition_logs
-from tests.streams.test_batch_semantics import FakeTable, FakeTopic
+from tests.streams.test_batch_semantics import FakeEvents, FakeTable
 
 
 def _order() -> PlanOrder:
@@ -32,7 +32,7 @@ def _order() -> PlanOrder:
 
 def _planning(
     table: FakeTable,
-    events: FakeTopic,
+    events: FakeEvents,
     *,
     chunk_bytes: int = 512,
     legacy: Path | None = None,
@@ -44,7 +44,7 @@ def _planning(
     return Planning(
         make_order=_order,
         store=PlanningStore(table, chunk_bytes=chunk_bytes),
-        events_topic=events,
+        events=events,
         stats=WorkerStats(),
         legacy_checkpoint=legacy,
         checkpoint_s=checkpoint_s,
@@ -62,12 +62,12 @@ def _records() -> list[bytes]:
     return out
 
 
-def _ids(topic: FakeTopic) -> list[str]:
+def _ids(topic: FakeEvents) -> list[str]:
     return [decode_scaling_event(v).event_id for _, _, v in topic.sent]
 
 
-async def _uninterrupted(records: list[bytes]) -> FakeTopic:
-    whole = FakeTopic()
+async def _uninterrupted(records: list[bytes]) -> FakeEvents:
+    whole = FakeEvents()
     planning = _planning(FakeTable(), whole)
     for offset, raw in enumerate(records):
         await planning.on_message(raw, offset)
@@ -83,7 +83,7 @@ async def test_a_new_owner_resumes_from_the_changelog_the_last_one_wrote(
     records = _records()
     whole = await _uninterrupted(records)
 
-    table, events = FakeTable(), FakeTopic()
+    table, events = FakeTable(), FakeEvents()
     first = _planning(table, events, checkpoint_s=checkpoint_s)
     # The handover comes right after a record of this kind, whose offset is committed:
     # a window waiting for its end, a progress that planned nothing, a progress that
@@ -113,7 +113,7 @@ async def test_records_the_checkpoint_covers_are_skipped_when_read_again() -> No
     """The commit lags the checkpoint: the new owner reads records the checkpoint holds."""
     records = _records()
     whole = await _uninterrupted(records)
-    table, events = FakeTable(), FakeTopic()
+    table, events = FakeTable(), FakeEvents()
     first = _planning(table, events)
     for offset, raw in enumerate(records[: len(records) // 2]):
         await first.on_message(raw, offset)
@@ -128,7 +128,7 @@ async def test_records_the_checkpoint_covers_are_skipped_when_read_again() -> No
 
 async def test_the_changelog_holds_one_checkpoint_and_only_the_journal_after_it() -> None:
     table = FakeTable()
-    planning = _planning(table, FakeTopic(), chunk_bytes=256)
+    planning = _planning(table, FakeEvents(), chunk_bytes=256)
     records = _records()
     for offset, raw in enumerate(records):
         await planning.on_message(raw, offset)
@@ -148,7 +148,7 @@ async def test_a_corrupt_checkpoint_starts_planning_fresh_with_one_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     table = FakeTable()
-    planning = _planning(table, FakeTopic())
+    planning = _planning(table, FakeEvents())
     for offset, raw in enumerate(_records()[:200]):
         await planning.on_message(raw, offset)
     head = planning.store.head()
@@ -156,7 +156,7 @@ async def test_a_corrupt_checkpoint_starts_planning_fresh_with_one_warning(
     broken = FakeTable.recovered(table.changelog)
     broken.data[b"c|%020d|%06d" % (head.gen, 0)] = b"not a checkpoint"
     with caplog.at_level("WARNING", logger="dprobe.streams.planning"):
-        second = _planning(broken, FakeTopic())
+        second = _planning(broken, FakeEvents())
         await second.on_message(_records()[200], 200)
     assert second.loop.forecaster.forecast("vc-a", [60.0]) == {60.0: (0.0, 0.0)}
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
@@ -172,7 +172,7 @@ async def test_a_worker_upgraded_from_local_files_starts_from_them_once(
     loaded from the local files again, then the table's journal since the upgrade)."""
     records = _records()
     whole = await _uninterrupted(records)
-    events = FakeTopic()
+    events = FakeEvents()
     old = _order()
     half = len(records) // 2
     for raw in records[:half]:  # what the older worker planned and saved
@@ -203,7 +203,7 @@ async def test_a_worker_upgraded_from_local_files_starts_from_them_once(
 async def test_an_event_not_delivered_leaves_the_record_unacknowledged() -> None:
     """The agent ends the process on DeliveryFailed instead of acknowledging the record."""
     records = _records()
-    events = FakeTopic(deliver=False)
+    events = FakeEvents(deliver=False)
     planning = _planning(FakeTable(), events)
     for offset, raw in enumerate(records):
         pending = asyncio.ensure_future(planning.on_message(raw, offset))
@@ -223,12 +223,12 @@ async def test_a_journaled_record_that_fails_again_is_skipped_and_the_rest_taken
 ) -> None:
     records = _records()
     broken = 40  # a record whose handling raised (a bug): it stays in the journal
-    without = FakeTopic()  # the reference: the same records, that one never applied
+    without = FakeEvents()  # the reference: the same records, that one never applied
     reference = _planning(FakeTable(), without)
     for offset, raw in enumerate(records):
         if offset != broken:
             await reference.on_message(raw, offset)
-    table, events = FakeTable(), FakeTopic()
+    table, events = FakeTable(), FakeEvents()
     first = _planning(table, events, checkpoint_s=1e9)
     for offset, raw in enumerate(records[:120]):
         if offset == broken:
@@ -251,7 +251,7 @@ async def test_a_rebalance_that_leaves_planning_here_reloads_nothing() -> None:
     or replaying the journal, and plans what an uninterrupted run plans."""
     records = _records()
     whole = await _uninterrupted(records)
-    table, events = FakeTable(), FakeTopic()
+    table, events = FakeTable(), FakeEvents()
     planning = _planning(table, events, checkpoint_s=600.0)
     loads = []
     load = planning.store.load
@@ -275,7 +275,7 @@ async def test_a_worker_that_planning_comes_back_to_after_another_planned_reload
     one does."""
     records = _records()
     whole = await _uninterrupted(records)
-    table, events = FakeTable(), FakeTopic()
+    table, events = FakeTable(), FakeEvents()
     first = _planning(table, events)  # checkpoints after every plan
     half = len(records) // 2
     for offset in range(half):
@@ -300,7 +300,7 @@ async def test_a_former_owner_waking_from_a_stall_cannot_put_the_state_back() ->
     the newest state, and the run plans what an uninterrupted one does."""
     records = _records()
     whole = await _uninterrupted(records)
-    events = FakeTopic()
+    events = FakeEvents()
     stalled_table = FakeTable()
     stalled = _planning(stalled_table, events)  # checkpoints after every plan
     third_of = len(records) // 3
@@ -344,7 +344,7 @@ async def test_a_table_written_by_an_earlier_version_is_resumed() -> None:
     planning over from such a table resumes from it."""
     records = _records()
     whole = await _uninterrupted(records)
-    table, events = FakeTable(), FakeTopic()
+    table, events = FakeTable(), FakeEvents()
     first = _planning(table, events, checkpoint_s=600.0)
     half = len(records) // 2
     for offset in range(half):

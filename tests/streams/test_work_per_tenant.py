@@ -24,7 +24,7 @@ from dprobe.streams.planning import Planning
 from dprobe.streams.planning_store import PlanningStore
 from dprobe.streams.state.window_agg import Partial, WindowSettings
 from dprobe.streams.windows import Windows
-from tests.streams.test_batch_semantics import FakeTable, FakeTopic, _event
+from tests.streams.test_batch_semantics import FakeEvents, FakeTable, FakeTopic, _event
 
 T0 = 1_700_000_040.0
 
@@ -43,7 +43,7 @@ async def test_views_are_built_once_per_plan_not_per_window(tmp_path: Path) -> N
     planning = Planning(
         make_order=lambda: order,
         store=PlanningStore(FakeTable(), chunk_bytes=65_536),
-        events_topic=FakeTopic(),
+        events=FakeEvents(),
         stats=WorkerStats(),
     )
     calls = {"n": 0}

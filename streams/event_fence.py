@@ -1,0 +1,143 @@
+"""Scaling events through a transactional producer: one plan lands whole, and a former
+planning owner can send nothing once another worker has taken planning over.
+
+The planning stage sends its events through :class:`FencedEvents`. Its producer's
+``transactional.id`` belongs to the worker group's planning (``<app_id>-planning``), so
+the worker that takes planning over starts a producer with the same id, and Kafka bumps
+the id's epoch: every earlier owner's producer is *fenced*, the broker refuses what it
+sends from then on, and a transaction it had left open is aborted. A former owner whose
+event loop stalled past the group's session timeout therefore cannot send one more event
+when it wakes up: its next delivery fails and the worker exits unacknowledged (a
+supervisor restarts it and it rejoins as any worker does).
+
+The events of one planning record (every plan it completes) go in one transaction: a
+consumer reading with ``isolation_level=read_committed`` sees all of a plan's events or
+none, never half a plan from a worker that died in between (the next owner sends them
+again, with the same ``event_id``).
+
+Example (a stand-in for the producer; the real one is ``aiokafka.AIOKafkaProducer``):
+    >>> import asyncio
+    >>> class Producer:
+    ...     def __init__(self): self.log = []
+    ...     async def start(self): self.log.append("start: older owners fenced")
+    ...     async def stop(self): self.log.append("stop")
+    ...     async def begin_transaction(self): self.log.append("begin")
+    ...     async def commit_transaction(self): self.log.append("commit")
+    ...     async def abort_transaction(self): self.log.append("abort")
+    ...     async def send(self, topic, value, key): self.log.append(f"{topic} {key!r}")
+    >>> made = []
+    >>> sink = FencedEvents(lambda: made.append(Producer()) or made[-1], "dprobe.scaling-events")
+    >>> asyncio.run(sink.send_all([(b"vc-a", b"{}"), (b"vc-b", b"{}")]))
+    >>> for line in made[0].log: print(line)
+    start: older owners fenced
+    begin
+    dprobe.scaling-events b'vc-a'
+    dprobe.scaling-events b'vc-b'
+    commit
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def transactional_id(app_id: str) -> str:
+    """The ``transactional.id`` of a worker group's planning: one owner at a time.
+
+    >>> transactional_id("dprobe-worker")
+    'dprobe-worker-planning'
+    """
+    return f"{app_id}-planning"
+
+
+class FencedEvents:
+    """Deliver each planning record's events in one transaction of a producer made by
+    ``make_producer`` (started by :meth:`claim` or the first :meth:`send_all`). With
+    ``transactional=False`` (a producer without ``transactional_id``, for brokers that
+    offer no transactions) the records are sent and awaited one by one, unfenced."""
+
+    def __init__(
+        self, make_producer: Callable[[], Any], topic: str, *, transactional: bool = True
+    ) -> None:
+        self.make_producer = make_producer
+        self.topic = topic
+        self.transactional = transactional
+        self._producer: Any = None
+        self._stale = False  # planning went elsewhere since the producer started
+        self._lock = asyncio.Lock()
+
+    async def claim(self) -> None:
+        """Hold planning's producer: start it (which fences every earlier owner), or
+        start a new one when planning was another worker's since this one started (that
+        owner fenced it). A no-op while this worker's producer is current."""
+        async with self._lock:
+            if self._producer is not None and not self._stale:
+                return
+            await self._stop()
+            producer = self.make_producer()
+            await producer.start()
+            self._producer, self._stale = producer, False
+            log.info("planning's event producer started; earlier owners are fenced")
+
+    def release(self) -> None:
+        """Planning is another worker's now: the next :meth:`claim` starts afresh."""
+        self._stale = True
+
+    async def send_all(self, records: Sequence[tuple[bytes, bytes]]) -> None:
+        """Send ``(key, value)`` records in one transaction and wait until it commits.
+        Raises when it does not (e.g. ``ProducerFenced``: another worker plans now)."""
+        if not records:
+            return
+        await self.claim()
+        producer = self._producer
+        if not self.transactional:  # a broker without transactions: no fence, no atomicity
+            futures = [await producer.send(self.topic, v, key=k) for k, v in records]
+            for fut in futures:
+                await fut
+            return
+        await producer.begin_transaction()
+        futures = []
+        try:
+            for key, value in records:
+                futures.append(await producer.send(self.topic, value, key=key))
+        except BaseException:
+            _observe(futures)
+            await _abort(producer)
+            raise
+        try:
+            await producer.commit_transaction()  # waits for every send of the transaction
+        except BaseException:
+            _observe(futures)  # the commit's error is the one raised
+            raise
+
+    async def close(self) -> None:
+        """Stop the producer (the worker is stopping)."""
+        async with self._lock:
+            await self._stop()
+
+    async def _stop(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                await producer.stop()
+            except Exception as exc:  # noqa: BLE001 - a fenced producer may fail to stop
+                log.warning("stopping planning's old event producer: %r", exc)
+
+
+def _observe(futures: list[Any]) -> None:
+    """Mark the sends' own errors as seen: the transaction's error is the one raised."""
+    for fut in futures:
+        if isinstance(fut, asyncio.Future):
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+
+async def _abort(producer: Any) -> None:
+    try:
+        await producer.abort_transaction()
+    except Exception as exc:  # noqa: BLE001 - the original error is the one raised
+        log.warning("aborting a planning transaction: %r", exc)
