@@ -101,8 +101,11 @@ class Planning:
         """A rebalance began: at the next record the state is loaded again from the table
         (faust keeps the table current while the partition stays on this worker, and
         rebuilds it from the changelog when it comes back), unless this worker's loop is
-        still that state (:meth:`_current`)."""
+        still that state (:meth:`_current`). The event producer is started afresh too:
+        a worker that stalled may have lost planning and got it back in one rebalance it
+        saw, and its producer was fenced by the owner in between."""
         self._restored = False
+        self.events.release()
 
     def released(self) -> None:
         """The planning partition is another worker's now: drop this worker's copy of its

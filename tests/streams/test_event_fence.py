@@ -113,3 +113,29 @@ async def test_without_transactions_events_are_sent_one_by_one(kafka) -> None:
         await sink.close()
     got = await consume(kafka.bootstrap, topic, until=3, timeout_s=30)
     assert sorted(got) == [b"e1", b"e2", b"e3"]
+
+
+async def test_a_stalled_owner_that_gets_planning_back_sends_again(kafka) -> None:
+    # The first owner stalls; the group gives planning to the second, which plans (and
+    # fences the first); the first wakes up in a rebalance that gives planning back to it
+    # (it sees a revoke, then planning assigned again). Its next plans are delivered,
+    # through a new producer, not refused as a fenced owner's.
+    topic = await kafka.create_topic("scaling-events", partitions=2)
+    first_sink, second_sink = _sinks(kafka, topic, 2)
+    records = _records()
+    first = _planning(FakeTable(), first_sink)  # type: ignore[arg-type]
+    second = _planning(FakeTable(), second_sink)  # type: ignore[arg-type]
+    handover = len(records) // 2
+    try:
+        for offset, raw in enumerate(records[:handover]):
+            await first.on_message(raw, offset)
+        for offset, raw in enumerate(records[:handover]):
+            await second.on_message(raw, offset)
+        before = sum(first.stats.scaling_events.values())
+        first.revoke()  # the rebalance the first one sees when it wakes up
+        for offset, raw in enumerate(records[handover:], start=handover):
+            await first.on_message(raw, offset)
+        assert sum(first.stats.scaling_events.values()) > before
+    finally:
+        for sink in (first_sink, second_sink):
+            await sink.close()
