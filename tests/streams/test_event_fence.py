@@ -4,18 +4,22 @@ record's events commit together, and a worker that gets planning back sends agai
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from dprobe.schema import decode_scaling_event
 from dprobe.streams.event_fence import FencedEvents
-from dprobe.streams.planning import DeliveryFailed
+from dprobe.streams.planning import DeliveryFailed, Planning
 from tests.streams.helpers import consume
 from tests.streams.test_batch_semantics import FakeTable
 from tests.streams.test_planning_journal import _planning, _records
 
 pytestmark = pytest.mark.integration
+HALF = len(_records()) // 2  # where planning changes hands
 
 
 def _sinks(kafka: object, topic: str, n: int) -> list[FencedEvents]:
@@ -60,6 +64,31 @@ async def test_the_new_owner_fences_the_old_one_and_a_returning_owner_sends_agai
     assert not [v for v in everything if v.startswith(b"zombie")], everything
 
 
+@contextlib.asynccontextmanager
+async def _two_owners(kafka: object, topic: str) -> AsyncIterator[tuple[Planning, Planning]]:
+    """Two planning stages (two workers) whose events share planning's transactional id;
+    the first has planned the first half of the journal tests' records."""
+    sinks = _sinks(kafka, topic, 2)
+    first, second = (_planning(FakeTable(), sink) for sink in sinks)  # type: ignore[arg-type]
+    try:
+        await _feed(first, 0, HALF)
+        yield first, second
+    finally:
+        for sink in sinks:
+            await sink.close()
+
+
+async def _feed(planning: Planning, start: int, end: int | None) -> None:
+    """Planning records ``start:end`` of the journal tests' records, at their offsets."""
+    records = _records()
+    for offset in range(start, len(records) if end is None else end):
+        await planning.on_message(records[offset], offset)
+
+
+def _sent(planning: Planning) -> int:
+    return sum(planning.stats.scaling_events.values())
+
+
 async def test_a_former_planning_owner_cannot_send_once_another_took_over(kafka) -> None:
     # Two planning stages read the same planning records; the second takes planning over
     # after the first planned a while. From then on the first's next plan fails to
@@ -67,26 +96,14 @@ async def test_a_former_planning_owner_cannot_send_once_another_took_over(kafka)
     # events of the first up to the handover and of the second after it, once each
     # when read committed.
     topic = await kafka.create_topic("scaling-events", partitions=2)
-    first_sink, second_sink = _sinks(kafka, topic, 2)
-    records = _records()
-    first = _planning(FakeTable(), first_sink)  # type: ignore[arg-type]
-    second = _planning(FakeTable(), second_sink)  # type: ignore[arg-type]
-    handover = len(records) // 2
-    try:
-        for offset, raw in enumerate(records[:handover]):
-            await first.on_message(raw, offset)
-        sent_by_first = sum(first.stats.scaling_events.values())
+    async with _two_owners(kafka, topic) as (first, second):
+        sent_by_first = _sent(first)
         assert sent_by_first > 0
-        for offset, raw in enumerate(records):  # the new owner plans from the start
-            await second.on_message(raw, offset)
+        await _feed(second, 0, None)  # the new owner plans from the start
         with pytest.raises(DeliveryFailed):  # the old owner goes on where it was
-            for offset, raw in enumerate(records[handover:], start=handover):
-                await first.on_message(raw, offset)
-        assert sum(first.stats.scaling_events.values()) == sent_by_first
-    finally:
-        for sink in (first_sink, second_sink):
-            await sink.close()
-    sent = sum(second.stats.scaling_events.values())
+            await _feed(first, HALF, None)
+        assert _sent(first) == sent_by_first
+    sent = _sent(second)
     committed = await consume(
         kafka.bootstrap, topic, until=sent_by_first + sent, timeout_s=30,
         isolation_level="read_committed",
@@ -121,21 +138,9 @@ async def test_a_stalled_owner_that_gets_planning_back_sends_again(kafka) -> Non
     # (it sees a revoke, then planning assigned again). Its next plans are delivered,
     # through a new producer, not refused as a fenced owner's.
     topic = await kafka.create_topic("scaling-events", partitions=2)
-    first_sink, second_sink = _sinks(kafka, topic, 2)
-    records = _records()
-    first = _planning(FakeTable(), first_sink)  # type: ignore[arg-type]
-    second = _planning(FakeTable(), second_sink)  # type: ignore[arg-type]
-    handover = len(records) // 2
-    try:
-        for offset, raw in enumerate(records[:handover]):
-            await first.on_message(raw, offset)
-        for offset, raw in enumerate(records[:handover]):
-            await second.on_message(raw, offset)
-        before = sum(first.stats.scaling_events.values())
+    async with _two_owners(kafka, topic) as (first, second):
+        await _feed(second, 0, HALF)
+        before = _sent(first)
         first.revoke()  # the rebalance the first one sees when it wakes up
-        for offset, raw in enumerate(records[handover:], start=handover):
-            await first.on_message(raw, offset)
-        assert sum(first.stats.scaling_events.values()) > before
-    finally:
-        for sink in (first_sink, second_sink):
-            await sink.close()
+        await _feed(first, HALF, None)
+        assert _sent(first) > before
