@@ -73,8 +73,8 @@ class FencedEvents:
 
     async def claim(self) -> None:
         """Hold planning's producer: start it (which fences every earlier owner), or
-        start a new one when planning was another worker's since this one started (that
-        owner fenced it). A no-op while this worker's producer is current."""
+        start a new one after :meth:`release` (another owner may have fenced the old one
+        since). A no-op while this worker's producer is current."""
         async with self._lock:
             if self._producer is not None and not self._stale:
                 return
@@ -85,7 +85,8 @@ class FencedEvents:
             log.info("planning's event producer started; earlier owners are fenced")
 
     def release(self) -> None:
-        """Planning is another worker's now: the next :meth:`claim` starts afresh."""
+        """A rebalance began (planning may be another worker's now, or have been in
+        between): the next :meth:`claim` starts a new producer."""
         self._stale = True
 
     async def send_all(self, records: Sequence[tuple[bytes, bytes]]) -> None:
