@@ -69,33 +69,57 @@ class FencedEvents:
         self.transactional = transactional
         self._producer: Any = None
         self._stale = False  # planning went elsewhere since the producer started
-        self._lock = asyncio.Lock()
+        self._lock = asyncio.Lock()  # one claim, transaction or stop at a time
+        self._retiring: set[asyncio.Task[None]] = set()
 
     async def claim(self) -> None:
         """Hold planning's producer: start it (which fences every earlier owner), or
         start a new one after :meth:`release` (another owner may have fenced the old one
         since). A no-op while this worker's producer is current."""
         async with self._lock:
-            if self._producer is not None and not self._stale:
-                return
-            await self._stop()
-            producer = self.make_producer()
-            await producer.start()
-            self._producer, self._stale = producer, False
-            log.info("planning's event producer started; earlier owners are fenced")
+            await self._claim()
+
+    async def _claim(self) -> None:
+        if self._producer is not None and not self._stale:
+            return
+        await self._stop()
+        producer = self.make_producer()
+        await producer.start()
+        self._producer, self._stale = producer, False
+        log.info("planning's event producer started; earlier owners are fenced")
 
     def release(self) -> None:
         """A rebalance began (planning may be another worker's now, or have been in
-        between): the next :meth:`claim` starts a new producer."""
+        between): the next :meth:`claim` starts a new producer, and the current one is
+        stopped in the background once a transaction in flight has committed, so a
+        worker that lost planning holds no idle producer (nor its connections)."""
         self._stale = True
+        producer = self._producer
+        if producer is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop: the next claim or close stops it
+            return
+        task = loop.create_task(self._retire(producer))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _retire(self, producer: Any) -> None:
+        async with self._lock:
+            if self._producer is producer and self._stale:
+                await self._stop()
 
     async def send_all(self, records: Sequence[tuple[bytes, bytes]]) -> None:
         """Send ``(key, value)`` records in one transaction and wait until it commits.
         Raises when it does not (e.g. ``ProducerFenced``: another worker plans now)."""
         if not records:
             return
-        await self.claim()
-        producer = self._producer
+        async with self._lock:
+            await self._claim()
+            await self._send_all(self._producer, records)
+
+    async def _send_all(self, producer: Any, records: Sequence[tuple[bytes, bytes]]) -> None:
         if not self.transactional:  # a broker without transactions: no fence, no atomicity
             futures = [await producer.send(self.topic, v, key=k) for k, v in records]
             for fut in futures:
@@ -120,6 +144,8 @@ class FencedEvents:
         """Stop the producer (the worker is stopping)."""
         async with self._lock:
             await self._stop()
+        for task in list(self._retiring):
+            await task
 
     async def _stop(self) -> None:
         producer, self._producer = self._producer, None
