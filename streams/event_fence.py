@@ -69,6 +69,7 @@ class FencedEvents:
         self.transactional = transactional
         self._producer: Any = None
         self._stale = False  # planning went elsewhere since the producer started
+        self._releases = 0  # rebalances seen: one during a start leaves that producer stale
         self._lock = asyncio.Lock()  # one claim, transaction or stop at a time
         self._retiring: set[asyncio.Task[None]] = set()
 
@@ -83,9 +84,10 @@ class FencedEvents:
         if self._producer is not None and not self._stale:
             return
         await self._stop()
+        releases = self._releases
         producer = self.make_producer()
         await producer.start()
-        self._producer, self._stale = producer, False
+        self._producer, self._stale = producer, self._releases != releases
         log.info("planning's event producer started; earlier owners are fenced")
 
     def release(self) -> None:
@@ -94,6 +96,7 @@ class FencedEvents:
         stopped in the background once a transaction in flight has committed, so a
         worker that lost planning holds no idle producer (nor its connections)."""
         self._stale = True
+        self._releases += 1
         producer = self._producer
         if producer is None:
             return

@@ -92,3 +92,27 @@ def test_a_release_before_any_producer_or_outside_a_loop_is_harmless() -> None:
     sink.release()  # nothing started yet, no running loop
     assert made == []
     asyncio.run(sink.close())
+
+
+def test_a_rebalance_while_the_producer_starts_leaves_that_producer_stale() -> None:
+    class SlowStart(Producer):
+        async def start(self) -> None:
+            await self.gate.wait()
+            self.log.append("start")
+
+    async def run() -> list[list[str]]:
+        gate = asyncio.Event()
+        made: list[Producer] = []
+        sink = FencedEvents(lambda: made.append(SlowStart(gate)) or made[-1], "events")
+        claiming = asyncio.create_task(sink.claim())
+        await _settle()
+        sink.release()  # a rebalance began while the producer was starting
+        gate.set()
+        await claiming
+        await sink.send_all([(b"a", b"e1")])  # so the events go through a fresh one
+        await sink.close()
+        return [p.log for p in made]
+
+    first, second = asyncio.run(run())
+    assert first == ["start", "stop"]
+    assert second == ["start", "begin", "e1", "commit", "stop"]
