@@ -11,15 +11,17 @@ Example:
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 
 from dprobe.sim.cluster import VC
 
 
-def need_gpus(vc: VC, max_jobs: int = 512) -> int:
+def need_gpus(vc: VC, max_jobs: int = 512, extra: Iterable[int] = ()) -> int:
     """What ``vc`` needs now in whole nodes: its busy nodes, plus new nodes for its waiting
-    jobs (the first ``max_jobs`` in queue order), packed best-fit largest first into the
-    free GPUs of busy nodes and then into new nodes; a job larger than a node takes whole
-    nodes. Nodes draining away to their home VC do not count.
+    jobs (the first ``max_jobs`` in queue order) and for jobs of ``extra`` GPUs (jobs known
+    to arrive soon), packed best-fit largest first into the free GPUs of busy nodes and
+    then into new nodes; a job larger than a node takes whole nodes. Nodes draining away
+    to their home VC do not count.
 
     >>> from dprobe.sim.cluster import Node
     >>> from dprobe.sim.jobs import SimJob
@@ -34,7 +36,9 @@ def need_gpus(vc: VC, max_jobs: int = 512) -> int:
     frees = sorted(n.free for n in vc.nodes.values() if n.jobs and not n.draining)
     busy = len(frees)
     new = 0
-    for size in sorted((j.gpus for _, j in vc.pending[:max_jobs]), reverse=True):
+    sizes = [j.gpus for _, j in vc.pending[:max_jobs]]
+    sizes.extend(extra)
+    for size in sorted(sizes, reverse=True):
         if size > g:
             new += -(-size // g)
             continue
@@ -47,6 +51,6 @@ def need_gpus(vc: VC, max_jobs: int = 512) -> int:
     return (busy + new) * g
 
 
-def need_nodes(vc: VC) -> int:
+def need_nodes(vc: VC, extra: Iterable[int] = ()) -> int:
     """:func:`need_gpus` in whole nodes."""
-    return need_gpus(vc) // vc.node_gpus
+    return need_gpus(vc, extra=extra) // vc.node_gpus

@@ -55,9 +55,52 @@ def lend_order(vc: VC) -> list[Node]:
     return sorted(vc.idle_nodes(), key=lambda n: (n.home == vc.name, -n.idx))
 
 
-def _lendable(vc: VC) -> list[Node]:
+def lendable(vc: VC) -> list[Node]:
+    """``vc``'s idle nodes above its guarantee, in lending order."""
     idle = lend_order(vc)
     return idle[: max(0, min(len(idle), vc.have_nodes - vc.guaranteed_nodes))]
+
+
+def match(sim: Simulator, need: dict[str, int], offer: dict[str, list[Node]]) -> Moves:
+    """Moves that give each VC of ``need`` (nodes short) nodes of ``offer`` (each donor's
+    lendable nodes, in lending order): the neediest VC first, from the donor with most to
+    lend. ``offer`` is consumed."""
+    recv = [(-n, name) for name, n in need.items()]
+    don = [(-len(nodes), name) for name, nodes in offer.items() if nodes]
+    heapq.heapify(recv)
+    heapq.heapify(don)
+    moves: Moves = []
+    while recv and don:
+        n, r = heapq.heappop(recv)
+        _, d = heapq.heappop(don)
+        moves.append((offer[d].pop(0), sim.vcs[d], sim.vcs[r]))
+        if n + 1 < 0:
+            heapq.heappush(recv, (n + 1, r))
+        if offer[d]:
+            heapq.heappush(don, (-len(offer[d]), d))
+    return moves
+
+
+def send_home(
+    sim: Simulator, now: float, moves: Moves, room: dict[str, int] | None = None
+) -> Moves:
+    """``moves`` plus, in each VC with nothing waiting, its borrowed nodes that stayed idle
+    a whole planning interval and were not just lent on: they go home (at most
+    ``room[vc]`` of them when ``room`` is given; a VC missing from it sends none)."""
+    lent = {node.idx for node, _, _ in moves}
+    out = list(moves)
+    for vc in sim.vcs.values():
+        if vc.pending:
+            continue
+        left = len(vc.nodes) if room is None else room.get(vc.name, 0)
+        for node in vc.idle_nodes():
+            if left <= 0:
+                break
+            stale = now - node.idle_since >= sim.s.interval_s
+            if node.home != vc.name and stale and node.idx not in lent:
+                out.append((node, vc, sim.vcs[node.home]))
+                left -= 1
+    return out
 
 
 class ReactiveQuota:
@@ -72,29 +115,8 @@ class ReactiveQuota:
                 n = need_nodes(vc) - vc.have_nodes
                 if n > 0:
                     need[vc.name] = n
-        offer = {vc.name: _lendable(vc) for vc in sim.vcs.values() if not vc.pending}
-        recv = [(-n, name) for name, n in need.items()]
-        don = [(-len(nodes), name) for name, nodes in offer.items() if nodes]
-        heapq.heapify(recv)
-        heapq.heapify(don)
-        moves: Moves = []
-        while recv and don:
-            n, r = heapq.heappop(recv)
-            _, d = heapq.heappop(don)
-            moves.append((offer[d].pop(0), sim.vcs[d], sim.vcs[r]))
-            if n + 1 < 0:
-                heapq.heappush(recv, (n + 1, r))
-            if offer[d]:
-                heapq.heappush(don, (-len(offer[d]), d))
-        lent = {node.idx for node, _, _ in moves}
-        for vc in sim.vcs.values():  # borrowed nodes idle a whole interval go home
-            if vc.pending:
-                continue
-            for node in vc.idle_nodes():
-                stale = now - node.idle_since >= sim.s.interval_s
-                if node.home != vc.name and stale and node.idx not in lent:
-                    moves.append((node, vc, sim.vcs[node.home]))
-        return moves
+        offer = {vc.name: lendable(vc) for vc in sim.vcs.values() if not vc.pending}
+        return send_home(sim, now, match(sim, need, offer))
 
 
 Forecast = Callable[["Simulator", float], dict[str, tuple[float, float, float]]]

@@ -21,6 +21,7 @@ import numpy as np
 from dprobe.models.forecast.registry import make_forecaster
 from dprobe.models.planner import Planner
 from dprobe.sim.engine import QuotaMode, Simulator, StaticQuota
+from dprobe.sim.foresight import ForesightQuota
 from dprobe.sim.jobs import from_records
 from dprobe.sim.policies import make_policy
 from dprobe.sim.quota import OracleDemand, PlannerQuota, ReactiveQuota, learned_forecast
@@ -38,7 +39,8 @@ class CellResult:
     lost; ``moves_in_flight_gpu_h``: capacity that served nobody while moving;
     ``guarantee_wait_s``: per job, the part of its wait during which some of its VC's
     own nodes were away; ``policy_preemptions``: preemptions by SRTF / LAS (no work
-    lost); ``oracle_pick``: which run the oracle kept (``planner`` or ``reactive``)."""
+    lost); ``oracle_pick``: which run the oracle kept (``planner``, ``foresight`` or
+    ``reactive``)."""
 
     policy: str
     mode: str
@@ -68,8 +70,9 @@ class CellResult:
 
 def make_quota(mode: str, jobs: list[Any], settings: SimSettings) -> QuotaMode:
     """The quota mode object of ``mode`` for one run (fresh forecaster and planner); for
-    ``oracle``, the planner fed the true future demand (:func:`run_cell` keeps the better
-    of it and reactive)."""
+    ``oracle``, the planner fed the true future demand (:func:`run_one` also runs
+    ``foresight``, the reactive rule told the future arrivals, and keeps the better;
+    :func:`run_cell` then keeps the better of that and reactive)."""
     if mode == "static":
         return StaticQuota()
     if mode == "reactive":
@@ -89,6 +92,8 @@ def make_quota(mode: str, jobs: list[Any], settings: SimSettings) -> QuotaMode:
         return PlannerQuota("predictive", learned_forecast(model, horizons, hold_s=hold), planner)
     if mode == "oracle":
         return PlannerQuota("oracle", OracleDemand(jobs, lead, hold), planner)
+    if mode == "foresight":
+        return ForesightQuota(jobs)
     raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
 
 
@@ -103,9 +108,9 @@ def run_cell(
 ) -> CellResult:
     """Simulate ``records`` on VCs of ``vc_nodes`` nodes under ``policy`` and ``mode``.
 
-    The oracle knows the future; it plans with it and, with hindsight, keeps that run or
-    the reactive one, whichever has the lower average queueing delay, so it is never
-    above reactive."""
+    The oracle knows the future; it plans with it in two ways (:func:`run_one`) and, with
+    hindsight, keeps the best of those runs and the reactive one, whichever has the lowest
+    average queueing delay, so it is never above reactive."""
     planned = run_one(records, vc_nodes, policy, mode, settings=settings, sharing=sharing)
     if mode != "oracle":
         return planned
@@ -114,13 +119,17 @@ def run_cell(
 
 
 def oracle_of(planned: CellResult, reactive: CellResult) -> CellResult:
-    """The oracle cell: the planner fed the future (``planned``) or, with hindsight, the
+    """The oracle cell: the oracle's own run (``planned``) or, with hindsight, the
     ``reactive`` run of the same policy and settings, whichever waited less on average."""
-    best, pick = (planned, "planner")
-    if reactive.avg_queue_s < planned.avg_queue_s:
-        best, pick = (reactive, "reactive")
+    best = _better(planned, reactive)
+    pick = best.oracle_pick or best.mode
     wall = planned.wall_s + reactive.wall_s
     return replace(best, mode="oracle", oracle_pick=pick, wall_s=wall)
+
+
+def _better(first: CellResult, second: CellResult) -> CellResult:
+    """The run with the lower average queueing delay (``first`` on a tie)."""
+    return second if second.avg_queue_s < first.avg_queue_s else first
 
 
 def run_one(
@@ -132,8 +141,31 @@ def run_one(
     settings: SimSettings | None,
     sharing: Sharing | None,
 ) -> CellResult:
-    """One simulation of ``mode``; for ``oracle``, the planner fed the true future,
-    without the hindsight choice :func:`run_cell` adds (:func:`oracle_of`)."""
+    """One simulation of ``mode``; for ``oracle``, two: the planner fed the true future
+    and the reactive rule told the future arrivals (``foresight``), keeping the one that
+    waited less, without the hindsight choice against reactive that :func:`run_cell` adds
+    (:func:`oracle_of`)."""
+    if mode != "oracle":
+        return _simulate(records, vc_nodes, policy, mode, settings=settings, sharing=sharing)
+    runs = [
+        _simulate(records, vc_nodes, policy, how, settings=settings, sharing=sharing)
+        for how in ("oracle", "foresight")
+    ]
+    best = _better(*runs)
+    pick = "planner" if best is runs[0] else "foresight"
+    wall = sum(r.wall_s for r in runs)
+    return replace(best, mode="oracle", oracle_pick=pick, wall_s=wall)
+
+
+def _simulate(
+    records: Sequence[JobRecord],
+    vc_nodes: dict[str, int],
+    policy: str,
+    mode: str,
+    *,
+    settings: SimSettings | None,
+    sharing: Sharing | None,
+) -> CellResult:
     s = settings or SimSettings()
     t0 = time.perf_counter()
     max_gpus = sum(vc_nodes.values()) * s.node_gpus
