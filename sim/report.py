@@ -6,7 +6,8 @@ better; ``None`` without a static cell or when static had no delay);
 ``reduction_vs_reactive`` the same against the reactive cell. ``oracle_gain_captured``
 (predictive cells only) is ``(reactive - predictive) / (reactive - oracle)``: the share of
 the oracle's gain over reactive that predictive captures (``None`` when the oracle gains
-nothing).
+nothing). ``oracle_pick`` (oracle cells only) names the run the oracle kept: ``planner``,
+``foresight`` or ``reactive``.
 
 Example:
     >>> from dprobe.sim.run import CellResult
@@ -44,6 +45,7 @@ COLUMNS = (
     "reduction_vs_static",
     "reduction_vs_reactive",
     "oracle_gain_captured",
+    "oracle_pick",
 )
 
 
@@ -80,6 +82,7 @@ def rows(results: Sequence[CellResult]) -> list[dict[str, Any]]:
                 "reduction_vs_static": _pct(by.get((*key, "static")), r.avg_queue_s),
                 "reduction_vs_reactive": _pct(reactive, r.avg_queue_s),
                 "oracle_gain_captured": captured,
+                "oracle_pick": r.oracle_pick or None,
             }
         )
     return out

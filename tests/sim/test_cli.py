@@ -26,6 +26,7 @@ KEYS = {
     "reduction_vs_static",
     "reduction_vs_reactive",
     "oracle_gain_captured",
+    "oracle_pick",
 }
 
 
