@@ -12,8 +12,9 @@
   (:mod:`dprobe.models.planner`) turns the forecasts, each VC's need now at node
   granularity (:func:`need_gpus`) and what it is forecast to need within a borrower's
   run time (``hold``) into a zero-sum plan of node moves;
-- ``oracle``: the same planner fed the true future demand (``run.py`` keeps it or the
-  reactive run, whichever waited less: a ceiling by construction).
+- ``oracle``: the same planner fed the true future demand; ``run.py`` also runs the
+  reactive rule told the future arrivals (:mod:`dprobe.sim.foresight`) and keeps the
+  best of those two runs and the reactive one: a ceiling by construction.
 
 The engine applies the move latency and the reclaim of lent nodes to every mode alike.
 

@@ -145,10 +145,11 @@ def run_one(
     and the reactive rule told the future arrivals (``foresight``), keeping the one that
     waited less, without the hindsight choice against reactive that :func:`run_cell` adds
     (:func:`oracle_of`)."""
+    s = settings or SimSettings()
     if mode != "oracle":
-        return _simulate(records, vc_nodes, policy, mode, settings=settings, sharing=sharing)
+        return _simulate(records, vc_nodes, policy, mode, s=s, sharing=sharing)
     runs = [
-        _simulate(records, vc_nodes, policy, how, settings=settings, sharing=sharing)
+        _simulate(records, vc_nodes, policy, how, s=s, sharing=sharing)
         for how in ("oracle", "foresight")
     ]
     best = _better(*runs)
@@ -163,10 +164,10 @@ def _simulate(
     policy: str,
     mode: str,
     *,
-    settings: SimSettings | None,
+    s: SimSettings,
     sharing: Sharing | None,
 ) -> CellResult:
-    s = settings or SimSettings()
+    """One run of quota mode ``mode`` (or ``foresight``) and its figures."""
     t0 = time.perf_counter()
     max_gpus = sum(vc_nodes.values()) * s.node_gpus
     jobs, skipped = from_records(records, max_gpus)
