@@ -83,10 +83,8 @@ class ForesightQuota:
             short = need_nodes(vc, self.coming(vc.name, now, now + lead)) - vc.have_nodes
             if short > 0:
                 need[vc.name] = short
-            elif not vc.pending:
-                spare = vc.have_nodes - need_nodes(vc, self.coming(vc.name, now, now + lead))
-                if spare > 0:
-                    room[vc.name] = spare
+            elif short < 0 and not vc.pending:
+                room[vc.name] = -short  # what neither its queue nor its arrivals need
         offer = {name: lendable(sim.vcs[name])[:spare] for name, spare in room.items()}
         moves = match(sim, need, offer)
         for _, src, _ in moves:
