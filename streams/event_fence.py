@@ -68,8 +68,10 @@ class FencedEvents:
         self.topic = topic
         self.transactional = transactional
         self._producer: Any = None
-        self._stale = False  # planning went elsewhere since the producer started
-        self._releases = 0  # rebalances seen: one during a start leaves that producer stale
+        # rebalances seen, now and when the producer began to start: a producer started
+        # before the last rebalance is stale (planning may have gone elsewhere since)
+        self._releases = 0
+        self._started_at = 0
         self._lock = asyncio.Lock()  # one claim, transaction or stop at a time
         self._retiring: set[asyncio.Task[None]] = set()
 
@@ -81,13 +83,13 @@ class FencedEvents:
             await self._claim()
 
     async def _claim(self) -> None:
-        if self._producer is not None and not self._stale:
+        if self._producer is not None and not self._stale():
             return
         await self._stop()
-        releases = self._releases
+        started_at = self._releases
         producer = self.make_producer()
         await producer.start()
-        self._producer, self._stale = producer, self._releases != releases
+        self._producer, self._started_at = producer, started_at
         log.info("planning's event producer started; earlier owners are fenced")
 
     def release(self) -> None:
@@ -95,7 +97,6 @@ class FencedEvents:
         between): the next :meth:`claim` starts a new producer, and the current one is
         stopped in the background once a transaction in flight has committed, so a
         worker that lost planning holds no idle producer (nor its connections)."""
-        self._stale = True
         self._releases += 1
         producer = self._producer
         if producer is None:
@@ -108,9 +109,12 @@ class FencedEvents:
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
+    def _stale(self) -> bool:
+        return self._started_at != self._releases
+
     async def _retire(self, producer: Any) -> None:
         async with self._lock:
-            if self._producer is producer and self._stale:
+            if self._producer is producer and self._stale():
                 await self._stop()
 
     async def send_all(self, records: Sequence[tuple[bytes, bytes]]) -> None:
