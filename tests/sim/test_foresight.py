@@ -10,11 +10,7 @@ from dprobe.sim.jobs import SimJob, from_records
 from dprobe.sim.policies import make_policy
 from dprobe.sim.quota import ReactiveQuota
 from dprobe.sim.settings import SimSettings
-from tests.sim.test_costs import _random_trace
-
-
-def _job(i: int, tenant: str, t: float, g: int, d: float) -> SimJob:
-    return SimJob(i, tenant, gpus=g, submit_s=t, duration_s=d)
+from tests.sim.test_costs import _job, _random_trace
 
 
 def _run(jobs: list[SimJob], vcs: dict[str, int], foresight: bool, latency: float) -> Simulator:
