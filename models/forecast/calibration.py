@@ -33,6 +33,11 @@ a setting):
 - A requested horizon between calibrated ones gets ``a`` and ``b`` interpolated linearly
   (``b`` from 0 at horizon 0 below the first); beyond the last, the last ones. A
   calibration horizon shorter than the tenant's window is skipped.
+- ``raw_fallback`` [off]: per tenant and horizon, keep the inner model's own p90 while,
+  over the tenant's last ``window`` matured forecasts (shrunk towards all tenants' like
+  the fit), the calibrated p90 it would have given lost more pinball loss than the inner
+  one (an out-of-sample check, unlike the in-sample choice of ``a``). For an inner model
+  whose own p90 already tracks its errors; validation found it mixed (docs/forecasting.md).
 
 **Assumptions**: a tenant's scores are exchangeable over its last ``window`` matured
 forecasts; other tenants' errors in GPUs are a fair prior for a young tenant; p90 is
@@ -131,6 +136,7 @@ class Calibrated:
         min_scores: int = 20,
         adapt_gamma: float = 0.0,
         adapt_max: float = 0.07,
+        raw_fallback: bool = False,
     ) -> None:
         if not 0.0 < level < 1.0:
             raise ValueError(f"level must be within (0, 1), got {level}")
@@ -152,6 +158,7 @@ class Calibrated:
         self.min_scores = min_scores
         self.adapt_gamma = adapt_gamma
         self.adapt_max = adapt_max
+        self.raw_fallback = raw_fallback
         self.name: str = inner.name
         self.version: str = f"{inner.version}+{VERSION}"
         self._weights = np.asarray(self.spread_weights, dtype=float)
@@ -162,8 +169,9 @@ class Calibrated:
         # per tenant: step, end, pending forecasts, matured (resid, spread) lists, fit
         self._tenants: dict[str, dict[str, Any]] = {}
         # matured (resid, spread) arrays, oldest first; lists in state_dict
-        self._pool: list[list[np.ndarray]] = [_empty_pair() for _ in range(nh)]
+        self._pool: list[list[np.ndarray]] = [_empty_scores() for _ in range(nh)]
         self._pool_fit: list[list[list[float]] | None] = [None] * nh  # [b per a, loss per a]
+        self._pool_edge: list[float | None] = [None] * nh  # mean edge of the calibrated p90
         self._pool_at: float | None = None
         self._levels: list[float] = [self.level] * nh
 
@@ -180,8 +188,9 @@ class Calibrated:
                 "step": window_step_s(window, default=0.0) or None,
                 "end": None,
                 "pending": [],
-                "matured": [_empty_pair() for _ in self.horizons_s],
+                "matured": [_empty_scores() for _ in self.horizons_s],
                 "fit": None,
+                "raw": None,
             }
         if st["end"] is not None and end <= st["end"]:
             return  # late or repeated: the inner model ignores it too
@@ -197,6 +206,7 @@ class Calibrated:
             self._refresh_pool()
             self._pool_at = end
         st["fit"] = self._tenant_fit(st)
+        st["raw"] = self._raw_better(st) if self.raw_fallback else None
         raw = self.inner.forecast(tenant, self.horizons_s)
         for i, h in enumerate(self.horizons_s):
             ahead = round(h / step)
@@ -215,9 +225,12 @@ class Calibrated:
                 continue
             if at < idx:
                 continue  # its target window never arrived
-            for pair, cap in ((st["matured"][i], self.window), (self._pool[i], self.pool_size)):
-                pair[0] = np.append(pair[0], y - p50)[-cap:]
-                pair[1] = np.append(pair[1], max(p90 - p50, 0.0))[-cap:]
+            # what the calibrated p90 lost beyond the inner one (< 0: calibration paid)
+            edge = pinball(y, cal, self.level) - pinball(y, p90, self.level)
+            for sc, cap in ((st["matured"][i], self.window), (self._pool[i], self.pool_size)):
+                sc[0] = np.append(sc[0], y - p50)[-cap:]
+                sc[1] = np.append(sc[1], max(p90 - p50, 0.0))[-cap:]
+                sc[2] = np.append(sc[2], edge)[-cap:]
             if self.adapt_gamma > 0:
                 miss = 1.0 if y > cal + 1e-9 else 0.0
                 lo, hi = self.level - self.adapt_max, min(self.level + self.adapt_max, 0.999)
@@ -226,17 +239,19 @@ class Calibrated:
         st["pending"] = keep
 
     def _refresh_pool(self) -> None:
-        for i, (resid, spread) in enumerate(self._pool):
+        for i, (resid, spread, edge) in enumerate(self._pool):
             if len(resid) < self.min_scores:
                 self._pool_fit[i] = None
+                self._pool_edge[i] = None
                 continue
             b, loss = fit_affine(resid, spread, self._weights, self._levels[i], self.level)
             self._pool_fit[i] = [b.tolist(), loss.tolist()]
+            self._pool_edge[i] = float(edge.mean()) if edge.size else None
 
     def _tenant_fit(self, st: dict[str, Any]) -> list[list[float]] | None:
         """Per horizon ``[a, b]``, or None while there is nothing to calibrate with."""
         out = []
-        for i, (resid, spread) in enumerate(st["matured"]):
+        for i, (resid, spread, _) in enumerate(st["matured"]):
             pool = self._pool_fit[i]
             n = len(resid)
             if pool is None and n < self.min_scores:
@@ -256,14 +271,29 @@ class Calibrated:
             out.append([float(self._weights[j]), float(b[j])])
         return out
 
+    def _raw_better(self, st: dict[str, Any]) -> list[bool] | None:
+        """Per horizon, whether the inner p90 lost less than the calibrated one over the
+        tenant's matured forecasts (shrunk towards all tenants' like the fit)."""
+        if st["fit"] is None:
+            return None
+        out = []
+        for i, (_, _, edge) in enumerate(st["matured"]):
+            n, pool = len(edge), self._pool_edge[i]
+            own = float(edge.mean()) if n else 0.0
+            mean = own if pool is None else (n * own + self.prior_n * pool) / (n + self.prior_n)
+            out.append(mean > 0.0)
+        return out
+
     # -- forecasting ----------------------------------------------------------------------
     def forecast(self, tenant: str, horizons: Sequence[float]) -> dict[float, tuple[float, float]]:
         """``{horizon_s: (p50, calibrated p90)}`` in GPUs (p50 is the inner model's)."""
         raw = self.inner.forecast(tenant, horizons)
         st = self._tenants.get(tenant)
         fit = st["fit"] if st is not None else None
-        if fit is None:
+        if fit is None or st is None:
             return raw
+        if st.get("raw"):
+            fit = [[1.0, 0.0] if keep else f for f, keep in zip(fit, st["raw"], strict=True)]
         knots = [0.0, *self.horizons_s]
         a_at = [fit[0][0], *(f[0] for f in fit)]
         b_at = [0.0, *(f[1] for f in fit)]
@@ -315,6 +345,7 @@ class Calibrated:
                     "tenants": tenants,
                     "pool": _lists(self._pool),
                     "pool_fit": self._pool_fit,
+                    "pool_edge": self._pool_edge,
                     "pool_at": self._pool_at,
                     "levels": self._levels,
                 }
@@ -335,10 +366,12 @@ class Calibrated:
             raise ValueError("calibration state does not fit spread_weights")
         self.inner.load_state_dict(state["inner"])
         self._tenants = {
-            str(t): {**v, "matured": _arrays(v["matured"])} for t, v in cal["tenants"].items()
+            str(t): {"raw": None, **v, "matured": _arrays(v["matured"])}
+            for t, v in cal["tenants"].items()
         }
         self._pool = _arrays(cal["pool"])
         self._pool_fit = cal["pool_fit"]
+        self._pool_edge = cal.get("pool_edge", [None] * len(self.horizons_s))
         self._pool_at = None if cal["pool_at"] is None else float(cal["pool_at"])
         self._levels = [float(v) for v in cal["levels"]]
 
@@ -354,13 +387,26 @@ def _affine(ab: Sequence[float], p50: float, p90: float) -> float:
     return p50 + max(ab[0] * max(p90 - p50, 0.0) + ab[1], 0.0)
 
 
-def _empty_pair() -> list[np.ndarray]:
-    return [np.empty(0), np.empty(0)]
+def pinball(y: float, q: float, level: float) -> float:
+    """Quantile loss of ``q`` at ``level`` for the outcome ``y``.
+
+    >>> pinball(5.0, 2.0, 0.9), round(pinball(2.0, 4.0, 0.9), 9)
+    (2.7, 0.2)
+    """
+    d = y - q
+    return level * d if d >= 0 else (level - 1.0) * d
 
 
-def _lists(pairs: list[list[np.ndarray]]) -> list[list[list[float]]]:
-    return [[r.tolist(), s.tolist()] for r, s in pairs]
+def _empty_scores() -> list[np.ndarray]:
+    """Matured scores of one horizon: residual ``y - p50``, inner spread, edge."""
+    return [np.empty(0), np.empty(0), np.empty(0)]
 
 
-def _arrays(pairs: list[list[Sequence[float]]]) -> list[list[np.ndarray]]:
-    return [[np.asarray(r, dtype=float), np.asarray(s, dtype=float)] for r, s in pairs]
+def _lists(scores: list[list[np.ndarray]]) -> list[list[list[float]]]:
+    return [[a.tolist() for a in sc] for sc in scores]
+
+
+def _arrays(scores: list[list[Sequence[float]]]) -> list[list[np.ndarray]]:
+    """Back to arrays; a state written before the edge was kept gets an empty one."""
+    out = [[np.asarray(a, dtype=float) for a in sc] for sc in scores]
+    return [sc if len(sc) == 3 else [*sc[:2], np.empty(0)] for sc in out]

@@ -154,6 +154,52 @@ def test_the_inner_spread_is_used_where_it_pays() -> None:
     assert m.fitted("a")[STEP]["a"] > 0.5  # follows the inner spread, not a constant
 
 
+def _loss(y: float, q: float) -> float:
+    return 0.9 * (y - q) if y >= q else 0.1 * (q - y)
+
+
+def test_raw_fallback_keeps_the_inner_p90_while_it_lost_less() -> None:
+    """With ``raw_fallback``, p90 is the inner model's exactly when, over the tenant's last
+    ``window`` matured forecasts, the calibrated p90 (what the wrapper without the
+    fallback forecast) lost more than the inner one; the losses are recounted here."""
+
+    class Scaled(Fixed):
+        sigma = 1.0
+
+        def forecast(self, tenant, horizons):
+            return dict.fromkeys(horizons, (10.0, 10.0 + 1.2816 * self.sigma))
+
+    inners = [Scaled(), Scaled()]
+    kw = {"horizons_s": (STEP,), "window": 30, "min_scores": 5, "prior_n": 0.0}
+    plain = Calibrated(inners[0], **kw)
+    fallback = Calibrated(inners[1], raw_fallback=True, **kw)
+    rng = random.Random(3)
+    edges: list[float] = []
+    made = None  # (inner p90, calibrated p90) made at the last window's end
+    kept = switched = 0
+    for n in range(1500):
+        y = 10.0 + rng.gauss(0.0, inners[0].sigma)  # this window's noise
+        if made is not None:
+            edges.append(_loss(y, made[1]) - _loss(y, made[0]))
+        sigma = 1.0 if (n // 40) % 2 else 4.0  # the next window's noise, known to the inner
+        for inner in inners:
+            inner.sigma = sigma
+        for m in (plain, fallback):
+            m.learn_one(win("a", n, y))
+        raw = 10.0 + 1.2816 * sigma
+        cal = plain.forecast("a", [STEP])[STEP][1]
+        got = fallback.forecast("a", [STEP])[STEP][1]
+        if n > 40:
+            recent = edges[-30:]
+            expect_raw = sum(recent) / len(recent) > 0
+            assert got == pytest.approx(raw if expect_raw else cal)
+            kept += expect_raw
+            switched += not expect_raw
+        made = (raw, cal)
+    assert kept > 50 and switched > 50  # both branches were exercised
+    assert fallback.forecast("a", [STEP])[STEP][0] == 10.0  # p50 untouched
+
+
 def test_an_uncalibrated_state_loads_with_fresh_calibration() -> None:
     plain = LastValue()
     for n in range(30):
