@@ -231,6 +231,9 @@ class WorkerSettings:
     fence_events: bool = True
     producer_linger_ms: float = 5.0
     producer_buffer_messages: int = 10_000
+    # the most bytes one fetch takes from one partition (faust's default of 1 MiB leaves a
+    # worker waiting for its next fetch most of the time when it catches up: docs/worker.md)
+    fetch_partition_bytes: int = 8 * 1024 * 1024
     batch_max: int = 500
     batch_within_s: float = 0.1
     model: str = "dprobe-mmoe"
@@ -272,6 +275,8 @@ class WorkerSettings:
             raise ConfigError("worker.window_s must be > 0 and worker.grace_s >= 0")
         if self.batch_max < 1 or self.batch_within_s <= 0:
             raise ConfigError("worker.batch_max must be >= 1 and worker.batch_within_s > 0")
+        if not 65_536 <= self.fetch_partition_bytes <= 1 << 30:
+            raise ConfigError("worker.fetch_partition_bytes must be within [65536, 2**30]")
         if not (1 <= self.partitions <= 10_000 and 1 <= self.events_partitions <= 10_000) or not (
             1 <= self.replication_factor <= 100
         ):

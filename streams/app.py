@@ -147,6 +147,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         producer_linger=s.producer_linger_ms / 1000.0,
         producer_max_batch_size=1 << 20,
         consumer_auto_offset_reset="earliest",
+        consumer_max_fetch_size=s.fetch_partition_bytes,
         web_enabled=False,
         datadir=str(s.data_dir),
         table_standby_replicas=0,

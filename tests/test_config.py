@@ -54,6 +54,7 @@ def test_settings_are_frozen() -> None:
         ({"DPROBE_WORKER_WINDOW_S": "nan"}, "finite"),
         ({"DPROBE_WORKER_WINDOW_S": "-1"}, "window_s"),
         ({"DPROBE_WORKER_PARTITIONS": "1.5"}, "integer"),
+        ({"DPROBE_WORKER_FETCH_PARTITION_BYTES": "1000"}, "fetch_partition_bytes"),
         ({"DPROBE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL"}, "sasl_mechanism"),
     ],
 )

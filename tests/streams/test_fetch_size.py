@@ -1,0 +1,22 @@
+"""The worker's per-partition fetch size reaches faust's consumer (no broker).
+
+With faust's default of 1 MiB per partition a worker catching up waits for its next
+fetch most of the time (docs/worker.md, "Throughput"); ``fetch_partition_bytes`` sets it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dprobe.config import WorkerSettings
+from dprobe.streams.app import build_app
+
+
+def test_the_fetch_size_is_the_settings(tmp_path: Path) -> None:
+    for size in (WorkerSettings().fetch_partition_bytes, 3 * 1024 * 1024):
+        built = build_app(WorkerSettings(data_dir=tmp_path, fetch_partition_bytes=size))
+        try:
+            assert built.app.conf.consumer_max_fetch_size == size
+        finally:
+            built.app.consumer._thread.thread_loop.close()  # the consumer thread's own loop
+    assert WorkerSettings().fetch_partition_bytes > 1024 * 1024  # above faust's default
