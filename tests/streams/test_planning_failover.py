@@ -1,8 +1,9 @@
 """Planning fails over through Kafka: when the worker that owns the planning partition is
-SIGKILLed mid-run, or leaves while a third worker joins, another worker takes planning
-over from the ``planning`` table's changelog, and the scaling events of the whole run
-equal those of an uninterrupted single worker: the same event ids, none missing, none
-different after dedupe by id, the same quotas."""
+SIGKILLed mid-run, stalls until the group drops it and then wakes up, or leaves while a
+third worker joins, another worker takes planning over from the ``planning`` table's
+changelog, and the scaling events of the whole run equal those of an uninterrupted single
+worker: the same event ids, none missing, none different after dedupe by id, the same
+quotas."""
 
 from __future__ import annotations
 
@@ -40,6 +41,12 @@ TENANTS = ("vc-a", "vc-b", "vc-c", "vc-d")
 # GPUs each tenant runs in window m (pattern[m % 6]); at most the 64 GPUs of 8 hosts
 PATTERNS = ((8, 16, 24, 32, 24, 16), (32, 24, 16, 8, 16, 24), (8, 8, 16, 16, 8, 8), (8,) * 6)
 WINDOWS = 18
+# faust's broker.session.timeout (seconds), which faust reads from the environment: the
+# group drops a member that sent no heartbeat for this long. faust's default is 60 s; 10 s
+# (Kafka's own default until 3.0) keeps a stall short
+SESSION_TIMEOUT_S = 10
+# the exit status of a worker whose outputs were not delivered (streams/app.py)
+EXIT_UNDELIVERED = 70
 T = TypeVar("T")
 
 
@@ -235,8 +242,16 @@ def _prefix() -> tuple[str, str]:
 
 
 def _workers(
-    stack: ExitStack, bootstrap: str, tmp_path: Path, prefix: str, app_id: str, n: int
+    stack: ExitStack,
+    bootstrap: str,
+    tmp_path: Path,
+    prefix: str,
+    app_id: str,
+    n: int,
+    env: dict[str, str] | None = None,
 ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """``n`` workers of group ``app_id`` (``env`` added to their environment), each with
+    its /metrics port; each logs to ``tmp_path / f"w{port}.log"``."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     for _ in range(n):
         port = _free_port()
@@ -245,7 +260,7 @@ def _workers(
             worker_process(
                 bootstrap, prefix=prefix, app_id=app_id, data_dir=tmp_path / name,
                 window_s=WINDOW_S, log=tmp_path / f"{name}.log",
-                env={"DPROBE_WORKER_METRICS_PORT": str(port)},
+                env={**(env or {}), "DPROBE_WORKER_METRICS_PORT": str(port)},
             )
         )  # fmt: skip
         yield proc, port
@@ -285,6 +300,15 @@ async def _last_third_and_events(bootstrap: str, prefix: str, app_id: str, snaps
     rest = snaps[2 * (len(snaps) // 3) :] + closing_snapshots(snaps)
     await produce(bootstrap, f"{prefix}samples", snapshot_records(rest))
     return await _events(bootstrap, prefix, app_id, timeout_s=400)
+
+
+async def _planned_by(port: int, before: float) -> None:
+    """Wait until the worker on ``port`` has produced more events than ``before``."""
+
+    async def more() -> bool | None:
+        return True if _planned_or_zero(port) > before else None
+
+    await _until(more, "the other worker never took planning over", 180.0)
 
 
 def _assert_same_plans(events: list, ref: dict) -> None:
@@ -336,4 +360,43 @@ async def test_a_graceful_rebalance_changes_no_scaling_event(
         rest = [w for i, w in enumerate(workers) if i != owner]
         assert all(proc.poll() is None for proc, _ in rest)
         assert any(_planned(port) > 0 for _, port in rest), "no other worker planned"
+    _assert_same_plans(events, ref)
+
+
+async def test_a_stalled_planning_owner_changes_no_scaling_event(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    # The planning owner stops without a word (SIGSTOP: a frozen VM, a long pause under
+    # memory pressure), its connections still open, while traffic goes on. Once its
+    # session times out the group drops it, the other worker takes planning over, and
+    # its event producer, with planning's transactional.id, fences the stalled one's.
+    # Then the stalled worker wakes up.
+    snaps, ref, prefix, app_id = await _first_third(kafka_bootstrap, tmp_path)
+    env = {"BROKER_SESSION_TIMEOUT": str(SESSION_TIMEOUT_S)}
+    with ExitStack() as stack:
+        workers = list(_workers(stack, kafka_bootstrap, tmp_path, prefix, app_id, 2, env))
+        owner = await _owner([port for _, port in workers])
+        (stalled, stalled_port), (other, other_port) = workers[owner], workers[1 - owner]
+        committed = await _wait_committed(kafka_bootstrap, app_id)
+        before = _planned_or_zero(other_port)
+        assert before == 0, "planning had moved before the stall: no owner to stall"
+        stack.callback(stalled.send_signal, signal.SIGCONT)  # never left stopped
+        stalled.send_signal(signal.SIGSTOP)
+        await _second_third(kafka_bootstrap, prefix, snaps)
+        # the group rebalances once the stalled member's session has timed out
+        await _planned_by(other_port, before)
+        stalled.send_signal(signal.SIGCONT)
+        events = await _last_third_and_events(kafka_bootstrap, prefix, app_id, snaps)
+        assert other.poll() is None
+        assert await _planning_committed(kafka_bootstrap, app_id) > committed
+        # The resumed worker's event producer is fenced. If it takes a planning record
+        # before it notices that it left the group, that record's events are refused and
+        # it exits unacknowledged, its log naming ProducerFenced (docs/worker.md);
+        # otherwise it rejoins the group as an ordinary member. Which one happens
+        # depends on timing.
+        code = stalled.poll()
+        assert code in (None, EXIT_UNDELIVERED), f"the resumed worker exited with {code}"
+        if code == EXIT_UNDELIVERED:
+            log = (tmp_path / f"w{stalled_port}.log").read_text(errors="replace")
+            assert "ProducerFenced" in log
     _assert_same_plans(events, ref)
