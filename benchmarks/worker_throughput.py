@@ -15,7 +15,7 @@ local single-node Kafka:
 2. latency: live traffic paced at 1 Hz per host with event time = wall time; for each
    TenantWindow, delay = its Kafka record timestamp - window_end. Target p99 <= grace + 2 s.
 
-    python benchmarks/worker_throughput.py [--snapshots 20000] [--runs 5] [--workers 1]
+    python benchmarks/worker_throughput.py [--snapshots 100000] [--runs 5] [--workers 1]
         [--partitions 4] [--latency-s 60] [--json]
 
 With ``--json`` the last line is one JSON object: ``samples_per_s``, ``bare_samples_per_s``,
@@ -330,7 +330,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--snapshots", type=int, default=20000)
+    ap.add_argument("--snapshots", type=int, default=100_000)
     ap.add_argument("--hosts", type=int, default=40)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--workers", type=int, default=1, help="worker processes, one group")
