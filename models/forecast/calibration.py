@@ -166,9 +166,10 @@ class Calibrated:
 
     def _reset(self) -> None:
         nh = len(self.horizons_s)
-        # per tenant: step, end, pending forecasts, matured (resid, spread) lists, fit
+        # per tenant: step, end, pending forecasts, matured scores per horizon, fit, and
+        # per horizon whether the inner p90 is kept (raw_fallback)
         self._tenants: dict[str, dict[str, Any]] = {}
-        # matured (resid, spread) arrays, oldest first; lists in state_dict
+        # matured (resid, spread, edge) arrays, oldest first; lists in state_dict
         self._pool: list[list[np.ndarray]] = [_empty_scores() for _ in range(nh)]
         self._pool_fit: list[list[list[float]] | None] = [None] * nh  # [b per a, loss per a]
         self._pool_edge: list[float | None] = [None] * nh  # mean edge of the calibrated p90
