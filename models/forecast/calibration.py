@@ -226,12 +226,13 @@ class Calibrated:
                 continue
             if at < idx:
                 continue  # its target window never arrived
-            # what the calibrated p90 lost beyond the inner one (< 0: calibration paid)
-            edge = pinball(y, cal, self.level) - pinball(y, p90, self.level)
             for sc, cap in ((st["matured"][i], self.window), (self._pool[i], self.pool_size)):
                 sc[0] = np.append(sc[0], y - p50)[-cap:]
                 sc[1] = np.append(sc[1], max(p90 - p50, 0.0))[-cap:]
-                sc[2] = np.append(sc[2], edge)[-cap:]
+                if self.raw_fallback:
+                    # what the calibrated p90 lost beyond the inner one (< 0: it paid)
+                    edge = pinball(y, cal, self.level) - pinball(y, p90, self.level)
+                    sc[2] = np.append(sc[2], edge)[-cap:]
             if self.adapt_gamma > 0:
                 miss = 1.0 if y > cal + 1e-9 else 0.0
                 lo, hi = self.level - self.adapt_max, min(self.level + self.adapt_max, 0.999)
@@ -290,10 +291,10 @@ class Calibrated:
         """``{horizon_s: (p50, calibrated p90)}`` in GPUs (p50 is the inner model's)."""
         raw = self.inner.forecast(tenant, horizons)
         st = self._tenants.get(tenant)
-        fit = st["fit"] if st is not None else None
-        if fit is None or st is None:
+        if st is None or st["fit"] is None:
             return raw
-        if st.get("raw"):
+        fit = st["fit"]
+        if st["raw"]:
             fit = [[1.0, 0.0] if keep else f for f, keep in zip(fit, st["raw"], strict=True)]
         knots = [0.0, *self.horizons_s]
         a_at = [fit[0][0], *(f[0] for f in fit)]
@@ -399,7 +400,8 @@ def pinball(y: float, q: float, level: float) -> float:
 
 
 def _empty_scores() -> list[np.ndarray]:
-    """Matured scores of one horizon: residual ``y - p50``, inner spread, edge."""
+    """Matured scores of one horizon: residual ``y - p50``, inner spread, and (kept only
+    with ``raw_fallback``) the edge."""
     return [np.empty(0), np.empty(0), np.empty(0)]
 
 
