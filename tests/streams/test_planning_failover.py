@@ -217,13 +217,13 @@ async def _members(bootstrap: str, group: str, n: int) -> None:
     await _until(stable, f"group {group} never had {n} stable members", 120.0)
 
 
-async def _planned_more(workers: list, before: float) -> None:
+async def _planned_more(workers: list, before: float, timeout_s: float = 120.0) -> None:
     """Wait until the workers together have produced more events than ``before``."""
 
     async def more() -> bool | None:
         return True if sum(_planned_or_zero(port) for _, port in workers) > before else None
 
-    await _until(more, "no plan after the rebalance", 120.0)
+    await _until(more, "no plan after the rebalance", timeout_s)
 
 
 @contextlib.asynccontextmanager
@@ -302,15 +302,6 @@ async def _last_third_and_events(bootstrap: str, prefix: str, app_id: str, snaps
     return await _events(bootstrap, prefix, app_id, timeout_s=400)
 
 
-async def _planned_by(port: int, before: float) -> None:
-    """Wait until the worker on ``port`` has produced more events than ``before``."""
-
-    async def more() -> bool | None:
-        return True if _planned_or_zero(port) > before else None
-
-    await _until(more, "the other worker never took planning over", 180.0)
-
-
 def _assert_same_plans(events: list, ref: dict) -> None:
     got = _by_id(events)
     assert sorted(got) == sorted(ref)  # same ids: none missing, none extra
@@ -384,7 +375,7 @@ async def test_a_stalled_planning_owner_changes_no_scaling_event(
         stalled.send_signal(signal.SIGSTOP)
         await _second_third(kafka_bootstrap, prefix, snaps)
         # the group rebalances once the stalled member's session has timed out
-        await _planned_by(other_port, before)
+        await _planned_more([(other, other_port)], before, timeout_s=180.0)
         stalled.send_signal(signal.SIGCONT)
         events = await _last_third_and_events(kafka_bootstrap, prefix, app_id, snaps)
         assert other.poll() is None
