@@ -14,8 +14,9 @@ Usage (Helios Earth and the two folds of docs/forecasting.md are the defaults)::
         --fold 2020-05-08:2020-05-15 --fold 2020-05-15:2020-05-22 \\
         --variant 'default={}' --variant 'fallback={"raw_fallback": true}'
 
-Prints one line per variant, fold, model and horizon (coverage, pinball), the mean over
-folds, and with ``--json`` one JSON list last.
+Prints one line per variant, fold, model and horizon (coverage and pinball, uncalibrated
+-> calibrated), then per variant and horizon the range of coverage over models and folds
+and the best pinball per fold, and with ``--json`` one JSON list last.
 """
 
 from __future__ import annotations
