@@ -61,6 +61,13 @@ def test_bad_settings_exit_2(capsys) -> None:
     assert "interval_s" in capsys.readouterr().err
 
 
+def _seq_in(path: Path) -> int:
+    try:
+        return int(path.read_text().strip() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
 @pytest.mark.slow  # starts dprobe processes
 def test_sigterm_spools_everything_and_exits_0(tmp_path: Path) -> None:
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), DPROBE_KAFKA_BOOTSTRAP="127.0.0.1:1")
@@ -86,10 +93,12 @@ def test_sigterm_spools_everything_and_exits_0(tmp_path: Path) -> None:
         text=True,
     )
     spool_dir = tmp_path / "dprobe" / "spool" / "n1"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not any(spool_dir.glob("*.spool")):
-        time.sleep(0.1)
-    time.sleep(0.5)
+    seq_file = tmp_path / "dprobe" / "collector" / "seq-n1"
+    # stop once a few snapshots were taken (the seq file is replaced atomically; waiting
+    # for it, not for a fixed time, keeps the test right on a loaded machine)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _seq_in(seq_file) < 3:
+        time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     try:
         _, err = proc.communicate(timeout=30)
@@ -98,7 +107,6 @@ def test_sigterm_spools_everything_and_exits_0(tmp_path: Path) -> None:
         _, err = proc.communicate()
         pytest.fail(f"the collector did not stop within 30 s of SIGTERM:\n{err[-3000:]}")
     assert proc.returncode == 0, err
-    seq_file = tmp_path / "dprobe" / "collector" / "seq-n1"
     taken = int(seq_file.read_text())
     spool = Spool(spool_dir)
     spool.open()
