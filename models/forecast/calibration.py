@@ -66,6 +66,7 @@ from typing import Any
 import numpy as np
 
 from dprobe.models.forecast.base import Forecaster
+from dprobe.models.forecast.quantile_loss import pinball
 from dprobe.models.forecast.target import demand_of, window_step_s
 
 VERSION = "cal1"
@@ -231,7 +232,7 @@ class Calibrated:
                 sc[1] = np.append(sc[1], max(p90 - p50, 0.0))[-cap:]
                 if self.raw_fallback:
                     # what the calibrated p90 lost beyond the inner one (< 0: it paid)
-                    edge = pinball(y, cal, self.level) - pinball(y, p90, self.level)
+                    edge = pinball(y - cal, self.level) - pinball(y - p90, self.level)
                     sc[2] = np.append(sc[2], edge)[-cap:]
             if self.adapt_gamma > 0:
                 miss = 1.0 if y > cal + 1e-9 else 0.0
@@ -387,16 +388,6 @@ class Calibrated:
 def _affine(ab: Sequence[float], p50: float, p90: float) -> float:
     """``p50 + max(a x (p90 - p50) + b, 0)`` for ``ab = (a, b)``."""
     return p50 + max(ab[0] * max(p90 - p50, 0.0) + ab[1], 0.0)
-
-
-def pinball(y: float, q: float, level: float) -> float:
-    """Quantile loss of ``q`` at ``level`` for the outcome ``y``.
-
-    >>> pinball(5.0, 2.0, 0.9), round(pinball(2.0, 4.0, 0.9), 9)
-    (2.7, 0.2)
-    """
-    d = y - q
-    return level * d if d >= 0 else (level - 1.0) * d
 
 
 def _empty_scores() -> list[np.ndarray]:

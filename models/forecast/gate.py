@@ -41,18 +41,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from dprobe.models.forecast.base import Forecaster
+from dprobe.models.forecast.quantile_loss import pinball
 from dprobe.models.forecast.target import demand_of
 
 VERSION = "gate1"
-
-
-def pinball(error: float, level: float) -> float:
-    """Pinball (quantile) loss of ``error = actual - forecast`` at ``level``.
-
-    >>> pinball(2.0, 0.9), round(pinball(-2.0, 0.9), 6)
-    (1.8, 0.2)
-    """
-    return level * error if error >= 0 else (level - 1.0) * error
 
 
 class Gated:

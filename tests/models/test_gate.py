@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from dprobe.models.forecast.baselines import LastValue, RecentPeak
-from dprobe.models.forecast.gate import Gated, pinball
+from dprobe.models.forecast.gate import Gated
+from dprobe.models.forecast.quantile_loss import pinball
 from dprobe.models.forecast.registry import make_forecaster
 
 
