@@ -152,7 +152,7 @@ async def test_nvml_gpu_lost_and_timeouts_are_counted_and_ticking_goes_on(tmp_pa
             FakeGpu(uuid="GPU-b", util=10, mem_used=1 * GIB, procs={}),
         ]
     )
-    backend = NvmlBackend(nvml, timeout_s=0.05)
+    backend = NvmlBackend(nvml, timeout_s=5.0)  # generous: this machine may be busy
     # the service ticks once at start, then sleeps an hour: the test drives the ticks
     c, reg = collector_for(backend, tmp_path, ticks=10**6, clock=SystemClock(), interval_s=3600)
     ticked = asyncio.Event()
@@ -166,6 +166,7 @@ async def test_nvml_gpu_lost_and_timeouts_are_counted_and_ticking_goes_on(tmp_pa
     nvml.fail("nvmlDeviceGetMemoryInfo", NVML_ERROR_GPU_IS_LOST, device=0)
     third = await c.tick()
     nvml.heal()
+    backend.timeout_s = 0.05
     nvml.hang_s = 0.2  # NVML stops answering: the read times out, then is refused as busy
     hung = await c.tick()
     refused = await c.tick()

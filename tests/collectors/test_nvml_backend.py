@@ -156,8 +156,9 @@ async def test_nvml_timeout_code_on_one_device_is_retriable() -> None:
 
 async def test_hanging_nvml_times_out_then_refuses_while_busy() -> None:
     nvml = two_gpus()
-    backend = NvmlBackend(nvml, timeout_s=0.05)
+    backend = NvmlBackend(nvml, timeout_s=5.0)  # opening must not time out on a busy machine
     await backend.open()
+    backend.timeout_s = 0.05
     nvml.hang_s = 0.3
     with pytest.raises(BackendError) as first:
         await backend.read()
