@@ -25,6 +25,7 @@ from tests.streams.helpers import (
     assert_window_matches,
     closing_snapshots,
     consume,
+    consume_all,
     create_worker_topics,
     make_snapshots,
     produce,
@@ -59,7 +60,7 @@ async def _windows(
     ) as proc:
         await consume(bootstrap, f"{prefix}features", until=expected, timeout_s=150)
         await asyncio.sleep(2)  # anything extra (a duplicate) would arrive now
-        raws = await consume(bootstrap, f"{prefix}features", until=10**9, timeout_s=3)
+        raws = await consume_all(bootstrap, f"{prefix}features")
         assert proc.poll() is None, (tmp / f"worker-{name}.log").read_text()[-2000:]
     out: dict[tuple[str, float], schema.TenantWindow] = {}
     for raw in raws:

@@ -310,6 +310,45 @@ async def consume(
     return out
 
 
+async def consume_all(
+    bootstrap: Broker,
+    topic: str,
+    *,
+    timeout_s: float = 60.0,
+    isolation_level: str = "read_uncommitted",
+) -> list[bytes]:
+    """Every record of ``topic`` from the start up to its end offsets when called: a whole
+    read, however long it takes on a busy machine (up to ``timeout_s``, then an error)."""
+    from aiokafka.structs import TopicPartition
+
+    consumer = AIOKafkaConsumer(
+        **client_kw(bootstrap),
+        enable_auto_commit=False,
+        group_id=None,
+        isolation_level=isolation_level,
+    )
+    out: list[bytes] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    admin = AIOKafkaAdminClient(**client_kw(bootstrap))
+    await admin.start()
+    try:
+        [described] = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    parts = [TopicPartition(topic, p["partition"]) for p in described["partitions"]]
+    assert parts, f"no topic {topic}"
+    async with consumer:
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        ends = await consumer.end_offsets(parts)
+        while [tp for tp, end in ends.items() if await consumer.position(tp) < end]:
+            assert loop.time() < deadline, f"{topic} not read to its end in {timeout_s} s"
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                out += [r.value for r in records]
+    return out
+
+
 @contextlib.contextmanager
 def worker_process(
     bootstrap: Broker,

@@ -19,6 +19,7 @@ from tests.streams.helpers import (
     GB,
     Broker,
     consume,
+    consume_all,
     create_worker_topics,
     produce,
     snapshot_records,
@@ -154,7 +155,7 @@ async def _demand_shift(kafka_bootstrap: Broker, tmp_path: Path) -> None:
         else:
             pytest.fail("the restarted worker did not reach the end of the data")
         await asyncio.sleep(5)
-        raws = await consume(kafka_bootstrap, events_topic, until=10**9, timeout_s=3)
+        raws = await consume_all(kafka_bootstrap, events_topic)
         assert proc.poll() is None
 
     events = [schema.decode_scaling_event(r) for r in raws]
