@@ -15,8 +15,9 @@ with several partitions) shows only the tenants no newer plan has set, so the la
 of each tenant is its newest target. With --json, one JSON
 object per line (JSON Lines), the event as produced: a tail has no end, so it cannot print
 one JSON document; every line is one complete document for jq or a script. A summary goes
-to stderr at the end. Stops on --max-events, after --timeout seconds without records, or
-on Ctrl-C / SIGTERM (exit 0).
+to stderr at the end. Stops on --max-events, after --timeout seconds without records
+(with --group, counted from when the group gave this reader its partitions, or after
+JOIN_WAIT_S or --timeout, the longer, if it never does), or on Ctrl-C / SIGTERM (exit 0).
 
 Examples:
     dprobe events --from-beginning
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 REMEMBERED_IDS = 100_000
 POLL_MS = 500
+JOIN_WAIT_S = 30.0  # with --group and --timeout: longest wait for partitions before stopping
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -77,7 +79,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=float,
         metavar="S",
-        help="stop when no record arrived for S seconds (default: never)",
+        help="stop when no record arrived for S seconds (with --group: once it holds its "
+        "partitions; default: never)",
     )
 
 
@@ -161,13 +164,18 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
     plans = PlanAssembler() if args.plans else None
     seen = SeenIds(REMEMBERED_IDS)
     tail = _Tail(json=args.json, max_events=args.max_events, plans=plans)
-    last_record = time.monotonic()
+    joined = args.group is None  # a group's join (seconds on a busy broker) is not idle time
     try:
         await _announce(consumer, topic, args)
+        last_record = time.monotonic()
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=POLL_MS)
+            if not joined and consumer.assignment():
+                joined, last_record = True, time.monotonic()  # the idle clock starts now
             if not batch:
-                if args.timeout is not None and time.monotonic() - last_record >= args.timeout:
+                if args.timeout is not None and time.monotonic() - last_record >= (
+                    args.timeout if joined else max(JOIN_WAIT_S, args.timeout)
+                ):
                     break
                 continue
             last_record = time.monotonic()
