@@ -282,6 +282,18 @@ def snapshot_records(snaps: list[schema.HostSnapshot]) -> list[tuple[bytes | Non
     return [(s.host.encode(), schema.encode(s)) for s in snaps]
 
 
+def _reader(bootstrap: Broker, isolation_level: str, *topics: str) -> AIOKafkaConsumer:
+    """A consumer outside any group that starts at the beginning of what it reads."""
+    return AIOKafkaConsumer(
+        *topics,
+        **client_kw(bootstrap),
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        group_id=None,
+        isolation_level=isolation_level,
+    )
+
+
 async def consume(
     bootstrap: Broker,
     topic: str,
@@ -291,14 +303,7 @@ async def consume(
     isolation_level: str = "read_uncommitted",
 ) -> list[bytes]:
     """Read ``topic`` from the start until ``until`` records arrived or the time is up."""
-    consumer = AIOKafkaConsumer(
-        topic,
-        **client_kw(bootstrap),
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        group_id=None,
-        isolation_level=isolation_level,
-    )
+    consumer = _reader(bootstrap, isolation_level, topic)
     out: list[bytes] = []
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -321,12 +326,7 @@ async def consume_all(
     read, however long it takes on a busy machine (up to ``timeout_s``, then an error)."""
     from aiokafka.structs import TopicPartition
 
-    consumer = AIOKafkaConsumer(
-        **client_kw(bootstrap),
-        enable_auto_commit=False,
-        group_id=None,
-        isolation_level=isolation_level,
-    )
+    consumer = _reader(bootstrap, isolation_level)
     out: list[bytes] = []
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s

@@ -27,6 +27,7 @@ from dprobe import schema
 from tests.conftest import _free_port
 from tests.streams.helpers import (
     closing_snapshots,
+    consume_all,
     create_worker_topics,
     produce,
     snapshot_records,
@@ -117,20 +118,7 @@ async def _events(bootstrap: str, prefix: str, app_id: str, *, timeout_s: float)
 
 async def _read_all(bootstrap: str, topic: str) -> list[schema.ScalingEvent]:
     """Every record of ``topic`` up to its end now, decoded as scaling events."""
-    async with _admin(bootstrap) as admin:
-        [described] = await admin.describe_topics([topic])
-    parts = [TopicPartition(topic, p["partition"]) for p in described["partitions"]]
-    assert parts, f"no topic {topic}"
-    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    out: list[schema.ScalingEvent] = []
-    async with reader:
-        reader.assign(parts)
-        await reader.seek_to_beginning(*parts)
-        ends = await reader.end_offsets(parts)
-        while [tp for tp, end in ends.items() if await reader.position(tp) < end]:
-            for records in (await reader.getmany(timeout_ms=500)).values():
-                out += [schema.decode_scaling_event(r.value) for r in records]
-    return out
+    return [schema.decode_scaling_event(raw) for raw in await consume_all(bootstrap, topic)]
 
 
 def _by_id(events: list) -> dict[str, tuple[str, float, float]]:
