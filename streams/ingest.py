@@ -49,6 +49,7 @@ from dprobe import schema
 from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec, table_io
 from dprobe.streams.deadletter import DeadLetters
+from dprobe.streams.ranked_table import RANK_KEY
 from dprobe.streams.state import seq_tracker
 from dprobe.streams.state.window_agg import Partial, WindowSettings, split_snapshot
 
@@ -254,7 +255,7 @@ class Ingest:
                 await self.deadletter.send(event.value, skew, message)
                 continue
             try:
-                parts = self._observe(snap, message.partition, hosts)
+                parts = self._observe(snap, message.partition, hosts, offset=message.offset)
             except Exception as exc:  # noqa: BLE001 - a bug, not bad input; logged there
                 await self.deadletter.processing_error(event.value, exc, message)
                 continue
@@ -278,14 +279,20 @@ class Ingest:
         snap: schema.HostSnapshot,
         partition: int,
         hosts: dict[bytes, tuple[int, dict[str, Any]]],
+        offset: int | None = None,
     ) -> list[Partial] | None:
-        """Dedupe and gap-count one snapshot; its partials (``None`` for a duplicate)."""
+        """Dedupe and gap-count one snapshot; its partials (``None`` for a duplicate).
+        The host's new state records the highest ``offset`` (the snapshot's offset in its
+        partition) it accounts for as its rank, so a restore never takes an older state
+        for it (``RankedTable``)."""
         key = snap.host.encode()
         known = hosts.get(key) or self._unwritten.get(key)  # this batch's, or one on the way
         state = known[1] if known else codec.loads(self.hosts.get(key)) or seq_tracker.initial()
         state, verdict, lost = seq_tracker.observe(
             state, seq=snap.seq, ts=snap.ts, reset_after_s=self.reset_after_s
         )
+        if offset is not None:  # the highest offset the state accounts for
+            state[RANK_KEY] = max(offset, state.get(RANK_KEY, -1))
         hosts[key] = (partition, state)
         if verdict == "duplicate":
             self.stats.duplicates += 1

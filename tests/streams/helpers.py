@@ -322,12 +322,28 @@ async def consume_all(
     timeout_s: float = 60.0,
     isolation_level: str = "read_uncommitted",
 ) -> list[bytes]:
-    """Every record of ``topic`` from the start up to its end offsets when called: a whole
-    read, however long it takes on a busy machine (up to ``timeout_s``, then an error)."""
+    """Every record value of ``topic`` from the start up to its end offsets when called: a
+    whole read, however long it takes on a busy machine (up to ``timeout_s``, then an
+    error)."""
+    records = await consume_all_records(
+        bootstrap, topic, timeout_s=timeout_s, isolation_level=isolation_level
+    )
+    return [value for _, value in records]
+
+
+async def consume_all_records(
+    bootstrap: Broker,
+    topic: str,
+    *,
+    timeout_s: float = 60.0,
+    isolation_level: str = "read_uncommitted",
+) -> list[tuple[bytes | None, bytes]]:
+    """:func:`consume_all` with each record's key: ``(key, value)`` in log order per
+    partition."""
     from aiokafka.structs import TopicPartition
 
     consumer = _reader(bootstrap, isolation_level)
-    out: list[bytes] = []
+    out: list[tuple[bytes | None, bytes]] = []
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     admin = AIOKafkaAdminClient(**client_kw(bootstrap))
@@ -345,7 +361,7 @@ async def consume_all(
         while [tp for tp, end in ends.items() if await consumer.position(tp) < end]:
             assert loop.time() < deadline, f"{topic} not read to its end in {timeout_s} s"
             for records in (await consumer.getmany(timeout_ms=500)).values():
-                out += [r.value for r in records]
+                out += [(r.key, r.value) for r in records]
     return out
 
 

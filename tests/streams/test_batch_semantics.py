@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from dprobe import schema
 from dprobe.sinks.worker_stats import WorkerStats
+from dprobe.streams import codec
 from dprobe.streams.deadletter import DeadLetters
 from dprobe.streams.ingest import Ingest
 from dprobe.streams.state.window_agg import WindowSettings
@@ -173,6 +174,19 @@ async def test_host_state_is_written_only_after_its_partials_are_delivered() -> 
         fut.set_result(None)
     await task
     assert {key for _, key, _ in hosts.changelog} == {b"host-0", b"host-1"}
+
+
+async def test_host_state_records_the_offset_it_accounts_for() -> None:
+    hosts = FakeTable()
+    ingest = _ingest(FakeTopic(UPDATE_PARTITIONS), hosts)
+    snaps = make_snapshots(hosts=2, ticks=3)
+    events = _snapshot_events(snaps)
+    await ingest.on_snapshots(events[:4])
+    await ingest.on_snapshots(events[4:] + events[:1])  # the last one is a redelivery
+    # each host's state ranks by the highest offset it accounts for (ranked_table.py),
+    # which a redelivery from further back does not lower
+    last = {snaps[i].host.encode(): e.message.offset for i, e in enumerate(events)}
+    assert {k: codec.loads(v)["off"] for k, v in hosts.data.items()} == last
 
 
 async def _updates_log(snaps: list[schema.HostSnapshot], batch: int) -> list[Any]:

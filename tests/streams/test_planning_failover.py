@@ -16,6 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TypeVar
 
 import pytest
@@ -24,10 +25,13 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
 from dprobe import schema
+from dprobe.streams import codec
+from dprobe.streams.ranked_table import advancing, offset_rank
 from tests.conftest import _free_port
 from tests.streams.helpers import (
     closing_snapshots,
     consume_all,
+    consume_all_records,
     create_worker_topics,
     produce,
     snapshot_records,
@@ -119,6 +123,21 @@ async def _events(bootstrap: str, prefix: str, app_id: str, *, timeout_s: float)
 async def _read_all(bootstrap: str, topic: str) -> list[schema.ScalingEvent]:
     """Every record of ``topic`` up to its end now, decoded as scaling events."""
     return [schema.decode_scaling_event(raw) for raw in await consume_all(bootstrap, topic)]
+
+
+async def _hosts_restore_to_their_newest_state(bootstrap: str, app_id: str) -> None:
+    """A restore of the host-state table from its changelog, at any point of it, gives each
+    host the newest state written for it so far, even where a stalled former owner wrote
+    an older one after it (seen here as ``..., 176, 62, 209``; whether it happens in a run
+    depends on timing)."""
+    log = await consume_all_records(bootstrap, f"{app_id}-hosts-changelog")
+    assert log, "no host state was written"
+    records = [SimpleNamespace(key=k, value=v) for k, v in log]
+    newest: dict[bytes | None, int] = {}
+    for n, (key, value) in enumerate(log, start=1):
+        newest[key] = max(newest.get(key, -1), codec.loads(value)["seq"])
+        restored = {e.key: e.value for e in advancing(records[:n], {}.get, offset_rank)}
+        assert {k: codec.loads(v)["seq"] for k, v in restored.items()} == newest, n
 
 
 def _by_id(events: list) -> dict[str, tuple[str, float, float]]:
@@ -366,6 +385,7 @@ async def test_a_stalled_planning_owner_changes_no_scaling_event(
         await _planned_more([(other, other_port)], before, timeout_s=180.0)
         stalled.send_signal(signal.SIGCONT)
         events = await _last_third_and_events(kafka_bootstrap, prefix, app_id, snaps)
+        await _hosts_restore_to_their_newest_state(kafka_bootstrap, app_id)
         assert other.poll() is None
         assert await _planning_committed(kafka_bootstrap, app_id) > committed
         # The resumed worker's event producer is fenced. If it takes a planning record
