@@ -227,12 +227,16 @@ class Calibrated:
                 continue
             if at < idx:
                 continue  # its target window never arrived
+            # what the calibrated p90 lost beyond the inner one (< 0: it paid)
+            edge = (
+                pinball(y - cal, self.level) - pinball(y - p90, self.level)
+                if self.raw_fallback
+                else None
+            )
             for sc, cap in ((st["matured"][i], self.window), (self._pool[i], self.pool_size)):
                 sc[0] = np.append(sc[0], y - p50)[-cap:]
                 sc[1] = np.append(sc[1], max(p90 - p50, 0.0))[-cap:]
-                if self.raw_fallback:
-                    # what the calibrated p90 lost beyond the inner one (< 0: it paid)
-                    edge = pinball(y - cal, self.level) - pinball(y - p90, self.level)
+                if edge is not None:
                     sc[2] = np.append(sc[2], edge)[-cap:]
             if self.adapt_gamma > 0:
                 miss = 1.0 if y > cal + 1e-9 else 0.0
