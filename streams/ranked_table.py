@@ -59,7 +59,7 @@ def advancing(
     kept = []
     for event in batch:
         key = event.key
-        new = rank(event.value) if event.value is not None else None
+        new = rank(event.value)  # None for a tombstone
         old = last[key] if key in last else rank(current(key))
         if new is not None and old is not None and new < old:
             continue

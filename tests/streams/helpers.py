@@ -17,6 +17,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.structs import TopicPartition
 
 from dprobe import schema
 from dprobe.config import KafkaSettings
@@ -340,8 +341,6 @@ async def consume_all_records(
 ) -> list[tuple[bytes | None, bytes]]:
     """:func:`consume_all` with each record's key: ``(key, value)`` in log order per
     partition."""
-    from aiokafka.structs import TopicPartition
-
     consumer = _reader(bootstrap, isolation_level)
     out: list[tuple[bytes | None, bytes]] = []
     loop = asyncio.get_running_loop()
