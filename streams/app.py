@@ -30,6 +30,7 @@ from dprobe.models.planner import PlannerSettings
 from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec, demand_settings
 from dprobe.streams.deadletter import DeadLetters
+from dprobe.streams.eager_delivery import EagerConsumer
 from dprobe.streams.event_fence import FencedEvents, transactional_id
 from dprobe.streams.ingest import Ingest
 from dprobe.streams.plan_order import PlanOrder
@@ -157,6 +158,8 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         value_serializer="raw",
         TableManager=SeekFirstTableManager,  # no source record flows before the seek
     )
+    # one record's delivery without four tasks (this app's transport only)
+    app.transport.Consumer = EagerConsumer  # type: ignore[misc]
     # faust's producer buffer holds 100 pending sends by default and throttles the agents in
     # 0.1 s sleeps once it is full; a changelog-heavy pipeline needs a deeper buffer.
     app.producer.buffer.max_messages = s.producer_buffer_messages
