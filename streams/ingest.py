@@ -255,7 +255,7 @@ class Ingest:
                 await self.deadletter.send(event.value, skew, message)
                 continue
             try:
-                parts = self._observe(snap, message.partition, hosts, offset=message.offset)
+                parts = self._observe(snap, message.partition, hosts, message.offset)
             except Exception as exc:  # noqa: BLE001 - a bug, not bad input; logged there
                 await self.deadletter.processing_error(event.value, exc, message)
                 continue
@@ -279,7 +279,7 @@ class Ingest:
         snap: schema.HostSnapshot,
         partition: int,
         hosts: dict[bytes, tuple[int, dict[str, Any]]],
-        offset: int | None = None,
+        offset: int,
     ) -> list[Partial] | None:
         """Dedupe and gap-count one snapshot; its partials (``None`` for a duplicate).
         The host's new state records the highest ``offset`` (the snapshot's offset in its
@@ -291,8 +291,7 @@ class Ingest:
         state, verdict, lost = seq_tracker.observe(
             state, seq=snap.seq, ts=snap.ts, reset_after_s=self.reset_after_s
         )
-        if offset is not None:  # the highest offset the state accounts for
-            state[RANK_KEY] = max(offset, state.get(RANK_KEY, -1))
+        state[RANK_KEY] = max(offset, state.get(RANK_KEY, -1))  # the highest it accounts for
         hosts[key] = (partition, state)
         if verdict == "duplicate":
             self.stats.duplicates += 1

@@ -302,7 +302,7 @@ async def test_nothing_is_emitted_below_the_progress_already_reported() -> None:
     await stage.on_updates([_event("updates", 0, 0, wm)])
     assert reported == [(0, 990.0)]  # watermark 998 (grace 2): every window ending <= 990
     late = make_snapshots(hosts=1, ticks=1, t0=900.0)[0]  # a partial of window [900, 910)
-    parts = _ingest(FakeTopic(UPDATE_PARTITIONS), FakeTable())._observe(late, 0, {})
+    parts = _ingest(FakeTopic(UPDATE_PARTITIONS), FakeTable())._observe(late, 0, {}, offset=0)
     later = codec.encode_watermark(codec.SourceWatermark(source=0, ts=2000.0))
     await stage.on_updates(
         [_event("updates", 0, 1, codec.encode_partials(parts)), _event("updates", 0, 2, later)]
