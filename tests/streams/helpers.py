@@ -20,7 +20,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import TopicPartition
 
 from dprobe import schema
-from dprobe.config import KafkaSettings
+from dprobe.config import KafkaSettings, WorkerSettings
+from dprobe.streams.app import WorkerApp, build_app
 
 GB = 1_000_000_000
 TENANTS = ("vc-a", "vc-b", "vc-c", "vc-d")
@@ -362,6 +363,17 @@ async def consume_all_records(
             for records in (await consumer.getmany(timeout_ms=500)).values():
                 out += [(r.key, r.value) for r in records]
     return out
+
+
+@contextlib.contextmanager
+def unstarted_worker_app(settings: WorkerSettings) -> Iterator[WorkerApp]:
+    """The worker's faust app (``build_app``), never started, so no broker is needed; the
+    event loop its consumer thread made is closed afterwards."""
+    built = build_app(settings)
+    try:
+        yield built
+    finally:
+        built.app.consumer._thread.thread_loop.close()
 
 
 @contextlib.contextmanager

@@ -14,8 +14,8 @@ import faust
 import pytest
 
 from dprobe.config import WorkerSettings
-from dprobe.streams.app import build_app
 from dprobe.streams.eager_delivery import EagerConsumer, start_eagerly
+from tests.streams.helpers import unstarted_worker_app
 
 
 async def _value(x: int) -> int:
@@ -150,11 +150,8 @@ def _consumer() -> Iterator[Any]:
 
 
 def test_the_worker_consumes_through_the_eager_consumer(tmp_path: Path) -> None:
-    built = build_app(WorkerSettings(data_dir=tmp_path))
-    try:
+    with unstarted_worker_app(WorkerSettings(data_dir=tmp_path)) as built:
         assert isinstance(built.app.consumer, EagerConsumer)
-    finally:
-        built.app.consumer._thread.thread_loop.close()
 
 
 def test_the_consumer_delivers_eagerly_while_the_flow_is_on() -> None:

@@ -9,14 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from dprobe.config import WorkerSettings
-from dprobe.streams.app import build_app
+from tests.streams.helpers import unstarted_worker_app
 
 
 def test_the_fetch_size_is_the_settings(tmp_path: Path) -> None:
     for size in (WorkerSettings().fetch_partition_bytes, 3 * 1024 * 1024):
-        built = build_app(WorkerSettings(data_dir=tmp_path, fetch_partition_bytes=size))
-        try:
+        with unstarted_worker_app(
+            WorkerSettings(data_dir=tmp_path, fetch_partition_bytes=size)
+        ) as built:
             assert built.app.conf.consumer_max_fetch_size == size
-        finally:
-            built.app.consumer._thread.thread_loop.close()  # the consumer thread's own loop
     assert WorkerSettings().fetch_partition_bytes > 1024 * 1024  # above faust's default

@@ -20,16 +20,16 @@ from faust.tables.recovery import Recovery
 from faust.types import TP
 
 from dprobe.config import WorkerSettings
-from dprobe.streams.app import WorkerApp, build_app
+from dprobe.streams.app import WorkerApp
 from dprobe.streams.recovery import SeekFirstRecovery
+from tests.streams.helpers import unstarted_worker_app
 
 
 @pytest.fixture
 async def worker(tmp_path: Path) -> AsyncIterator[WorkerApp]:
     """The worker's faust app, never started (no broker)."""
-    built = build_app(WorkerSettings(data_dir=tmp_path))
-    yield built
-    built.app.consumer._thread.thread_loop.close()  # the consumer thread's own loop
+    with unstarted_worker_app(WorkerSettings(data_dir=tmp_path)) as built:
+        yield built
 
 
 async def _complete_recovery(worker: WorkerApp, recovery: Any) -> list[tuple[str, bool]]:
