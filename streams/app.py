@@ -32,6 +32,7 @@ from dprobe.streams import codec, demand_settings
 from dprobe.streams.deadletter import DeadLetters
 from dprobe.streams.eager_delivery import EagerConsumer
 from dprobe.streams.event_fence import FencedEvents, transactional_id
+from dprobe.streams.fetch_guard import FetchGuardConsumer
 from dprobe.streams.ingest import Ingest
 from dprobe.streams.plan_order import PlanOrder
 from dprobe.streams.planning import DeliveryFailed, Planning
@@ -43,6 +44,12 @@ from dprobe.streams.topics import TopicNames
 from dprobe.streams.windows import Windows
 
 log = logging.getLogger(__name__)
+
+
+class WorkerConsumer(EagerConsumer, FetchGuardConsumer):
+    """The worker's Kafka consumer: faust's, with eager delivery
+    (:mod:`~dprobe.streams.eager_delivery`) and guarded fetches
+    (:mod:`~dprobe.streams.fetch_guard`)."""
 
 
 def broker_credentials(k: KafkaSettings) -> Any:
@@ -158,8 +165,9 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         value_serializer="raw",
         TableManager=SeekFirstTableManager,  # no source record flows before the seek
     )
-    # one record's delivery without four tasks (this app's transport only)
-    app.transport.Consumer = EagerConsumer  # type: ignore[misc]
+    # one record's delivery without four tasks, and no fetched record lost in a rebalance
+    # (this app's transport only)
+    app.transport.Consumer = WorkerConsumer  # type: ignore[misc]
     # faust's producer buffer holds 100 pending sends by default and throttles the agents in
     # 0.1 s sleeps once it is full; a changelog-heavy pipeline needs a deeper buffer.
     app.producer.buffer.max_messages = s.producer_buffer_messages
