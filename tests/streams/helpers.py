@@ -407,7 +407,7 @@ def worker_process(
         "--bootstrap",
         bootstrap.bootstrap if isinstance(bootstrap, KafkaSettings) else bootstrap,
         "--log-level",
-        "WARNING",
+        os.environ.get("DPROBE_TEST_WORKER_LOG_LEVEL", "WARNING"),
         "worker",
         "--app-id",
         app_id,
