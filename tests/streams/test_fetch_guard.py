@@ -6,8 +6,7 @@ and their partitions sought back to the first of them; nothing is lost, nothing 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,25 +41,58 @@ class _FakeKafkaConsumer:
         self.sought[tp] = offset
 
 
-@contextmanager
-def _guarded(assigned: set[TopicPartition]) -> Iterator[tuple[Any, _FakeKafkaConsumer]]:
-    """A FetchGuardConsumer of a faust app made in the running loop, whose thread's
-    requests are answered by the test and whose Kafka consumer is a fake (no broker)."""
-    app = faust.App("guard-test", broker="kafka://127.0.0.1:1", web_enabled=False)
-    app.transport.Consumer = FetchGuardConsumer
-    consumer = app.consumer
+Step = Callable[[Any, set[TP]], None]
+
+
+def _fetch(
+    assigned: set[TopicPartition],
+    reply: dict[TopicPartition, list[Record]],
+    during_fetch: Step = lambda consumer, live: None,
+    during_seek: Step = lambda consumer, live: None,
+) -> tuple[dict, dict[TopicPartition, int], list[set[TP]]]:
+    """One guarded fetch of a FetchGuardConsumer (a faust app made in a fresh loop, no
+    broker) over the live set of ``samples`` 1 and ``hosts-changelog`` 3, the flow on:
+    the consumer's thread runs ``during_fetch`` and answers ``reply``; each seek back runs
+    ``during_seek`` on its way to a fake Kafka consumer assigned ``assigned``. Returns
+    what was handed over, what was sought back, and the sets the thread was asked for."""
     kafka = _FakeKafkaConsumer(assigned)
+    asked: list[set[TP]] = []
 
-    async def call_thread(fn: Any, *args: Any) -> Any:
-        await asyncio.sleep(0)  # another hop, as the real one takes
-        return await fn(*args)
+    async def main() -> dict:
+        app = faust.App("guard-test", broker="kafka://127.0.0.1:1", web_enabled=False)
+        app.transport.Consumer = FetchGuardConsumer
+        consumer = app.consumer
+        live = {TP("samples", 1), TP("hosts-changelog", 3)}
 
-    consumer._thread.call_thread = call_thread
-    consumer._thread._ensure_consumer = lambda: kafka
-    try:
-        yield consumer, kafka
-    finally:
-        consumer._thread.thread_loop.close()
+        async def getmany(partitions: set[TP], wait_s: float) -> dict:
+            asked.append(partitions)
+            during_fetch(consumer, live)
+            return reply
+
+        async def call_thread(fn: Any, *args: Any) -> Any:
+            during_seek(consumer, live)
+            return await fn(*args)
+
+        consumer._thread.getmany = getmany
+        consumer._thread.call_thread = call_thread
+        consumer._thread._ensure_consumer = lambda: kafka
+        try:
+            consumer.resume_flow()
+            got: dict = await consumer._getmany(live, 1.0)
+            assert asked[0] is not live  # a copy, not the set the main thread changes
+            return got
+        finally:
+            consumer._thread.thread_loop.close()
+
+    return asyncio.run(main()), kafka.sought, asked
+
+
+def _pause_changelog(consumer: Any, live: set[TP]) -> None:
+    live.discard(TP("hosts-changelog", 3))
+
+
+def _stop_flow(consumer: Any, live: set[TP]) -> None:
+    consumer.stop_flow()  # a rebalance began
 
 
 def test_split_keeps_wanted_partitions_and_names_where_the_others_start() -> None:
@@ -71,115 +103,46 @@ def test_split_keeps_wanted_partitions_and_names_where_the_others_start() -> Non
 
 
 def test_the_request_carries_a_copy_taken_when_it_is_made() -> None:
-    async def main() -> None:
-        with _guarded({SAMPLES, CHANGELOG}) as (consumer, kafka):
-            live = {TP("samples", 1), TP("hosts-changelog", 3)}
-            asked: list[set[TP]] = []
-
-            async def getmany(partitions: set[TP], wait_s: float) -> dict:
-                asked.append(partitions)
-                live.clear()  # a rebalance pauses everything while the request waits
-                return {}
-
-            consumer._thread.getmany = getmany
-            consumer.resume_flow()
-            assert await consumer._getmany(live, 1.0) == {}
-            assert asked[0] is not live
-            assert asked[0] == {TP("samples", 1), TP("hosts-changelog", 3)}
-            assert kafka.sought == {}  # nothing came back, nothing to seek
-
-    asyncio.run(main())
+    got, sought, asked = _fetch({SAMPLES, CHANGELOG}, {}, lambda consumer, live: live.clear())
+    assert asked == [{TP("samples", 1), TP("hosts-changelog", 3)}]  # as it was, not emptied
+    assert got == {} and sought == {}  # nothing came back, nothing to seek
 
 
 def test_records_of_a_partition_paused_during_the_request_are_sought_back() -> None:
-    async def main() -> None:
-        with _guarded({SAMPLES, CHANGELOG}) as (consumer, kafka):
-            live = {TP("samples", 1), TP("hosts-changelog", 3)}
-
-            async def getmany(partitions: set[TP], wait_s: float) -> dict:
-                live.discard(TP("hosts-changelog", 3))  # paused while it waited
-                return {SAMPLES: _batch(240, 3), CHANGELOG: _batch(2, 4)}
-
-            consumer._thread.getmany = getmany
-            consumer.resume_flow()
-            got = await consumer._getmany(live, 1.0)
-            assert got == {SAMPLES: _batch(240, 3)}
-            assert kafka.sought == {CHANGELOG: 2}  # read again from its first withheld record
-
-    asyncio.run(main())
+    reply = {SAMPLES: _batch(240, 3), CHANGELOG: _batch(2, 4)}
+    got, sought, _ = _fetch({SAMPLES, CHANGELOG}, reply, _pause_changelog)
+    assert got == {SAMPLES: _batch(240, 3)}
+    assert sought == {CHANGELOG: 2}  # read again from its first withheld record
 
 
 def test_a_flow_stopped_during_the_request_withholds_everything() -> None:
-    async def main() -> None:
-        with _guarded({SAMPLES, CHANGELOG}) as (consumer, kafka):
-            live = {TP("samples", 1), TP("hosts-changelog", 3)}
-
-            async def getmany(partitions: set[TP], wait_s: float) -> dict:
-                consumer.stop_flow()  # a rebalance began
-                return {SAMPLES: _batch(240, 3), CHANGELOG: _batch(0, 6)}
-
-            consumer._thread.getmany = getmany
-            consumer.resume_flow()
-            assert await consumer._getmany(live, 1.0) == {}
-            assert kafka.sought == {SAMPLES: 240, CHANGELOG: 0}
-
-    asyncio.run(main())
+    reply = {SAMPLES: _batch(240, 3), CHANGELOG: _batch(0, 6)}
+    got, sought, _ = _fetch({SAMPLES, CHANGELOG}, reply, _stop_flow)
+    assert got == {}
+    assert sought == {SAMPLES: 240, CHANGELOG: 0}
 
 
 def test_a_change_while_seeking_back_is_seen_before_records_are_handed_over() -> None:
-    async def main() -> None:
-        with _guarded({SAMPLES, CHANGELOG}) as (consumer, kafka):
-            live = {TP("samples", 1), TP("hosts-changelog", 3)}
-
-            async def getmany(partitions: set[TP], wait_s: float) -> dict:
-                live.discard(TP("hosts-changelog", 3))
-                return {SAMPLES: _batch(240, 3), CHANGELOG: _batch(0, 6)}
-
-            async def call_thread(fn: Any, *args: Any) -> Any:
-                consumer.stop_flow()  # the flow stops while the first seek is on its way
-                return await fn(*args)
-
-            consumer._thread.getmany = getmany
-            consumer._thread.call_thread = call_thread
-            consumer.resume_flow()
-            assert await consumer._getmany(live, 1.0) == {}
-            assert kafka.sought == {CHANGELOG: 0, SAMPLES: 240}
-
-    asyncio.run(main())
+    # the flow stops while the changelog's seek is on its way: the samples go back too
+    reply = {SAMPLES: _batch(240, 3), CHANGELOG: _batch(0, 6)}
+    got, sought, _ = _fetch({SAMPLES, CHANGELOG}, reply, _pause_changelog, _stop_flow)
+    assert got == {}
+    assert sought == {CHANGELOG: 0, SAMPLES: 240}
 
 
 def test_a_partition_no_longer_assigned_is_not_sought() -> None:
-    async def main() -> None:
-        with _guarded({SAMPLES}) as (consumer, kafka):  # the changelog moved elsewhere
-            live = {TP("samples", 1)}
-
-            async def getmany(partitions: set[TP], wait_s: float) -> dict:
-                consumer.stop_flow()
-                return {SAMPLES: _batch(240, 1), CHANGELOG: _batch(0, 6)}
-
-            consumer._thread.getmany = getmany
-            consumer.resume_flow()
-            assert await consumer._getmany(live, 1.0) == {}
-            assert kafka.sought == {SAMPLES: 240}  # aiokafka would refuse the other
-
-    asyncio.run(main())
+    # the changelog moved to another worker: aiokafka would refuse to seek it
+    reply = {SAMPLES: _batch(240, 1), CHANGELOG: _batch(0, 6)}
+    got, sought, _ = _fetch({SAMPLES}, reply, _stop_flow)
+    assert got == {}
+    assert sought == {SAMPLES: 240}
 
 
 def test_wanted_records_pass_untouched() -> None:
-    async def main() -> None:
-        with _guarded({SAMPLES, CHANGELOG}) as (consumer, kafka):
-            live = {TP("samples", 1), TP("hosts-changelog", 3)}
-            records = {SAMPLES: _batch(240, 3), CHANGELOG: _batch(0, 6)}
-
-            async def getmany(partitions: set[TP], wait_s: float) -> dict:
-                return records
-
-            consumer._thread.getmany = getmany
-            consumer.resume_flow()
-            assert await consumer._getmany(live, 1.0) == records
-            assert kafka.sought == {}
-
-    asyncio.run(main())
+    reply = {SAMPLES: _batch(240, 3), CHANGELOG: _batch(0, 6)}
+    got, sought, _ = _fetch({SAMPLES, CHANGELOG}, reply)
+    assert got == reply
+    assert sought == {}
 
 
 def test_the_worker_consumes_through_the_guarded_consumer(tmp_path: Path) -> None:
