@@ -22,14 +22,28 @@ The same holds for the window stage's partials and watermarks. Here the consumer
 is stopped (as faust itself does when partitions are revoked) before faust's own
 completion step runs, so no source record is fetched or queued until the partitions sit
 at their committed offsets; faust's step then resumes the flow.
+
+A restore also never waits forever. faust waits until every changelog partition it
+restores has reached its end; if records of one were read from Kafka but never handed
+over (``streams/fetch_guard.py`` closes the one way seen), nothing would ever read them
+again. An active changelog partition that has given the restore nothing for
+:attr:`SeekFirstRecovery.stall_s` while records remain is sought back to where the
+restore stands, with a warning; records read twice are skipped by offset, as faust does.
 """
 
 from __future__ import annotations
 
+import logging
+from time import monotonic
 from typing import Any
 
+from aiokafka.errors import KafkaError
 from faust.tables import TableManager
 from faust.tables.recovery import Recovery
+from faust.types import TP
+from mode import Service
+
+log = logging.getLogger(__name__)
 
 
 def hold_flow(app: Any) -> None:
@@ -39,11 +53,48 @@ def hold_flow(app: Any) -> None:
 
 
 class SeekFirstRecovery(Recovery):
-    """faust's recovery, with no source record flowing before the seek (module doc)."""
+    """faust's recovery, with no source record flowing before the seek, and no restore
+    waiting forever for records that were read but lost (module doc)."""
+
+    #: seconds an active changelog partition with records left may give the restore
+    #: nothing before it is sought back (faust warns after 30 s of the same)
+    stall_s: float = 30.0
+    _sought_back_at: dict[TP, float]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._sought_back_at = {}
 
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
         hold_flow(self.app)
         await super().on_recovery_completed(generation_id)
+
+    @Service.timer(5.0)
+    async def _seek_back_stalled_timer(self) -> None:
+        await self.seek_back_stalled(monotonic())
+
+    async def seek_back_stalled(self, now: float) -> dict[TP, int]:
+        """Seek each stalled changelog partition of the running restore back to the
+        last offset it applied (0 when none); the offsets sought."""
+        started = self._recovery_started_at
+        if not self.in_recovery or started is None:
+            return {}
+        stalled = {
+            tp: max(self.active_offsets[tp], 0)
+            for tp, left in self.active_remaining().items()
+            if left > 0
+            and now - max(self._active_events_received_at.get(tp, started),
+                          self._sought_back_at.get(tp, started), started)
+            >= self.stall_s
+        }  # fmt: skip
+        if stalled:
+            log.warning("restore stalled, changelog partitions sought back: %s", stalled)
+            self._sought_back_at.update(dict.fromkeys(stalled, now))
+            try:
+                await self.app.consumer.seek_wait(stalled)
+            except (KafkaError, TimeoutError) as exc:  # a rebalance took them meanwhile
+                log.warning("seeking back the stalled restore failed: %r", exc)
+        return stalled
 
 
 class SeekFirstTableManager(TableManager):
