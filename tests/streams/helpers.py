@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import TopicPartition
@@ -363,6 +364,19 @@ async def consume_all_records(
             for records in (await consumer.getmany(timeout_ms=500)).values():
                 out += [(r.key, r.value) for r in records]
     return out
+
+
+@contextlib.contextmanager
+def bare_consumer(consumer_class: type) -> Iterator[Any]:
+    """The consumer, of class ``consumer_class``, of a bare faust app made in the running
+    loop and never started (no broker needed); its consumer thread's own event loop is
+    closed afterwards."""
+    app = faust.App("consumer-test", broker="kafka://127.0.0.1:1", web_enabled=False)
+    app.transport.Consumer = consumer_class
+    try:
+        yield app.consumer
+    finally:
+        app.consumer._thread.thread_loop.close()
 
 
 @contextlib.contextmanager

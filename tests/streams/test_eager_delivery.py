@@ -5,17 +5,13 @@ consumer taking the eager path only for its per-record delivery race."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-import faust
 import pytest
 
 from dprobe.config import WorkerSettings
 from dprobe.streams.eager_delivery import EagerConsumer, start_eagerly
-from tests.streams.helpers import unstarted_worker_app
+from tests.streams.helpers import bare_consumer, unstarted_worker_app
 
 
 async def _value(x: int) -> int:
@@ -138,17 +134,6 @@ def test_cancelling_during_a_bare_yield_throws_into_the_coroutine() -> None:
     assert seen == ["cancelled"]
 
 
-@contextmanager
-def _consumer() -> Iterator[Any]:
-    """An EagerConsumer of a faust app made in the running loop (no broker needed)."""
-    app = faust.App("eager-test", broker="kafka://127.0.0.1:1", web_enabled=False)
-    app.transport.Consumer = EagerConsumer
-    try:
-        yield app.consumer
-    finally:
-        app.consumer._thread.thread_loop.close()  # the consumer thread's own loop
-
-
 def test_the_worker_consumes_through_the_eager_consumer(tmp_path: Path) -> None:
     with unstarted_worker_app(WorkerSettings(data_dir=tmp_path)) as built:
         assert isinstance(built.app.consumer, EagerConsumer)
@@ -156,7 +141,7 @@ def test_the_worker_consumes_through_the_eager_consumer(tmp_path: Path) -> None:
 
 def test_the_consumer_delivers_eagerly_while_the_flow_is_on() -> None:
     async def main() -> None:
-        with _consumer() as consumer:
+        with bare_consumer(EagerConsumer) as consumer:
             before = len(asyncio.all_tasks())
             waiting = consumer.suspend_flow.wait()
             result = await consumer.wait_first(_value(5), waiting)
@@ -180,7 +165,7 @@ def test_a_blocked_delivery_still_gives_way_to_a_suspended_flow() -> None:
             await queue.put(2)
             delivered.append(2)
 
-        with _consumer() as consumer:
+        with bare_consumer(EagerConsumer) as consumer:
             asyncio.get_running_loop().call_later(0.05, consumer.suspend_flow.set)
             await consumer.wait_first(deliver(), consumer.suspend_flow.wait())
             await asyncio.sleep(0.01)
@@ -199,7 +184,7 @@ def test_a_blocked_delivery_that_gets_room_lands() -> None:
             await queue.put(2)
             return "landed"
 
-        with _consumer() as consumer:
+        with bare_consumer(EagerConsumer) as consumer:
             asyncio.get_running_loop().call_later(0.05, queue.get_nowait)
             result = await consumer.wait_first(deliver(), consumer.suspend_flow.wait())
             assert result.results == ["landed"]
@@ -214,7 +199,7 @@ def test_other_waits_are_faust_own() -> None:
     async def main() -> None:
         other = asyncio.Event()
         other.set()
-        with _consumer() as consumer:
+        with bare_consumer(EagerConsumer) as consumer:
             ours = await consumer.wait_first(other.wait(), timeout=1.0)
             faust_own = await super(EagerConsumer, consumer).wait_first(other.wait(), timeout=1.0)
             assert (ours.results, ours.stopped) == (faust_own.results, faust_own.stopped)

@@ -10,13 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import faust
 from aiokafka.structs import TopicPartition
 from faust.types import TP
 
 from dprobe.config import WorkerSettings
 from dprobe.streams.fetch_guard import FetchGuardConsumer, Record, split_unwanted
-from tests.streams.helpers import unstarted_worker_app
+from tests.streams.helpers import bare_consumer, unstarted_worker_app
 
 SAMPLES = TopicPartition("samples", 1)
 CHANGELOG = TopicPartition("hosts-changelog", 3)
@@ -59,9 +58,6 @@ def _fetch(
     asked: list[set[TP]] = []
 
     async def main() -> dict:
-        app = faust.App("guard-test", broker="kafka://127.0.0.1:1", web_enabled=False)
-        app.transport.Consumer = FetchGuardConsumer
-        consumer = app.consumer
         live = {TP("samples", 1), TP("hosts-changelog", 3)}
 
         async def getmany(partitions: set[TP], wait_s: float) -> dict:
@@ -73,16 +69,14 @@ def _fetch(
             during_seek(consumer, live)
             return await fn(*args)
 
-        consumer._thread.getmany = getmany
-        consumer._thread.call_thread = call_thread
-        consumer._thread._ensure_consumer = lambda: kafka
-        try:
+        with bare_consumer(FetchGuardConsumer) as consumer:
+            consumer._thread.getmany = getmany
+            consumer._thread.call_thread = call_thread
+            consumer._thread._ensure_consumer = lambda: kafka
             consumer.resume_flow()
             got: dict = await consumer._getmany(live, 1.0)
-            assert asked[0] is not live  # a copy, not the set the main thread changes
-            return got
-        finally:
-            consumer._thread.thread_loop.close()
+        assert asked[0] is not live  # a copy, not the set the main thread changes
+        return got
 
     return asyncio.run(main()), kafka.sought, asked
 
