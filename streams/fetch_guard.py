@@ -16,30 +16,21 @@ and seeks each partition whose records it will not hand over back to the first o
 so that a later request reads them again.
 
 Example:
-    >>> from aiokafka.structs import TopicPartition
-    >>> tp = TopicPartition("t", 0)
-    >>> split_unwanted({tp: [Record(5), Record(6)]}, lambda tp: False)
-    ({}, {TopicPartition(topic='t', partition=0): 5})
+    >>> from types import SimpleNamespace as Record
+    >>> split_unwanted({"t-0": [Record(offset=5), Record(offset=6)]}, lambda tp: False)
+    ({}, {'t-0': 5})
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from faust.transport.drivers.aiokafka import Consumer
 from faust.types import TP
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Record:
-    """The one field of a fetched record this module reads (for examples and tests)."""
-
-    offset: int
 
 
 def split_unwanted(

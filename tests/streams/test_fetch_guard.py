@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,18 @@ from aiokafka.structs import TopicPartition
 from faust.types import TP
 
 from dprobe.config import WorkerSettings
-from dprobe.streams.fetch_guard import FetchGuardConsumer, Record, split_unwanted
+from dprobe.streams.fetch_guard import FetchGuardConsumer, split_unwanted
 from tests.streams.helpers import bare_consumer, unstarted_worker_app
 
 SAMPLES = TopicPartition("samples", 1)
 CHANGELOG = TopicPartition("hosts-changelog", 3)
+
+
+@dataclass(frozen=True)
+class Record:
+    """A fetched record as far as the guard reads one: its offset."""
+
+    offset: int
 
 
 def _batch(first: int, n: int) -> list[Record]:
