@@ -82,11 +82,8 @@ class SeekFirstRecovery(Recovery):
         stalled = {
             tp: max(self.active_offsets[tp], 0)
             for tp, left in self.active_remaining().items()
-            if left > 0
-            and now - max(self._active_events_received_at.get(tp, started),
-                          self._sought_back_at.get(tp, started), started)
-            >= self.stall_s
-        }  # fmt: skip
+            if left > 0 and now - self._last_heard_of(tp, started) >= self.stall_s
+        }
         if stalled:
             log.warning("restore stalled, changelog partitions sought back: %s", stalled)
             self._sought_back_at.update(dict.fromkeys(stalled, now))
@@ -95,6 +92,15 @@ class SeekFirstRecovery(Recovery):
             except (KafkaError, TimeoutError) as exc:  # a rebalance took them meanwhile
                 log.warning("seeking back the stalled restore failed: %r", exc)
         return stalled
+
+    def _last_heard_of(self, tp: TP, started: float) -> float:
+        """When the restore that began at ``started`` last heard of ``tp``: its last
+        event, its last seek back, or the start."""
+        return max(
+            started,
+            self._active_events_received_at.get(tp, started),
+            self._sought_back_at.get(tp, started),
+        )
 
 
 class SeekFirstTableManager(TableManager):
