@@ -34,7 +34,8 @@ Example:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from dprobe.models.planner import PlanInput, Planner, TenantState
@@ -232,14 +233,48 @@ def learned_forecast(
     return forecast
 
 
+KNOWS = frozenset({"arrivals", "departures"})
+
+
 class OracleDemand:
     """True peak demand of each VC over ``(now, now + horizon]``: what is waiting now, what
     runs and will still run, and the jobs that will arrive and still run (from the trace);
-    as ``hold``, the same peak over ``hold_s`` (0: none)."""
+    as ``hold``, the same peak over ``hold_s`` (0: none).
 
-    def __init__(self, jobs: list[SimJob], horizon_s: float, hold_s: float = 0.0) -> None:
+    ``knows`` says which part of the future it is told (both by default): ``"arrivals"``,
+    the jobs that will be submitted (when, how many GPUs, how long they run); without it
+    no future job is counted and the peak is the demand now. ``"departures"``, when each
+    job running now ends; without it they all run past the horizon.
+    ``benchmarks/oracle_information.py`` uses the parts to measure what each is worth to
+    the planner.
+
+    Example: VC ``a`` runs an 8-GPU job that ends at 60 s; another arrives at 100 s.
+    Told everything, the peak over 600 s is 8 GPUs; told only the arrival, 16:
+
+    >>> from dprobe.sim.jobs import SimJob
+    >>> from types import SimpleNamespace as Now
+    >>> jobs = [SimJob(1, "a", gpus=8, submit_s=100.0, duration_s=50.0)]
+    >>> running = Now(gpus=8, remaining_s=60.0, speed=1.0, last_s=0.0)
+    >>> vc = Now(name="a", pending_gpus=0, running_gpus=8, running=[running])
+    >>> [OracleDemand(jobs, 600.0, knows=k)._peaks(vc, 0.0)[0]
+    ...  for k in (KNOWS, {"arrivals"}, {"departures"}, set())]
+    [8.0, 16.0, 8.0, 8.0]
+    """
+
+    def __init__(
+        self,
+        jobs: list[SimJob],
+        horizon_s: float,
+        hold_s: float = 0.0,
+        *,
+        knows: Collection[str] = KNOWS,
+    ) -> None:
+        if unknown := set(knows) - KNOWS:
+            raise ValueError(f"an oracle knows only {sorted(KNOWS)}, not {sorted(unknown)}")
         self.horizon_s = horizon_s
         self.hold_s = hold_s
+        self.arrivals = "arrivals" in knows
+        self.departures = "departures" in knows
         self._future: dict[str, list[SimJob]] = {}
         for j in jobs:
             self._future.setdefault(j.tenant, []).append(j)
@@ -255,14 +290,14 @@ class OracleDemand:
     def _peaks(self, vc: VC, now: float) -> tuple[float, float]:
         """Peak demand over the horizon and over the hold (0 when off), in one scan of
         the arrivals up to the longer of the two."""
-        fut = self._future.get(vc.name, [])
+        fut = self._future.get(vc.name, []) if self.arrivals else []
         i = self._next.get(vc.name, 0)
         while i < len(fut) and fut[i].submit_s <= now:
             i += 1
         self._next[vc.name] = i
         peak = hold = float(vc.pending_gpus + vc.running_gpus)
         end_t, hold_t = now + self.horizon_s, now + self.hold_s
-        running = [(now + j.remaining_s / j.speed - (now - j.last_s), j.gpus) for j in vc.running]
+        running = [(self._end_of(j, now), j.gpus) for j in vc.running]
         k = i
         arrived: list[tuple[float, int]] = []
         while k < len(fut) and fut[k].submit_s <= max(end_t, hold_t):
@@ -277,3 +312,10 @@ class OracleDemand:
                 hold = max(hold, demand)
             k += 1
         return peak, (hold if self.hold_s > 0 else 0.0)
+
+    def _end_of(self, job: SimJob, now: float) -> float:
+        """When running ``job`` ends, as far as this oracle is told (never, without
+        ``"departures"``)."""
+        if not self.departures:
+            return math.inf
+        return now + job.remaining_s / job.speed - (now - job.last_s)

@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -22,7 +22,7 @@ from dprobe.models.forecast.registry import make_forecaster
 from dprobe.models.planner import Planner
 from dprobe.sim.engine import QuotaMode, Simulator, StaticQuota
 from dprobe.sim.foresight import ForesightQuota
-from dprobe.sim.jobs import from_records
+from dprobe.sim.jobs import SimJob, from_records
 from dprobe.sim.policies import make_policy
 from dprobe.sim.quota import OracleDemand, PlannerQuota, ReactiveQuota, learned_forecast
 from dprobe.sim.settings import MODES, SimSettings
@@ -168,10 +168,38 @@ def _simulate(
     sharing: Sharing | None,
 ) -> CellResult:
     """One run of quota mode ``mode`` (or ``foresight``) and its figures."""
+    return run_quota(records, vc_nodes, policy, mode, make_quota, settings=s, sharing=sharing)
+
+
+QuotaOf = Callable[[str, list[SimJob], SimSettings], QuotaMode]
+
+
+def run_quota(
+    records: Sequence[JobRecord],
+    vc_nodes: dict[str, int],
+    policy: str,
+    mode: str,
+    quota_of: QuotaOf,
+    *,
+    settings: SimSettings,
+    sharing: Sharing | None = None,
+) -> CellResult:
+    """One run with the quota mode ``quota_of(mode, jobs, settings)`` builds (the jobs are
+    those the run simulates), and its figures; :func:`make_quota` builds the modes of
+    ``dprobe simulate``, a benchmark may pass its own.
+
+    >>> from dprobe.traces.jobs_csv import JobRecord
+    >>> recs = [JobRecord("0", "a", 8, 0.0, 600.0, "", 2)]
+    >>> r = run_quota(recs, {"a": 1}, "fifo", "mine", lambda mode, jobs, s: StaticQuota(),
+    ...               settings=SimSettings())
+    >>> r.mode, r.avg_queue_s
+    ('mine', 0.0)
+    """
+    s = settings
     t0 = time.perf_counter()
     max_gpus = sum(vc_nodes.values()) * s.node_gpus
     jobs, skipped = from_records(records, max_gpus)
-    quota = make_quota(mode, jobs, s)
+    quota = quota_of(mode, jobs, s)
     sim = Simulator(
         jobs, vc_nodes, make_policy(policy, s.policy), quota, settings=s, sharing=sharing
     )

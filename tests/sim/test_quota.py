@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dprobe.models.forecast.baselines import RecentPeak
 from dprobe.models.planner import Planner, PlannerSettings
 from dprobe.sim.engine import Simulator
@@ -61,6 +63,27 @@ def test_oracle_moves_a_node_before_the_job_arrives() -> None:
     jobs = trace()
     Simulator(jobs, {"a": 1, "b": 2}, make_policy("fifo"), ReactiveQuota(), settings=s).run()
     assert jobs[1].start_s == 600.0
+
+
+def test_an_oracle_told_part_of_the_future_plans_on_that_part_only() -> None:
+    # a: 1 node, busy 0-350; a second 8-GPU job of a arrives at 400, when a's own node is
+    # free again. At the 300 s tick an oracle told everything sees a peak of 8 GPUs over
+    # (300, 900] and moves nothing; told only the arrival, not when the running job ends,
+    # it counts that job as running on and moves one of b's nodes; told nothing, it sees
+    # a's 8 GPUs now.
+    def moves(knows: tuple[str, ...]) -> tuple[int, float | None]:
+        jobs = [_job(0, "a", 0.0, 8, 350.0), _job(1, "a", 400.0, 8, 100.0)]
+        demand = OracleDemand(jobs, INSTANT.horizon_s, knows=knows)
+        quota = PlannerQuota("oracle", demand, Planner(INSTANT.planner))
+        sim = Simulator(jobs, {"a": 1, "b": 2}, make_policy("fifo"), quota, settings=INSTANT)
+        sim.run()
+        return sim.node_moves, jobs[1].start_s
+
+    assert moves(("arrivals", "departures")) == (0, 400.0)
+    assert moves(("arrivals",))[0] >= 1
+    assert moves(()) == (0, 400.0)
+    with pytest.raises(ValueError, match="knows only"):
+        OracleDemand([], 600.0, knows=("queue",))
 
 
 def test_predictive_follows_the_forecaster_through_the_planner() -> None:

@@ -1,0 +1,193 @@
+"""What is knowing the future worth to the quota planner, part by part?
+
+On the Helios-calibrated synthetic stream (``dprobe simulate --helios``), over several
+seeds and policies, each quota rule below runs under the same reconfiguration costs and
+is compared with the reactive rule of the same seed, policy and costs:
+
+- ``predictive``: what ``dprobe simulate --sweep`` runs (the planner with the calibrated,
+  gated ``recent-peak`` forecaster unless ``--forecaster`` says otherwise);
+- ``told-nothing``: the same planner told nothing of the future (every VC's
+  forecast is its demand now);
+- ``told-arrivals``: told the jobs that will arrive (when, how many GPUs, how long
+  they run), not when the jobs running now end;
+- ``told-everything``: told the arrivals and when every running job ends (the
+  planner half of the oracle of ``docs/simulation.md``).
+
+Printed per cost setting and rule: the mean and geometric mean over seeds x policies of
+its average queueing delay as a share of reactive's, the runs in which it waited less
+than reactive, and the GPU-hours lost to reclaim preemptions (its sum and reactive's).
+The default seeds (1, 2, 5-8) are validation seeds: the evaluation sweeps of
+docs/simulation.md use seeds 0, 3 and 4.
+
+    .venv/bin/python benchmarks/oracle_information.py --workers 2
+    .venv/bin/python benchmarks/oracle_information.py --seeds 1,2 --policies fifo \\
+        --cells 900:wait --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Collection
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+from dprobe.models.planner import Planner
+from dprobe.sim.engine import QuotaMode
+from dprobe.sim.jobs import SimJob
+from dprobe.sim.quota import OracleDemand, PlannerQuota
+from dprobe.sim.run import QuotaOf, make_quota, run_quota
+from dprobe.sim.settings import SimSettings
+from dprobe.sim.synthetic import SyntheticSettings, generate
+from dprobe.traces.jobs_csv import JobRecord
+
+# rule name -> what the planner is told (None: a mode of dprobe simulate)
+RULES: dict[str, Collection[str] | None] = {
+    "reactive": None,
+    "predictive": None,
+    "told-nothing": (),
+    "told-arrivals": ("arrivals",),
+    "told-everything": ("arrivals", "departures"),
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One simulation to make: a rule on one seed, policy and cost setting."""
+
+    rule: str
+    seed: int
+    policy: str
+    latency_s: float
+    reclaim: str
+
+
+def quota_of(rule: str) -> QuotaOf:
+    """A ``quota_of`` for :func:`run_quota` that builds ``rule``'s quota mode."""
+    knows = RULES[rule]
+
+    def build(mode: str, jobs: list[SimJob], s: SimSettings) -> QuotaMode:
+        if knows is None:
+            return make_quota(mode, jobs, s)
+        demand = OracleDemand(jobs, s.lead_s, s.hold_s, knows=knows)
+        return PlannerQuota(mode, demand, Planner(s.planner))
+
+    return build
+
+
+@cache
+def _stream(folder: str, days: float, seed: int) -> tuple[list[JobRecord], dict[str, int]]:
+    return generate(folder, SyntheticSettings(days=days, seed=seed))
+
+
+def simulate(run: Run, folder: str, days: float, forecaster: str) -> dict[str, Any]:
+    """The figures of one run, as a plain dict."""
+    torch.set_num_threads(1)
+    records, sizes = _stream(folder, days, run.seed)
+    s = SimSettings(
+        move_latency_s=run.latency_s, reclaim=run.reclaim, forecaster=forecaster, seed=run.seed
+    )
+    mode = run.rule if RULES[run.rule] is None else "oracle"
+    r = run_quota(records, sizes, run.policy, mode, quota_of(run.rule), settings=s)
+    return {
+        **run.__dict__,
+        "avg_queue_s": r.avg_queue_s,
+        "lost_gpu_h": r.lost_gpu_h,
+        "node_moves": r.node_moves,
+    }
+
+
+def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per cost setting and rule: its waits as shares of reactive's, and lost GPU-hours."""
+    key = ("seed", "policy", "latency_s", "reclaim")
+    reactive = {tuple(r[k] for k in key): r for r in rows if r["rule"] == "reactive"}
+    groups: dict[tuple[Any, Any, Any], list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for r in rows:
+        if r["rule"] == "reactive":
+            continue
+        base = reactive[tuple(r[k] for k in key)]
+        groups.setdefault((r["latency_s"], r["reclaim"], r["rule"]), []).append((r, base))
+    out = []
+    for (lat, rec, rule), pairs in groups.items():
+        shares = [
+            float(r["avg_queue_s"]) / float(b["avg_queue_s"])
+            for r, b in pairs
+            if float(b["avg_queue_s"]) > 0
+        ]
+        out.append(
+            {
+                "latency_s": lat,
+                "reclaim": rec,
+                "rule": rule,
+                "runs": len(pairs),
+                "mean_share": sum(shares) / len(shares) if shares else math.nan,
+                "geo_share": math.exp(sum(math.log(x) for x in shares) / len(shares))
+                if shares and min(shares) > 0
+                else math.nan,
+                "below_reactive": sum(1 for x in shares if x < 1),
+                "lost_gpu_h": sum(float(r["lost_gpu_h"]) for r, _ in pairs),
+                "reactive_lost_gpu_h": sum(float(b["lost_gpu_h"]) for _, b in pairs),
+            }
+        )
+    return out
+
+
+def main() -> None:
+    default = Path(os.environ.get("DPROBE_TRACE_DIR", "")) / "helios-earth-vcs"
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--helios", default=str(default), help="folder of Helios VC series")
+    p.add_argument("--days", type=float, default=7.0)
+    p.add_argument("--seeds", default="1,2,5,6,7,8")
+    p.add_argument("--policies", default="fifo,sjf,las")
+    p.add_argument("--cells", default="0:wait,900:wait,900:preempt", help="latency:reclaim,...")
+    p.add_argument("--forecaster", default="recent-peak", help="the predictive rule's model")
+    p.add_argument("--rules", default=",".join(RULES), help="rules to run (reactive always)")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--json", action="store_true", help="print every run and the summary")
+    args = p.parse_args()
+    if unknown := set(args.rules.split(",")) - set(RULES):
+        p.error(f"unknown rules {sorted(unknown)}; choose from {', '.join(RULES)}")
+    cells = [(float(c.split(":")[0]), c.split(":")[1]) for c in args.cells.split(",")]
+    runs = [
+        Run(rule, int(seed), policy, lat, rec)
+        for lat, rec in cells
+        for seed in args.seeds.split(",")
+        for policy in args.policies.split(",")
+        for rule in dict.fromkeys(["reactive", *args.rules.split(",")])
+    ]
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        rows = list(
+            pool.map(
+                simulate,
+                runs,
+                *zip(*[(args.helios, args.days, args.forecaster)] * len(runs), strict=True),
+            )
+        )
+    summary = summarise(rows)
+    if args.json:
+        print(json.dumps({"runs": rows, "summary": summary}, indent=1))
+        return
+    print(f"seeds {args.seeds}; policies {args.policies}; wait = share of reactive's average")
+    print(f"{'latency s':>9s} {'reclaim':>8s} {'rule':>20s} {'mean':>6s} {'geo':>6s} "
+          f"{'below':>7s} {'lost GPU-h (reactive)':>22s}")  # fmt: skip
+    for s in summary:
+        print(
+            f"{s['latency_s']:9.0f} {s['reclaim']:>8s} {s['rule']:>20s} "
+            f"{s['mean_share']:6.3f} {s['geo_share']:6.3f} "
+            f"{s['below_reactive']:>3d}/{s['runs']:<3d} "
+            f"{s['lost_gpu_h']:10.0f} ({s['reactive_lost_gpu_h']:.0f})"
+        )
+
+
+if __name__ == "__main__":
+    main()
