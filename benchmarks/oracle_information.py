@@ -155,6 +155,8 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--json", action="store_true", help="print every run and the summary")
     args = p.parse_args()
+    if not Path(args.helios).is_dir():
+        p.error(f"{args.helios}: no such folder (set DPROBE_TRACE_DIR or pass --helios)")
     if unknown := set(args.rules.split(",")) - set(RULES):
         p.error(f"unknown rules {sorted(unknown)}; choose from {', '.join(RULES)}")
     cells = [(float(c.split(":")[0]), c.split(":")[1]) for c in args.cells.split(",")]
