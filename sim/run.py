@@ -147,28 +147,15 @@ def run_one(
     (:func:`oracle_of`)."""
     s = settings or SimSettings()
     if mode != "oracle":
-        return _simulate(records, vc_nodes, policy, mode, s=s, sharing=sharing)
+        return run_quota(records, vc_nodes, policy, mode, make_quota, settings=s, sharing=sharing)
     runs = [
-        _simulate(records, vc_nodes, policy, how, s=s, sharing=sharing)
+        run_quota(records, vc_nodes, policy, how, make_quota, settings=s, sharing=sharing)
         for how in ("oracle", "foresight")
     ]
     best = _better(*runs)
     pick = "planner" if best is runs[0] else "foresight"
     wall = sum(r.wall_s for r in runs)
     return replace(best, mode="oracle", oracle_pick=pick, wall_s=wall)
-
-
-def _simulate(
-    records: Sequence[JobRecord],
-    vc_nodes: dict[str, int],
-    policy: str,
-    mode: str,
-    *,
-    s: SimSettings,
-    sharing: Sharing | None,
-) -> CellResult:
-    """One run of quota mode ``mode`` (or ``foresight``) and its figures."""
-    return run_quota(records, vc_nodes, policy, mode, make_quota, settings=s, sharing=sharing)
 
 
 QuotaOf = Callable[[str, list[SimJob], SimSettings], QuotaMode]
