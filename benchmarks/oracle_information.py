@@ -33,8 +33,8 @@ import os
 import sys
 from collections.abc import Collection
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import asdict, dataclass
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +100,7 @@ def simulate(run: Run, folder: str, days: float, forecaster: str) -> dict[str, A
     mode = run.rule if RULES[run.rule] is None else "oracle"
     r = run_quota(records, sizes, run.policy, mode, quota_of(run.rule), settings=s)
     return {
-        **run.__dict__,
+        **asdict(run),
         "avg_queue_s": r.avg_queue_s,
         "lost_gpu_h": r.lost_gpu_h,
         "node_moves": r.node_moves,
@@ -168,13 +168,8 @@ def main() -> None:
         for rule in dict.fromkeys(["reactive", *args.rules.split(",")])
     ]
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
-        rows = list(
-            pool.map(
-                simulate,
-                runs,
-                *zip(*[(args.helios, args.days, args.forecaster)] * len(runs), strict=True),
-            )
-        )
+        one = partial(simulate, folder=args.helios, days=args.days, forecaster=args.forecaster)
+        rows = list(pool.map(one, runs))
     summary = summarise(rows)
     if args.json:
         print(json.dumps({"runs": rows, "summary": summary}, indent=1))
