@@ -78,11 +78,13 @@ def run_sweep(
     sharing: Sharing | None = None,
     workers: int = 1,
     progress: bool = True,
+    label: str = "simulate",
 ) -> list[CellResult]:
-    """Every variant x policy x mode cell; results in that input order. Static quotas
-    never move a node, so a static cell is run once per policy and its figures reported
-    under every variant; an oracle cell reuses the reactive cell of the grid for its
-    hindsight choice instead of running reactive again."""
+    """Every variant x policy x mode cell; results in that input order (``label`` names
+    the progress bar). Static quotas never move a node, so a static cell is run once per
+    policy and its figures reported under every variant; an oracle cell reuses the
+    reactive cell of the grid for its hindsight choice instead of running reactive
+    again."""
     tasks: dict[tuple[int, str, str], SimSettings] = {}
     for v, s in enumerate(variants):
         for p in policies:
@@ -97,7 +99,7 @@ def run_sweep(
     def job(mode: str) -> Callable[..., CellResult]:
         return run_one if hindsight and mode == "oracle" else run_cell
 
-    bar = tqdm(total=len(runs), desc="simulate", unit="run", file=sys.stderr, disable=not progress)
+    bar = tqdm(total=len(runs), desc=label, unit="run", file=sys.stderr, disable=not progress)
     done: dict[tuple[int, str, str], CellResult] = {}
     try:
         if workers <= 1:

@@ -1,7 +1,7 @@
 """Rows, table and bar chart of a simulation grid.
 
 ``reduction_vs_static`` is the percentage by which a cell's average queueing delay is
-below the static cell of the same policy, move latency and reclaim rule (positive =
+below the static cell of the same seed, policy, move latency and reclaim rule (positive =
 better; ``None`` without a static cell or when static had no delay);
 ``reduction_vs_reactive`` the same against the reactive cell. ``oracle_gain_captured``
 (predictive cells only) is ``(reactive - predictive) / (reactive - oracle)``: the share of
@@ -33,6 +33,7 @@ COLUMNS = (
     "mode",
     "move_latency_s",
     "reclaim",
+    "seed",
     "avg_queue_s",
     "p95_queue_s",
     "avg_jct_s",
@@ -55,10 +56,10 @@ def _pct(base: float | None, value: float) -> float | None:
 
 def rows(results: Sequence[CellResult]) -> list[dict[str, Any]]:
     """One plain row per cell, with exactly :data:`COLUMNS`."""
-    by = {(r.policy, r.move_latency_s, r.reclaim, r.mode): r.avg_queue_s for r in results}
+    by = {(r.seed, r.policy, r.move_latency_s, r.reclaim, r.mode): r.avg_queue_s for r in results}
     out = []
     for r in results:
-        key = (r.policy, r.move_latency_s, r.reclaim)
+        key = (r.seed, r.policy, r.move_latency_s, r.reclaim)
         reactive, oracle = by.get((*key, "reactive")), by.get((*key, "oracle"))
         captured = None
         if r.mode == "predictive" and reactive is not None and oracle is not None:
@@ -70,6 +71,7 @@ def rows(results: Sequence[CellResult]) -> list[dict[str, Any]]:
                 "mode": r.mode,
                 "move_latency_s": r.move_latency_s,
                 "reclaim": r.reclaim,
+                "seed": r.seed,
                 "avg_queue_s": round(r.avg_queue_s, 1),
                 "p95_queue_s": round(r.p95_queue_s, 1),
                 "avg_jct_s": round(r.avg_jct_s, 1),
@@ -115,10 +117,11 @@ def table(results: Sequence[CellResult]) -> str:
         cap = r["oracle_gain_captured"]
         lines.append(
             f"| {r['policy']} | {r['mode']} | {r['move_latency_s']:g} | {r['reclaim']} | "
-            f"{_s(r['avg_queue_s'])} | {_s(r['p95_queue_s'])} | {_s(r['avg_jct_s'])} | "
+            f"{seconds_text(r['avg_queue_s'])} | {seconds_text(r['p95_queue_s'])} | "
+            f"{seconds_text(r['avg_jct_s'])} | "
             f"{r['alloc_ratio']:.3f} | {r['node_moves']} | {r['preemptions']} | "
-            f"{_s(r['lost_gpu_h'])} | {_s(r['moves_in_flight_gpu_h'])} | "
-            f"{_s(r['guarantee_wait_s'])} | {vs_static} | {vs_reactive} | "
+            f"{seconds_text(r['lost_gpu_h'])} | {seconds_text(r['moves_in_flight_gpu_h'])} | "
+            f"{seconds_text(r['guarantee_wait_s'])} | {vs_static} | {vs_reactive} | "
             f"{'-' if cap is None else f'{cap:.2f}'} |"
         )
     return "\n".join(lines)
@@ -143,9 +146,9 @@ def sweep_table(results: Sequence[CellResult]) -> str:
         lost = [by.get((lat, rec, pol, m)) for m in ("reactive", "predictive")]
         lines.append(
             f"| {lat:g} | {rec} | {pol} | "
-            + " | ".join("-" if c is None else _s(c.avg_queue_s) for c in cells)
+            + " | ".join("-" if c is None else seconds_text(c.avg_queue_s) for c in cells)
             + f" | {vs or '-'} | {'-' if cap is None else f'{cap:.2f}'} | "
-            + " | ".join("-" if c is None else _s(c.lost_gpu_h) for c in lost)
+            + " | ".join("-" if c is None else seconds_text(c.lost_gpu_h) for c in lost)
             + " |"
         )
     return "\n".join(lines)
@@ -159,7 +162,8 @@ def _signed(pct: float | None) -> str:
     return "" if pct is None else f"{pct:+.2f} %"
 
 
-def _s(x: float) -> str:
+def seconds_text(x: float) -> str:
+    """Seconds (or any figure) for a table: one decimal below 100, none above."""
     return f"{x:,.1f}" if abs(x) < 100 else f"{x:,.0f}"
 
 
@@ -179,7 +183,7 @@ def chart(results: Sequence[CellResult], path: str | Path, title: str = "") -> P
             ax.text(
                 x,
                 max(by.get((p, m), 0.0), 0.1),
-                _s(by.get((p, m), 0.0)),
+                seconds_text(by.get((p, m), 0.0)),
                 ha="center",
                 va="bottom",
                 fontsize=6,

@@ -40,7 +40,7 @@ class CellResult:
     ``guarantee_wait_s``: per job, the part of its wait during which some of its VC's
     own nodes were away; ``policy_preemptions``: preemptions by SRTF / LAS (no work
     lost); ``oracle_pick``: which run the oracle kept (``planner``, ``foresight`` or
-    ``reactive``)."""
+    ``reactive``); ``seed``: the run's seed (synthetic stream and forecaster)."""
 
     policy: str
     mode: str
@@ -63,6 +63,7 @@ class CellResult:
     wall_s: float
     forecaster: str
     oracle_pick: str = ""
+    seed: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -219,4 +220,5 @@ def run_quota(
         makespan_s=span,
         wall_s=time.perf_counter() - t0,
         forecaster=s.forecaster if mode == "predictive" else "",
+        seed=s.seed,
     )

@@ -4,6 +4,7 @@
     dprobe simulate --helios DIR --days 7 --policies fifo las --json
     dprobe simulate --jobs trace.csv --move-latency 900 --reclaim preempt
     dprobe simulate --jobs trace.csv --sweep --workers 2
+    dprobe simulate --helios DIR --seeds 0,3,4 --sweep --latencies 0,900 --workers 2
 
 Prints a table of average and p95 queueing delay, average JCT, GPU allocation ratio,
 node moves and reconfiguration costs (preemptions, lost GPU-hours, GPU-hours in flight,
@@ -13,6 +14,11 @@ that grid at every move latency of ``--latencies`` x both reclaim rules. ``--jso
 prints one JSON list of rows on stdout and nothing else there. ``jobs-csv`` times are
 minutes unless ``--time-unit`` says otherwise (or the header names ``submit_time_s`` /
 ``duration_s``).
+
+``--seeds`` runs the whole grid once per seed (with ``--helios`` a fresh synthetic
+stream each; the seed also seeds the learned forecasters) and prints, per cell, the mean
+over the seeds and each mode's wait as a share of reactive's in the same seed; the
+``--json`` rows then carry their ``seed`` and the chart shows the means.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from dprobe.errors import UsageError
@@ -44,6 +51,16 @@ def _latencies(text: str) -> list[float]:
         raise UsageError(f"--latencies {text!r}: need seconds separated by commas") from None
     if not out or not all(v >= 0 and v < float("inf") for v in out):
         raise UsageError("--latencies: need one or more finite seconds >= 0")
+    return list(dict.fromkeys(out))
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        out = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"--seeds {text!r}: need whole numbers separated by commas") from None
+    if not out:
+        raise UsageError("--seeds: need one or more seeds")
     return list(dict.fromkeys(out))
 
 
@@ -191,7 +208,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PNG",
         help="bar chart path (default dprobe-out/simulate.png; '' for none)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument(
+        "--seed", type=int, default=0, help="synthetic stream and forecaster seed (0)"
+    )
+    seeds.add_argument(
+        "--seeds",
+        metavar="S,S",
+        help="run the grid once per seed and summarise the cells over them (e.g. 0,3,4)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
 
@@ -200,6 +225,8 @@ def run(args: argparse.Namespace) -> int:
     from dprobe.sim.grid import run_sweep, sweep_settings
     from dprobe.sim.inputs import resolve_vc_nodes
     from dprobe.sim.report import chart, rows, sweep_chart, sweep_table, table
+    from dprobe.sim.seeds import mean_cells
+    from dprobe.sim.seeds import table as seeds_table
     from dprobe.sim.settings import SimSettings
     from dprobe.traces.jobs_csv import read_jobs
 
@@ -224,16 +251,22 @@ def run(args: argparse.Namespace) -> int:
     def say(text: str) -> None:
         print(text, file=sys.stderr)
 
+    seeds = _seeds(args.seeds) if args.seeds is not None else [args.seed]
     if args.jobs is not None:
         records = read_jobs(args.jobs, time_unit_s=args.time_unit)
         if not records:
             raise UsageError(f"{args.jobs}: no jobs")
         vc_nodes, origin = resolve_vc_nodes(records, args.jobs, args.vcs, args.nodes, node_gpus=8)
         source = args.jobs.name
+        streams = dict.fromkeys(seeds, records)
     else:
         from dprobe.sim.synthetic import SyntheticSettings, generate
 
-        records, vc_nodes = generate(args.helios, SyntheticSettings(days=args.days, seed=args.seed))
+        streams = {}
+        for seed in seeds:
+            streams[seed], vc_nodes = generate(
+                args.helios, SyntheticSettings(days=args.days, seed=seed)
+            )
         origin = "VC sizes from the Helios series"
         source = f"synthetic, Helios {args.helios.name}, {args.days:g} days"
     if args.node_scale != 1.0:
@@ -252,7 +285,6 @@ def run(args: argparse.Namespace) -> int:
         horizon_s=args.horizon,
         guarantee_fraction=args.guarantee,
         forecaster=forecaster,
-        seed=args.seed,
         move_latency_s=args.move_latency,
         reclaim=args.reclaim,
         checkpoint_interval_s=args.checkpoint_interval,
@@ -260,42 +292,57 @@ def run(args: argparse.Namespace) -> int:
         gate=not args.no_gate,
     )
     reclaims = ["wait", "preempt"] if args.sweep else [args.reclaim]
+    jobs = _per_seed([len(r) for r in streams.values()])
     say(
-        f"{len(records)} jobs ({source}); {len(vc_nodes)} VCs, {sum(vc_nodes.values())} nodes; "
-        f"{origin}"
+        f"{jobs} jobs ({source}); {len(vc_nodes)} VCs, {sum(vc_nodes.values())} nodes; "
+        f"{origin}" + (f"; seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else "")
     )
     t0 = time.perf_counter()
-    results = run_sweep(
-        records,
-        vc_nodes,
-        policies,
-        modes,
-        sweep_settings(settings, latencies, reclaims),
-        sharing=sharing,
-        workers=args.workers,
-        progress=True,
-    )
+    results = []
+    for seed, records in streams.items():
+        results += run_sweep(
+            records,
+            vc_nodes,
+            policies,
+            modes,
+            sweep_settings(replace(settings, seed=seed), latencies, reclaims),
+            sharing=sharing,
+            workers=args.workers,
+            progress=True,
+            label=f"simulate, seed {seed}" if len(seeds) > 1 else "simulate",
+        )
     wall = time.perf_counter() - t0
-    skipped = results[0].skipped if results else 0
+    skipped = _per_seed([next(r.skipped for r in results if r.seed == seed) for seed in seeds])
     say(
         f"{len(results)} runs in {wall:.1f} s; {skipped} jobs left out (0 GPUs or larger than "
         f"the cluster); predictive forecaster: {forecaster}"
     )
     for r in results:
         if r.unfinished:
-            say(f"warning: {r.policy}/{r.mode}: {r.unfinished} jobs never finished")
+            say(f"warning: {r.policy}/{r.mode} (seed {r.seed}): {r.unfinished} jobs never finished")
+    several = len(seeds) > 1
     if args.chart:
         try:
             draw = sweep_chart if args.sweep else chart
-            drawn = draw(results, args.chart, title=f"Queueing delay ({source})")
+            title = f"Queueing delay ({source}" + (
+                f", mean of {len(seeds)} seeds)" if several else ")"
+            )
+            drawn = draw(mean_cells(results) if several else results, args.chart, title=title)
         except OSError as exc:
             raise UsageError(f"--chart {args.chart}: {exc.strerror or exc}") from None
         say(f"chart written to {drawn}")
     if args.json:
         json.dump(rows(results), sys.stdout)
         sys.stdout.write("\n")
+    elif several:
+        print(seeds_table(results))
     elif args.sweep:
         print(sweep_table(results))
     else:
         print(table(results))
     return 0
+
+
+def _per_seed(counts: list[int]) -> str:
+    """``counts`` (one per seed) as one figure when they agree, else ``a/b/c``."""
+    return str(counts[0]) if len(set(counts)) == 1 else "/".join(map(str, counts))

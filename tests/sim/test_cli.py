@@ -19,6 +19,7 @@ KEYS = {
     "node_moves",
     "move_latency_s",
     "reclaim",
+    "seed",
     "preemptions",
     "lost_gpu_h",
     "moves_in_flight_gpu_h",
