@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from collections.abc import Collection
@@ -47,6 +46,7 @@ from dprobe.sim.engine import QuotaMode
 from dprobe.sim.jobs import SimJob
 from dprobe.sim.quota import OracleDemand, PlannerQuota
 from dprobe.sim.run import QuotaOf, make_quota, run_quota
+from dprobe.sim.seeds import shares
 from dprobe.sim.settings import SimSettings
 from dprobe.sim.synthetic import SyntheticSettings, generate
 from dprobe.traces.jobs_csv import JobRecord
@@ -119,22 +119,16 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault((r["latency_s"], r["reclaim"], r["rule"]), []).append((r, base))
     out = []
     for (lat, rec, rule), pairs in groups.items():
-        shares = [
-            float(r["avg_queue_s"]) / float(b["avg_queue_s"])
-            for r, b in pairs
-            if float(b["avg_queue_s"]) > 0
-        ]
+        share = shares((float(r["avg_queue_s"]), float(b["avg_queue_s"])) for r, b in pairs)
         out.append(
             {
                 "latency_s": lat,
                 "reclaim": rec,
                 "rule": rule,
                 "runs": len(pairs),
-                "mean_share": sum(shares) / len(shares) if shares else math.nan,
-                "geo_share": math.exp(sum(math.log(x) for x in shares) / len(shares))
-                if shares and min(shares) > 0
-                else math.nan,
-                "below_reactive": sum(1 for x in shares if x < 1),
+                "mean_share": share.mean,
+                "geo_share": share.geo,
+                "below_reactive": share.below,
                 "lost_gpu_h": sum(float(r["lost_gpu_h"]) for r, _ in pairs),
                 "reactive_lost_gpu_h": sum(float(b["lost_gpu_h"]) for _, b in pairs),
             }
