@@ -9,8 +9,8 @@ seed* (mean, geometric mean, and in how many seeds it waited less than reactive)
 Example: predictive waits 80 and 150 s where reactive waits 100 s both times:
 
     >>> s = shares([(80.0, 100.0), (150.0, 100.0)])
-    >>> s.runs, s.mean, round(s.geo, 3), s.below
-    (2, 1.15, 1.095, 1)
+    >>> s.runs, s.mean, round(s.geo, 3), s.below, s.low, s.high
+    (2, 1.15, 1.095, 1, 0.8, 1.5)
 """
 
 from __future__ import annotations
@@ -28,12 +28,14 @@ from dprobe.sim.run import CellResult
 class Shares:
     """Ratios value / base over runs whose base is above 0: how many, their mean and
     geometric mean (``nan`` when there are none, or the geometric mean when a value is
-    0), and how many were below 1."""
+    0), how many were below 1, and the lowest and highest (``nan`` when none)."""
 
     runs: int
     mean: float
     geo: float
     below: int
+    low: float = math.nan
+    high: float = math.nan
 
 
 def shares(pairs: Iterable[tuple[float, float]]) -> Shares:
@@ -43,7 +45,8 @@ def shares(pairs: Iterable[tuple[float, float]]) -> Shares:
     if not ratios:
         return Shares(0, math.nan, math.nan, 0)
     geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios)) if min(ratios) > 0 else math.nan
-    return Shares(len(ratios), sum(ratios) / len(ratios), geo, sum(1 for x in ratios if x < 1))
+    below = sum(1 for x in ratios if x < 1)
+    return Shares(len(ratios), sum(ratios) / len(ratios), geo, below, min(ratios), max(ratios))
 
 
 Cell = tuple[float, str, str, str]  # latency, reclaim, policy, mode
@@ -111,8 +114,8 @@ def mean_cells(results: Sequence[CellResult]) -> list[CellResult]:
 def table(results: Sequence[CellResult]) -> str:
     """One line per move latency x reclaim rule x policy (Markdown-compatible): each
     mode's mean average queueing delay over the seeds, predictive's and the oracle's
-    share of reactive's wait in the same seed (mean, geometric mean in brackets, seeds
-    below reactive), and the mean GPU-hours reactive and predictive lost to preemption."""
+    share of reactive's wait in the same seed (mean, geometric mean in brackets, lowest
+    to highest, seeds below reactive), and the mean GPU-hours reactive and predictive lost to preemption."""
     rows = {
         (r["move_latency_s"], r["reclaim"], r["policy"], r["mode"]): r for r in summary(results)
     }
@@ -139,4 +142,5 @@ def _share(s: Shares | None) -> str:
     if s is None or not s.runs:
         return "-"
     geo = "-" if math.isnan(s.geo) else f"{s.geo:.3f}"
-    return f"{s.mean:.3f} ({geo}), {s.below}/{s.runs} below"
+    spread = f", {s.low:.2f}-{s.high:.2f}" if s.runs > 1 else ""
+    return f"{s.mean:.3f} ({geo}){spread}, {s.below}/{s.runs} below"

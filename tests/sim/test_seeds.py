@@ -35,6 +35,7 @@ def test_shares_match_a_plain_recomputation() -> None:
     assert s.mean == pytest.approx(statistics.fmean(ratios))
     assert s.geo == pytest.approx(statistics.geometric_mean(ratios))
     assert s.below == sum(1 for v, b in pairs[:-1] if v < b)
+    assert (s.low, s.high) == (min(ratios), max(ratios))
     assert math.isnan(shares([]).mean) and shares([]).runs == 0
     assert math.isnan(shares([(0.0, 5.0)]).geo)  # a zero wait has no logarithm
 
