@@ -115,7 +115,8 @@ def table(results: Sequence[CellResult]) -> str:
     """One line per move latency x reclaim rule x policy (Markdown-compatible): each
     mode's mean average queueing delay over the seeds, predictive's and the oracle's
     share of reactive's wait in the same seed (mean, geometric mean in brackets, lowest
-    to highest, seeds below reactive), and the mean GPU-hours reactive and predictive lost to preemption."""
+    to highest, seeds below reactive), and the mean GPU-hours reactive and predictive
+    lost to preemption."""
     rows = {
         (r["move_latency_s"], r["reclaim"], r["policy"], r["mode"]): r for r in summary(results)
     }
