@@ -18,9 +18,6 @@ from dprobe.sim.policies import PolicySettings
 
 MODES = ("static", "reactive", "predictive", "oracle")
 RECLAIMS = ("wait", "preempt")
-# lend horizon by reclaim rule: a lent node that is wanted back costs lost work when
-# reclaimed by preemption, only a wait when reclaimed by waiting (see docs/simulation.md)
-LEND_HORIZON_S = {"wait": 0.0, "preempt": 3600.0}
 
 
 @dataclass(frozen=True)
@@ -43,8 +40,8 @@ class SimSettings:
       since it (re)started; a job preempted to reclaim a node loses the work since its
       last checkpoint (0: nothing is lost);
     - ``lend_horizon_s``: predictive and oracle modes keep idle nodes a VC is forecast to
-      need within this long (the expected run time of a borrower's job) instead of lending
-      them; ``None``: :data:`LEND_HORIZON_S` of the reclaim rule (:attr:`hold_s`);
+      need within this long instead of lending them; ``None``: the reclaim rule's default
+      (:attr:`hold_s`);
     - ``gate``: the predictive mode falls back, per VC, to planning on demand now while its
       forecasts have not been paying (:mod:`dprobe.models.forecast.gate`);
     - ``forecaster``: the model of the predictive mode (see :mod:`dprobe.models.forecast.registry`);
@@ -76,10 +73,19 @@ class SimSettings:
 
     @property
     def hold_s(self) -> float:
-        """The lend horizon in force: ``lend_horizon_s``, else the reclaim rule's default."""
+        """The lend horizon in force: ``lend_horizon_s``, else the reclaim rule's default.
+        With ``wait`` a lent node that is wanted back costs only a wait: nothing is held
+        (0). With ``preempt`` it costs the borrower's work since its last checkpoint:
+        nodes the owner is forecast to need within one checkpoint interval are held.
+
+        >>> SimSettings(reclaim="preempt").hold_s, SimSettings(reclaim="wait").hold_s
+        (1800.0, 0.0)
+        >>> SimSettings(reclaim="preempt", checkpoint_interval_s=0.0).hold_s  # nothing lost
+        0.0
+        """
         if self.lend_horizon_s is not None:
             return self.lend_horizon_s
-        return LEND_HORIZON_S[self.reclaim]
+        return self.checkpoint_interval_s if self.reclaim == "preempt" else 0.0
 
     def __post_init__(self) -> None:
         if self.node_gpus < 1 or self.interval_s <= 0 or self.horizon_s <= 0:

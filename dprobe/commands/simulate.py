@@ -163,7 +163,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="S",
         help="predictive and oracle modes keep idle nodes their VC is forecast to need "
-        "within S seconds (default: 3600 with --reclaim preempt, 0 with wait)",
+        "within S seconds (default: the checkpoint interval with --reclaim preempt, 0 with "
+        "wait)",
     )
     p.add_argument(
         "--no-gate",
