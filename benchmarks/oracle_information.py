@@ -11,7 +11,11 @@ is compared with the reactive rule of the same seed, policy and costs:
 - ``told-arrivals``: told the jobs that will arrive (when, how many GPUs, how long
   they run), not when the jobs running now end;
 - ``told-everything``: told the arrivals and when every running job ends (the
-  planner half of the oracle of ``docs/simulation.md``).
+  planner half of the oracle of ``docs/simulation.md``);
+- ``predictive-p50``: predictive sizing quotas to the p50 instead of the p90;
+- ``predictive-latency-lead``: predictive planning exactly one move latency plus one
+  interval ahead (the forecast horizon set to one interval, so at latency 0 it plans
+  for the next interval only, not 600 s ahead).
 
 Printed per cost setting and rule: the mean and geometric mean over seeds x policies of
 its average queueing delay as a share of reactive's, the runs in which it waited less
@@ -30,9 +34,9 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cache, partial
 from pathlib import Path
 from typing import Any
@@ -58,6 +62,13 @@ RULES: dict[str, Collection[str] | None] = {
     "told-nothing": (),
     "told-arrivals": ("arrivals",),
     "told-everything": ("arrivals", "departures"),
+    "predictive-p50": None,
+    "predictive-latency-lead": None,
+}
+# rule name -> what it changes in the settings of the run
+TWEAKS: dict[str, Callable[[SimSettings], SimSettings]] = {
+    "predictive-p50": lambda s: replace(s, planner=replace(s.planner, quantile="p50")),
+    "predictive-latency-lead": lambda s: replace(s, horizon_s=s.interval_s),
 }
 
 
@@ -90,14 +101,21 @@ def _stream(folder: str, days: float, seed: int) -> tuple[list[JobRecord], dict[
     return generate(folder, SyntheticSettings(days=days, seed=seed))
 
 
-def simulate(run: Run, folder: str, days: float, forecaster: str) -> dict[str, Any]:
+def simulate(
+    run: Run, folder: str, days: float, forecaster: str, lend_horizon_s: float | None = None
+) -> dict[str, Any]:
     """The figures of one run, as a plain dict."""
     torch.set_num_threads(1)
     records, sizes = _stream(folder, days, run.seed)
     s = SimSettings(
-        move_latency_s=run.latency_s, reclaim=run.reclaim, forecaster=forecaster, seed=run.seed
+        move_latency_s=run.latency_s,
+        reclaim=run.reclaim,
+        forecaster=forecaster,
+        seed=run.seed,
+        lend_horizon_s=lend_horizon_s,
     )
-    mode = run.rule if RULES[run.rule] is None else "oracle"
+    s = TWEAKS.get(run.rule, lambda same: same)(s)
+    mode = run.rule.split("-")[0] if RULES[run.rule] is None else "oracle"
     r = run_quota(records, sizes, run.policy, mode, quota_of(run.rule), settings=s)
     return {
         **asdict(run),
@@ -145,6 +163,13 @@ def main() -> None:
     p.add_argument("--policies", default="fifo,sjf,las")
     p.add_argument("--cells", default="0:wait,900:wait,900:preempt", help="latency:reclaim,...")
     p.add_argument("--forecaster", default="recent-peak", help="the predictive rule's model")
+    p.add_argument(
+        "--lend-horizon",
+        type=float,
+        default=None,
+        metavar="S",
+        help="the planner rules' lend horizon (default: the reclaim rule's, as dprobe simulate)",
+    )
     p.add_argument("--rules", default=",".join(RULES), help="rules to run (reactive always)")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--json", action="store_true", help="print every run and the summary")
@@ -162,7 +187,13 @@ def main() -> None:
         for rule in dict.fromkeys(["reactive", *args.rules.split(",")])
     ]
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
-        one = partial(simulate, folder=args.helios, days=args.days, forecaster=args.forecaster)
+        one = partial(
+            simulate,
+            folder=args.helios,
+            days=args.days,
+            forecaster=args.forecaster,
+            lend_horizon_s=args.lend_horizon,
+        )
         rows = list(pool.map(one, runs))
     summary = summarise(rows)
     if args.json:
