@@ -14,7 +14,7 @@ from dprobe.sim.engine import Simulator
 from dprobe.sim.jobs import SimJob
 from dprobe.sim.policies import make_policy
 from dprobe.sim.quota import ReactiveQuota
-from dprobe.sim.run import run_cell
+from dprobe.sim.run import make_quota, run_cell
 from dprobe.sim.settings import SimSettings
 from dprobe.traces.jobs_csv import JobRecord
 
@@ -123,3 +123,31 @@ def test_the_oracle_is_never_above_reactive(policy: str) -> None:
             assert oracle.unfinished == reactive.unfinished == 0
             assert oracle.avg_queue_s <= reactive.avg_queue_s, (latency, reclaim)
             assert oracle.oracle_pick in ("planner", "foresight", "reactive")
+
+
+@pytest.mark.parametrize(
+    ("reclaim", "checkpoint_s", "b1_start"),
+    [
+        ("preempt", 1800.0, 2100.0),  # a needs its nodes at 1,500 s, within 1,800: kept
+        ("preempt", 600.0, 300.0),  # 1,500 s is beyond one checkpoint interval: lent
+        ("preempt", 0.0, 300.0),  # a preemption loses nothing: nothing is held
+        ("wait", 1800.0, 300.0),  # a reclaim only waits: nothing is held
+    ],
+)
+def test_under_preempt_an_owner_keeps_what_it_needs_within_a_checkpoint_interval(
+    reclaim: str, checkpoint_s: float, b1_start: float
+) -> None:
+    # b (1 node) runs a long job; b1 waits from 0 s. a (2 nodes, keeps 1) is idle until a
+    # 16-GPU job arrives at 1,500 s. The oracle's planner (told the arrival) lends a's
+    # spare node at the 300 s tick unless a is held for its own job to come; held, b1
+    # starts when a's job ends (1,500 + 600 s).
+    jobs = [
+        _job(0, "b", 0.0, 8, 50_000.0),
+        _job(1, "b", 0.0, 8, 600.0),
+        _job(2, "a", 1500.0, 16, 600.0),
+    ]
+    s = SimSettings(move_latency_s=0.0, reclaim=reclaim, checkpoint_interval_s=checkpoint_s)
+    quota = make_quota("oracle", jobs, s)
+    sim = Simulator(jobs, {"a": 2, "b": 1}, make_policy("fifo"), quota, settings=s).run()
+    assert jobs[1].start_s == b1_start
+    assert jobs[2].start_s == 1500.0 and sim.preemptions == 0
