@@ -313,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
             label=f"simulate, seed {seed}" if len(seeds) > 1 else "simulate",
         )
     wall = time.perf_counter() - t0
-    skipped = _per_seed([next(r.skipped for r in results if r.seed == seed) for seed in seeds])
+    skipped = _per_seed([next((r.skipped for r in results if r.seed == k), 0) for k in seeds])
     say(
         f"{len(results)} runs in {wall:.1f} s; {skipped} jobs left out (0 GPUs or larger than "
         f"the cluster); predictive forecaster: {forecaster}"

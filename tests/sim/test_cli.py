@@ -195,3 +195,15 @@ def test_sweep_prints_one_line_per_latency_reclaim_and_policy(
     assert any(line.startswith("| 600 | preempt | sjf | 1,200 | 700 |") for line in lines)
     assert main([*args, "--latencies", "0,x"]) == 2
     assert "--latencies" in capsys.readouterr().err
+
+
+def test_an_empty_grid_prints_an_empty_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = _trace(tmp_path)
+    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv"), "--chart", ""]
+    assert main([*args, "--policies", ","]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip().splitlines()[0].startswith("| policy | mode |")
+    assert len(out.strip().splitlines()) == 2
+    assert "0 runs" in err and "0 jobs left out" in err
