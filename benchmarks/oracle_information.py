@@ -65,7 +65,7 @@ RULES: dict[str, Collection[str] | None] = {
     "predictive-p50": None,
     "predictive-latency-lead": None,
 }
-# rule name -> what it changes in the settings of the run
+# predictive variants: rule name -> what it changes in the settings of the run
 TWEAKS: dict[str, Callable[[SimSettings], SimSettings]] = {
     "predictive-p50": lambda s: replace(s, planner=replace(s.planner, quantile="p50")),
     "predictive-latency-lead": lambda s: replace(s, horizon_s=s.interval_s),
@@ -115,7 +115,10 @@ def simulate(
         lend_horizon_s=lend_horizon_s,
     )
     s = TWEAKS.get(run.rule, lambda same: same)(s)
-    mode = run.rule.split("-")[0] if RULES[run.rule] is None else "oracle"
+    if RULES[run.rule] is not None:
+        mode = "oracle"
+    else:
+        mode = "predictive" if run.rule in TWEAKS else run.rule
     r = run_quota(records, sizes, run.policy, mode, quota_of(run.rule), settings=s)
     return {
         **asdict(run),
