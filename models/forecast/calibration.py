@@ -2,10 +2,10 @@
 
 :class:`Calibrated` wraps a forecaster of the registry and keeps its contract
 (``learn_one`` / ``forecast`` / ``state_dict`` / ``load_state_dict``). p50 is the inner
-model's, untouched; p90 becomes ``p50 + a x spread + b`` (never below p50), where
-``spread = inner p90 - p50`` and ``(a, b)`` are fitted online so that, over recent matured
-forecasts, about ``level`` (0.9) of actual demands lie at or below it. How (every choice
-a setting):
+model's, untouched; p90 becomes ``p50 + a x spread + c x activity + b`` (never below
+p50), where ``spread = inner p90 - p50``, ``activity`` is how much the tenant's demand
+moved lately, and ``(a, c, b)`` are fitted online so that, over recent matured forecasts,
+about ``level`` (0.9) of actual demands lie at or below it. How (every choice a setting):
 
 - When the wrapper learns tenant ``t``'s window ending at ``T``, it asks the inner model
   for ``(p50, p90)`` at each calibration horizon ``h`` in ``horizons_s`` [600, 3600,
@@ -41,7 +41,8 @@ a setting):
 
 **Assumptions**: a tenant's scores are exchangeable over its last ``window`` matured
 forecasts; other tenants' errors in GPUs are a fair prior for a young tenant; p90 is
-affine in the inner model's spread. State is plain data (lists, floats, dicts) plus the
+affine in the inner model's spread and in the tenant's recent movement (demand that has
+just moved tends to move again). State is plain data (lists, floats, dicts) plus the
 inner model's own state, so checkpoints load with ``weights_only=True``.
 
 Example:
@@ -69,7 +70,9 @@ from dprobe.models.forecast.base import Forecaster
 from dprobe.models.forecast.quantile_loss import pinball
 from dprobe.models.forecast.target import demand_of, window_step_s
 
-VERSION = "cal1"
+VERSION = "cal2"
+STATE_VERSION = 2  # 1: before the activity term
+ACTIVITY_WEIGHTS = (0.0, 0.5, 1.0, 2.0, 4.0)
 SPREAD_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 
 
@@ -92,30 +95,42 @@ def fit_affine(
     weights: np.ndarray,
     level: float,
     target: float,
+    *,
+    activity: Sequence[float] | np.ndarray | None = None,
+    activity_weights: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per spread weight ``a``: the smallest ``b_a`` whose p90 = ``p50 + max(a x spread +
-    b_a, 0)`` covers the ``ceil(level x (n + 1))`` forecasts conformal prediction asks for
-    (a forecast with ``resid <= 0`` is covered by any p90, since p90 >= p50), and the mean
-    pinball loss at ``target`` of that p90.
+    """Per candidate: the smallest shift ``b`` whose p90 = ``p50 + max(shift + b, 0)``
+    covers the ``ceil(level x (n + 1))`` forecasts conformal prediction asks for (a
+    forecast with ``resid <= 0`` is covered by any p90, since p90 >= p50), and the mean
+    pinball loss at ``target`` of that p90. The candidates are the spread weights ``a``
+    (``shift = a x spread``) or, with ``activity``, every pair of ``a`` and an activity
+    weight ``c`` (``shift = a x spread + c x activity``), ``a`` major.
 
     >>> b, loss = fit_affine([0.0, 0.0, 4.0, 0.0], [4.0] * 4, np.array([0.0, 1.0]), 0.75, 0.75)
     >>> b.tolist(), loss.tolist()
     ([4.0, 0.0], [0.75, 0.75])
     >>> fit_affine([0.0, 0.0, 4.0, 0.0], [4.0] * 4, np.array([0.0, 1.0]), 0.5, 0.5)[0].tolist()
     [0.0, -4.0]
+    >>> fit_affine([0.0, 0.0, 4.0, 0.0], [0.0] * 4, np.array([0.0]), 0.75, 0.75,
+    ...            activity=[0.0, 0.0, 2.0, 0.0], activity_weights=np.array([0.0, 2.0]))[0].tolist()
+    [4.0, 0.0]
     """
     r = np.asarray(resid, dtype=float)
     s = np.asarray(spread, dtype=float)
-    z = r[None, :] - weights[:, None] * s[None, :]
+    base = weights[:, None] * s[None, :]
+    if activity is not None and activity_weights is not None:
+        act = np.asarray(activity, dtype=float)
+        extra = activity_weights[:, None] * act[None, :]
+        base = (base[:, None, :] + extra[None, :, :]).reshape(-1, r.size)
+    z = r[None, :] - base
     n = r.size
     up = r > 0
     k = min(math.ceil(level * (n + 1)), n) - int(n - up.sum())  # positive residuals to cover
     if k <= 0:  # p90 = p50 already covers enough
-        b = 0.0 - weights * (float(s.max()) if n else 0.0)
+        b = 0.0 - (base.max(axis=1) if n else np.zeros(len(base)))
     else:
-        zu = z[:, up]
-        b = np.partition(zu, k - 1, axis=1)[:, k - 1]
-    shift = weights[:, None] * s[None, :] + b[:, None]
+        b = np.partition(z[:, up], k - 1, axis=1)[:, k - 1]
+    shift = base + b[:, None]
     diff = np.where(shift >= 0, z - b[:, None], r[None, :])  # y - calibrated p90
     loss = np.where(diff >= 0, target * diff, (target - 1.0) * diff).mean(axis=1)
     return b, loss
@@ -131,6 +146,8 @@ class Calibrated:
         horizons_s: Sequence[float] = (600.0, 3600.0, 21600.0),
         level: float = 0.9,
         spread_weights: Sequence[float] = SPREAD_WEIGHTS,
+        activity_weights: Sequence[float] = ACTIVITY_WEIGHTS,
+        activity_halflife: float = 1.0,
         window: int = 500,
         pool_size: int = 2000,
         prior_n: float = 50.0,
@@ -143,6 +160,10 @@ class Calibrated:
             raise ValueError(f"level must be within (0, 1), got {level}")
         if not spread_weights or any(a < 0 for a in spread_weights):
             raise ValueError("spread_weights must be one or more weights >= 0")
+        if not activity_weights or any(c < 0 for c in activity_weights):
+            raise ValueError("activity_weights must be one or more weights >= 0")
+        if not activity_halflife > 0:
+            raise ValueError(f"activity_halflife must be > 0 windows, got {activity_halflife}")
         if window < 1 or pool_size < 1 or min_scores < 1 or prior_n < 0:
             raise ValueError("window, pool_size and min_scores must be >= 1, prior_n >= 0")
         if not horizons_s or any(h <= 0 for h in horizons_s):
@@ -153,6 +174,8 @@ class Calibrated:
         self.horizons_s = tuple(sorted(float(h) for h in horizons_s))
         self.level = level
         self.spread_weights = tuple(float(a) for a in spread_weights)
+        self.activity_weights = tuple(float(c) for c in activity_weights)
+        self.activity_halflife = float(activity_halflife)
         self.window = window
         self.pool_size = pool_size
         self.prior_n = prior_n
@@ -163,14 +186,18 @@ class Calibrated:
         self.name: str = inner.name
         self.version: str = f"{inner.version}+{VERSION}"
         self._weights = np.asarray(self.spread_weights, dtype=float)
+        self._act_weights = np.asarray(self.activity_weights, dtype=float)
+        # the (a, c) pair of each candidate, in fit_affine's order (a major)
+        self._pairs = [(a, c) for a in self.spread_weights for c in self.activity_weights]
+        self._act_alpha = 1.0 - 0.5 ** (1.0 / self.activity_halflife)
         self._reset()
 
     def _reset(self) -> None:
         nh = len(self.horizons_s)
-        # per tenant: step, end, pending forecasts, matured scores per horizon, fit, and
-        # per horizon whether the inner p90 is kept (raw_fallback)
+        # per tenant: step, end, pending forecasts, matured scores per horizon, fit, per
+        # horizon whether the inner p90 is kept (raw_fallback), and [last demand, activity]
         self._tenants: dict[str, dict[str, Any]] = {}
-        # matured (resid, spread, edge) arrays, oldest first; lists in state_dict
+        # matured (resid, spread, edge, activity) arrays, oldest first; lists in state_dict
         self._pool: list[list[np.ndarray]] = [_empty_scores() for _ in range(nh)]
         self._pool_fit: list[list[list[float]] | None] = [None] * nh  # [b per a, loss per a]
         self._pool_edge: list[float | None] = [None] * nh  # mean edge of the calibrated p90
@@ -193,9 +220,15 @@ class Calibrated:
                 "matured": [_empty_scores() for _ in self.horizons_s],
                 "fit": None,
                 "raw": None,
+                "act": None,
             }
         if st["end"] is not None and end <= st["end"]:
             return  # late or repeated: the inner model ignores it too
+        y = demand_of(window)
+        prev = st["act"]
+        moved = 0.0 if prev is None else abs(y - prev[0])
+        act = moved if prev is None else prev[1] + self._act_alpha * (moved - prev[1])
+        st["act"] = [y, act]
         if st["step"] is None and st["end"] is not None:
             st["step"] = end - st["end"]
         st["end"] = end
@@ -203,7 +236,7 @@ class Calibrated:
             return  # the window's length is known from the tenant's next window
         step = float(st["step"])
         idx = round(end / step)
-        self._mature(st, idx, demand_of(window))
+        self._mature(st, idx, y)
         if self._pool_at != end:
             self._refresh_pool()
             self._pool_at = end
@@ -215,13 +248,13 @@ class Calibrated:
             if ahead < 1:
                 continue
             p50, p90 = raw[h]
-            cal = p90 if st["fit"] is None else _affine(st["fit"][i], p50, p90)
-            st["pending"].append([idx + ahead, i, p50, p90, cal])
+            cal = p90 if st["fit"] is None else _affine(st["fit"][i], p50, p90, act)
+            st["pending"].append([idx + ahead, i, p50, p90, cal, act])
 
     def _mature(self, st: dict[str, Any], idx: int, y: float) -> None:
         keep = []
         for item in st["pending"]:
-            at, i, p50, p90, cal = item
+            at, i, p50, p90, cal, act = item
             if at > idx:
                 keep.append(item)
                 continue
@@ -238,6 +271,7 @@ class Calibrated:
                 sc[1] = np.append(sc[1], max(p90 - p50, 0.0))[-cap:]
                 if edge is not None:
                     sc[2] = np.append(sc[2], edge)[-cap:]
+                sc[3] = np.append(sc[3], act)[-cap:]
             if self.adapt_gamma > 0:
                 miss = 1.0 if y > cal + 1e-9 else 0.0
                 lo, hi = self.level - self.adapt_max, min(self.level + self.adapt_max, 0.999)
@@ -246,36 +280,48 @@ class Calibrated:
         st["pending"] = keep
 
     def _refresh_pool(self) -> None:
-        for i, (resid, spread, edge) in enumerate(self._pool):
+        for i, (resid, spread, edge, act) in enumerate(self._pool):
             if len(resid) < self.min_scores:
                 self._pool_fit[i] = None
                 self._pool_edge[i] = None
                 continue
-            b, loss = fit_affine(resid, spread, self._weights, self._levels[i], self.level)
+            b, loss = self._fit(resid, spread, act, i)
             self._pool_fit[i] = [b.tolist(), loss.tolist()]
             self._pool_edge[i] = float(edge.mean()) if edge.size else None
 
+    def _fit(
+        self, resid: np.ndarray, spread: np.ndarray, act: np.ndarray, i: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return fit_affine(
+            resid,
+            spread,
+            self._weights,
+            self._levels[i],
+            self.level,
+            activity=act,
+            activity_weights=self._act_weights,
+        )
+
     def _tenant_fit(self, st: dict[str, Any]) -> list[list[float]] | None:
-        """Per horizon ``[a, b]``, or None while there is nothing to calibrate with."""
+        """Per horizon ``[a, b, c]``, or None while there is nothing to calibrate with."""
         out = []
-        for i, (resid, spread, _) in enumerate(st["matured"]):
+        for i, (resid, spread, _, act) in enumerate(st["matured"]):
             pool = self._pool_fit[i]
             n = len(resid)
             if pool is None and n < self.min_scores:
                 return None
             if pool is None:
-                b, loss = fit_affine(resid, spread, self._weights, self._levels[i], self.level)
+                b, loss = self._fit(resid, spread, act, i)
             elif n == 0:
                 b, loss = np.asarray(pool[0]), np.asarray(pool[1])
             else:
-                own_b, own_loss = fit_affine(
-                    resid, spread, self._weights, self._levels[i], self.level
-                )
+                own_b, own_loss = self._fit(resid, spread, act, i)
                 k = self.prior_n
                 b = (n * own_b + k * np.asarray(pool[0])) / (n + k)
                 loss = (n * own_loss + k * np.asarray(pool[1])) / (n + k)
             j = int(np.argmin(loss))
-            out.append([float(self._weights[j]), float(b[j])])
+            a, c = self._pairs[j]
+            out.append([a, float(b[j]), c])
         return out
 
     def _raw_better(self, st: dict[str, Any]) -> list[bool] | None:
@@ -284,7 +330,7 @@ class Calibrated:
         if st["fit"] is None:
             return None
         out = []
-        for i, (_, _, edge) in enumerate(st["matured"]):
+        for i, (_, _, edge, _) in enumerate(st["matured"]):
             n, pool = len(edge), self._pool_edge[i]
             own = float(edge.mean()) if n else 0.0
             mean = own if pool is None else (n * own + self.prior_n * pool) / (n + self.prior_n)
@@ -298,23 +344,25 @@ class Calibrated:
         st = self._tenants.get(tenant)
         if st is None or st["fit"] is None:
             return raw
-        fit = st["fit"]
+        fit = [_abc(f) for f in st["fit"]]
         if st["raw"]:
-            fit = [[1.0, 0.0] if keep else f for f, keep in zip(fit, st["raw"], strict=True)]
+            fit = [[1.0, 0.0, 0.0] if keep else f for f, keep in zip(fit, st["raw"], strict=True)]
+        act = st["act"][1] if st.get("act") else 0.0
         knots = [0.0, *self.horizons_s]
         a_at = [fit[0][0], *(f[0] for f in fit)]
         b_at = [0.0, *(f[1] for f in fit)]
+        c_at = [fit[0][2], *(f[2] for f in fit)]
         out: dict[float, tuple[float, float]] = {}
         for h in horizons:
             p50, p90 = raw[h]
             hh = min(max(float(h), 0.0), knots[-1])
-            ab = [float(np.interp(hh, knots, a_at)), float(np.interp(hh, knots, b_at))]
-            out[h] = (p50, _affine(ab, p50, p90))
+            abc = [float(np.interp(hh, knots, at)) for at in (a_at, b_at, c_at)]
+            out[h] = (p50, _affine(abc, p50, p90, act))
         return out
 
     def fitted(self, tenant: str) -> dict[float, dict[str, float]]:
-        """Per calibration horizon, the spread weight ``a`` and shift ``b`` in use for
-        ``tenant`` (empty while its p90 is the inner model's).
+        """Per calibration horizon, the spread weight ``a``, shift ``b`` and activity weight
+        ``c`` in use for ``tenant`` (empty while its p90 is the inner model's).
 
         >>> from dprobe.models.forecast.baselines import LastValue
         >>> Calibrated(LastValue()).fitted("unseen")
@@ -323,7 +371,23 @@ class Calibrated:
         st = self._tenants.get(tenant)
         if st is None or st["fit"] is None:
             return {}
-        return {h: {"a": f[0], "b": f[1]} for h, f in zip(self.horizons_s, st["fit"], strict=True)}
+        fits = (dict(zip("abc", _abc(f), strict=True)) for f in st["fit"])
+        return dict(zip(self.horizons_s, fits, strict=True))
+
+    def activity(self, tenant: str) -> float:
+        """``tenant``'s recent movement of demand in GPUs (0 before its second window).
+
+        >>> from types import SimpleNamespace as W
+        >>> from dprobe.models.forecast.baselines import LastValue
+        >>> m = Calibrated(LastValue(), activity_halflife=1.0)
+        >>> for i, y in enumerate([4.0, 8.0, 8.0]):
+        ...     m.learn_one(W(tenant="a", window_start=600.0 * i, window_end=600.0 * (i + 1),
+        ...                   running_gpus=y, pending_gpus=0.0))
+        >>> m.activity("a")  # a move of 4 GPUs weighs 0.5 x 4 at once, then halves
+        1.0
+        """
+        st = self._tenants.get(tenant)
+        return float(st["act"][1]) if st is not None and st.get("act") else 0.0
 
     def levels(self) -> dict[float, float]:
         """The working level per calibration horizon (moves only with ``adapt_gamma > 0``).
@@ -355,13 +419,16 @@ class Calibrated:
                     "pool_edge": self._pool_edge,
                     "pool_at": self._pool_at,
                     "levels": self._levels,
+                    "version": STATE_VERSION,
                 }
             ),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output; the state of an uncalibrated inner model
-        (no ``"calibration"`` key) is loaded into it with calibration starting fresh."""
+        (no ``"calibration"`` key) is loaded into it with calibration starting fresh. A
+        state written before the activity term keeps its scores and fits (their activity
+        counts as 0); all tenants' fit is redone at the next window end."""
         if "calibration" not in state or "inner" not in state:
             self.inner.load_state_dict(state)
             self._reset()
@@ -369,15 +436,23 @@ class Calibrated:
         cal = copy.deepcopy(state["calibration"])
         if len(cal["levels"]) != len(self.horizons_s):
             raise ValueError("calibration state does not fit horizons_s")
-        if any(f is not None and len(f[0]) != len(self.spread_weights) for f in cal["pool_fit"]):
-            raise ValueError("calibration state does not fit spread_weights")
+        old = cal.get("version", 1) < STATE_VERSION
+        size = len(self.spread_weights) if old else len(self._pairs)
+        if any(f is not None and len(f[0]) != size for f in cal["pool_fit"]):
+            raise ValueError("calibration state does not fit spread_weights/activity_weights")
         self.inner.load_state_dict(state["inner"])
         self._tenants = {
-            str(t): {"raw": None, **v, "matured": _arrays(v["matured"])}
+            str(t): {
+                "raw": None,
+                "act": None,
+                **v,
+                "matured": _arrays(v["matured"]),
+                "pending": [[*p, 0.0][:6] for p in v["pending"]],
+            }
             for t, v in cal["tenants"].items()
         }
         self._pool = _arrays(cal["pool"])
-        self._pool_fit = cal["pool_fit"]
+        self._pool_fit = [None] * len(self.horizons_s) if old else cal["pool_fit"]
         self._pool_edge = cal.get("pool_edge", [None] * len(self.horizons_s))
         self._pool_at = None if cal["pool_at"] is None else float(cal["pool_at"])
         self._levels = [float(v) for v in cal["levels"]]
@@ -389,15 +464,22 @@ class Calibrated:
         return f"{type(self).__name__}({self.inner!r}, {params})"
 
 
-def _affine(ab: Sequence[float], p50: float, p90: float) -> float:
-    """``p50 + max(a x (p90 - p50) + b, 0)`` for ``ab = (a, b)``."""
-    return p50 + max(ab[0] * max(p90 - p50, 0.0) + ab[1], 0.0)
+def _affine(abc: Sequence[float], p50: float, p90: float, activity: float = 0.0) -> float:
+    """``p50 + max(a x (p90 - p50) + c x activity + b, 0)`` for ``abc = (a, b[, c])``."""
+    c = abc[2] if len(abc) > 2 else 0.0
+    return p50 + max(abc[0] * max(p90 - p50, 0.0) + c * activity + abc[1], 0.0)
+
+
+def _abc(fit: Sequence[float]) -> list[float]:
+    """A tenant's fit of one horizon as ``[a, b, c]`` (one written before the activity term
+    holds ``[a, b]``: ``c = 0``)."""
+    return [float(fit[0]), float(fit[1]), float(fit[2]) if len(fit) > 2 else 0.0]
 
 
 def _empty_scores() -> list[np.ndarray]:
-    """Matured scores of one horizon: residual ``y - p50``, inner spread, and (kept only
-    with ``raw_fallback``) the edge."""
-    return [np.empty(0), np.empty(0), np.empty(0)]
+    """Matured scores of one horizon: residual ``y - p50``, inner spread, the edge (kept
+    only with ``raw_fallback``) and the activity when the forecast was made."""
+    return [np.empty(0), np.empty(0), np.empty(0), np.empty(0)]
 
 
 def _lists(scores: list[list[np.ndarray]]) -> list[list[list[float]]]:
@@ -405,6 +487,12 @@ def _lists(scores: list[list[np.ndarray]]) -> list[list[list[float]]]:
 
 
 def _arrays(scores: list[list[Sequence[float]]]) -> list[list[np.ndarray]]:
-    """Back to arrays; a state written before the edge was kept gets an empty one."""
-    out = [[np.asarray(a, dtype=float) for a in sc] for sc in scores]
-    return [sc if len(sc) == 3 else [*sc[:2], np.empty(0)] for sc in out]
+    """Back to arrays; a state written before the edge or the activity was kept gets an
+    empty edge and an activity of 0 for each score."""
+    out = []
+    for sc in scores:
+        arr = [np.asarray(a, dtype=float) for a in sc]
+        edge = arr[2] if len(arr) > 2 else np.empty(0)
+        act = arr[3] if len(arr) > 3 else np.zeros(arr[0].size)
+        out.append([arr[0], arr[1], edge, act])
+    return out

@@ -33,7 +33,7 @@ Example:
     >>> canonical_name("mmoe")
     'dprobe-mmoe'
     >>> make_forecaster("last-value", calibrate=True).version
-    '1+cal1'
+    '1+cal2'
 """
 
 from __future__ import annotations

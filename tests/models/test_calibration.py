@@ -1,14 +1,19 @@
 """Online p90 calibration: coverage against hand counts, recovery after a regime change,
-young tenants borrowing from the pool, p50 untouched, interpolation, state."""
+young tenants borrowing from the pool, p50 untouched, interpolation, the activity term
+against a brute-force fit, state (and a state of the layout before the activity term)."""
 
 from __future__ import annotations
 
+import json
+import math
 import random
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dprobe.models.forecast.baselines import LastValue
-from dprobe.models.forecast.calibration import Calibrated, conformal_quantile
+from dprobe.models.forecast.calibration import Calibrated, conformal_quantile, fit_affine
 
 from .forecast_cases import STEP, win
 
@@ -128,7 +133,7 @@ def test_requested_horizons_between_calibrated_ones_are_interpolated() -> None:
     assert q[3 * STEP] == pytest.approx((q[STEP] + q[5 * STEP]) / 2)
     assert q[10 * STEP] == pytest.approx(q[5 * STEP])  # beyond the last: the last
     fit = m.fitted("a")[STEP]  # below the first: the first spread weight, shift from 0 at 0
-    assert q[STEP / 2] == pytest.approx(fit["a"] * 1.0 + fit["b"] / 2)
+    assert q[STEP / 2] == pytest.approx(fit["a"] * 1.0 + fit["c"] * m.activity("a") + fit["b"] / 2)
 
 
 def test_the_inner_spread_is_used_where_it_pays() -> None:
@@ -211,8 +216,110 @@ def test_an_uncalibrated_state_loads_with_fresh_calibration() -> None:
         Calibrated(LastValue(), horizons_s=(STEP,)).load_state_dict(m.state_dict())
 
 
+def _brute_fit(resid, spread, act, pairs, level):
+    """Per ``(a, c)``: the smallest ``b`` among the scores' own values whose p90 covers
+    ``ceil(level (n + 1))`` forecasts (capped at n), or ``-max(shift)`` when p50 alone does;
+    and the mean pinball loss of that p90. Plain Python, one candidate at a time."""
+    n = len(resid)
+    need = min(math.ceil(level * (n + 1)), n)
+    out = []
+    for a, c in pairs:
+        shift = [a * s + c * x for s, x in zip(spread, act, strict=True)]
+
+        def covered(b, shift=shift):
+            # (1e-9: b = r - sh may come back a rounding below r - sh when added to sh)
+            return sum(r <= max(sh + b, 0.0) + 1e-9 for r, sh in zip(resid, shift, strict=True))
+
+        if sum(r <= 0 for r in resid) >= need:
+            b = -max(shift)
+        else:
+            b = min(r - sh for r, sh in zip(resid, shift, strict=True) if covered(r - sh) >= need)
+        diffs = [r - max(sh + b, 0.0) for r, sh in zip(resid, shift, strict=True)]
+        loss = sum(level * d if d >= 0 else (level - 1) * d for d in diffs) / n
+        out.append((b, loss))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_fit_with_activity_matches_a_brute_force_search(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(5, 60)
+    resid = [rng.choice([0.0, 0.0, -1.0, rng.uniform(-3, 8)]) for _ in range(n)]
+    spread = [rng.uniform(0, 4) for _ in range(n)]
+    act = [rng.choice([0.0, rng.uniform(0, 3)]) for _ in range(n)]
+    a_w, c_w = [0.0, 0.5, 1.5], [0.0, 1.0, 4.0]
+    level = rng.choice([0.5, 0.8, 0.9])
+    b, loss = fit_affine(
+        resid, spread, np.array(a_w), level, level, activity=act, activity_weights=np.array(c_w)
+    )
+    ref = _brute_fit(resid, spread, act, [(a, c) for a in a_w for c in c_w], level)
+    assert b.tolist() == pytest.approx([r[0] for r in ref])
+    assert loss.tolist() == pytest.approx([r[1] for r in ref])
+
+
+def _bursts(n_blocks: int, seed: int = 5) -> list[float]:
+    """Quiet stretches (demand holds at 10) and bursts (demand jumps around above it)."""
+    rng = random.Random(seed)
+    out: list[float] = []
+    for _ in range(n_blocks):
+        out += [10.0] * 100
+        out += [10.0 + abs(rng.gauss(0.0, 5.0)) for _ in range(50)]
+    return out
+
+
+def test_recent_movement_sets_the_headroom_where_the_inner_spread_cannot() -> None:
+    """``Fixed`` says the same p90 in quiet stretches and in bursts; the activity term lets
+    the calibrated p90 hold no headroom while demand holds still and more while it jumps,
+    at the same coverage and a lower pinball loss (both counted here)."""
+    series = _bursts(30)
+    runs = {}
+    for name, weights in (("with", (0.0, 0.5, 1.0, 2.0, 4.0)), ("without", (0.0,))):
+        m = Calibrated(Fixed(), horizons_s=(STEP,), activity_weights=weights)
+        p90s: list[float] = []
+        loss = hits = count = 0.0
+        for n, y in enumerate(series):
+            if p90s and n > 1500:
+                loss += _loss(y, p90s[-1])
+                hits += y <= p90s[-1]
+                count += 1
+            m.learn_one(win("a", n, y))
+            p90s.append(m.forecast("a", [STEP])[STEP][1])
+        runs[name] = {"p90": p90s, "loss": loss / count, "coverage": hits / count}
+    for run in runs.values():
+        assert 0.87 <= run["coverage"] <= 0.93
+    assert runs["with"]["loss"] < 0.8 * runs["without"]["loss"]
+    quiet = [n for n in range(3000, len(series)) if n % 150 in range(60, 99)]
+    burst = [n for n in range(3000, len(series)) if n % 150 in range(110, 149)]
+    with_p90 = runs["with"]["p90"]
+    assert max(with_p90[n] for n in quiet) < 10.5  # holds (almost) nothing back
+    assert sum(with_p90[n] for n in burst) / len(burst) > 14.0  # and more while it jumps
+    assert min(runs["without"]["p90"][n] for n in quiet) > 12.0  # one headroom for all
+
+
+def test_a_state_written_before_the_activity_term_loads() -> None:
+    """A checkpoint of the earlier layout (fits ``[a, b]``, three score arrays, pending
+    forecasts without activity) forecasts exactly as it did, then keeps learning."""
+    saved = json.loads((Path(__file__).parent / "data" / "calibration_state_v1.json").read_text())
+    settings = {k: tuple(v) if isinstance(v, list) else v for k, v in saved["settings"].items()}
+    m = Calibrated(LastValue(), **settings)
+    m.load_state_dict(saved["state"])
+    for tenant, fc in saved["forecast"].items():
+        got = m.forecast(tenant, [float(h) for h in fc])
+        assert {str(h): v for h, v in got.items()} == {h: tuple(v) for h, v in fc.items()}
+    for n in range(60, 80):
+        m.learn_one(win("a", n, 10.0 + 4 * (n % 3 == 0)))
+    assert set(m.fitted("a")[STEP]) == {"a", "b", "c"}
+    again = Calibrated(LastValue(), **settings)
+    again.load_state_dict(m.state_dict())
+    assert again.forecast("a", [STEP, 3 * STEP]) == m.forecast("a", [STEP, 3 * STEP])
+
+
 def test_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="level"):
         Calibrated(LastValue(), level=1.0)
     with pytest.raises(ValueError, match="spread_weights"):
         Calibrated(LastValue(), spread_weights=())
+    with pytest.raises(ValueError, match="activity_weights"):
+        Calibrated(LastValue(), activity_weights=(-1.0,))
+    with pytest.raises(ValueError, match="activity_halflife"):
+        Calibrated(LastValue(), activity_halflife=0.0)
