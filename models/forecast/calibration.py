@@ -122,17 +122,19 @@ def fit_affine(
         act = np.asarray(activity, dtype=float)
         extra = activity_weights[:, None] * act[None, :]
         base = (base[:, None, :] + extra[None, :, :]).reshape(-1, r.size)
-    z = r[None, :] - base
     n = r.size
     up = r > 0
     k = min(math.ceil(level * (n + 1)), n) - int(n - up.sum())  # positive residuals to cover
     if k <= 0:  # p90 = p50 already covers enough
         b = 0.0 - (base.max(axis=1) if n else np.zeros(len(base)))
     else:
-        b = np.partition(z[:, up], k - 1, axis=1)[:, k - 1]
-    shift = base + b[:, None]
-    diff = np.where(shift >= 0, z - b[:, None], r[None, :])  # y - calibrated p90
-    loss = np.where(diff >= 0, target * diff, (target - 1.0) * diff).mean(axis=1)
+        z = r[up][None, :] - base[:, up]
+        b = np.partition(z, k - 1, axis=1)[:, k - 1]
+    # y - calibrated p90, and its pinball loss: target x d - min(d, 0)
+    diff = base + b[:, None]
+    np.maximum(diff, 0.0, out=diff)
+    np.subtract(r[None, :], diff, out=diff)
+    loss = target * diff.mean(axis=1) - np.minimum(diff, 0.0).mean(axis=1)
     return b, loss
 
 
@@ -319,7 +321,9 @@ class Calibrated:
                 k = self.prior_n
                 b = (n * own_b + k * np.asarray(pool[0])) / (n + k)
                 loss = (n * own_loss + k * np.asarray(pool[1])) / (n + k)
-            j = int(np.argmin(loss))
+            # the first (smallest a, then c) of the candidates that tie for the lowest loss,
+            # whatever rounding the arithmetic left
+            j = int(np.flatnonzero(loss <= loss.min() + 1e-9)[0])
             a, c = self._pairs[j]
             out.append([a, float(b[j]), c])
         return out
