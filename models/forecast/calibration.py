@@ -201,7 +201,7 @@ class Calibrated:
         self._tenants: dict[str, dict[str, Any]] = {}
         # matured (resid, spread, edge, activity) arrays, oldest first; lists in state_dict
         self._pool: list[list[np.ndarray]] = [_empty_scores() for _ in range(nh)]
-        self._pool_fit: list[list[list[float]] | None] = [None] * nh  # [b per a, loss per a]
+        self._pool_fit: list[list[list[float]] | None] = [None] * nh  # [b, loss] per candidate
         self._pool_edge: list[float | None] = [None] * nh  # mean edge of the calibrated p90
         self._pool_at: float | None = None
         self._levels: list[float] = [self.level] * nh
@@ -227,9 +227,8 @@ class Calibrated:
         if st["end"] is not None and end <= st["end"]:
             return  # late or repeated: the inner model ignores it too
         y = demand_of(window)
-        prev = st["act"]
-        moved = 0.0 if prev is None else abs(y - prev[0])
-        act = moved if prev is None else prev[1] + self._act_alpha * (moved - prev[1])
+        prev = st["act"]  # [last demand, activity]; the first window has not moved
+        act = 0.0 if prev is None else prev[1] + self._act_alpha * (abs(y - prev[0]) - prev[1])
         st["act"] = [y, act]
         if st["step"] is None and st["end"] is not None:
             st["step"] = end - st["end"]
