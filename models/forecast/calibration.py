@@ -347,10 +347,10 @@ class Calibrated:
         st = self._tenants.get(tenant)
         if st is None or st["fit"] is None:
             return raw
-        fit = [_abc(f) for f in st["fit"]]
+        fit = st["fit"]
         if st["raw"]:
             fit = [[1.0, 0.0, 0.0] if keep else f for f, keep in zip(fit, st["raw"], strict=True)]
-        act = st["act"][1] if st.get("act") else 0.0
+        act = st["act"][1] if st["act"] else 0.0
         knots = [0.0, *self.horizons_s]
         a_at = [fit[0][0], *(f[0] for f in fit)]
         b_at = [0.0, *(f[1] for f in fit)]
@@ -374,7 +374,7 @@ class Calibrated:
         st = self._tenants.get(tenant)
         if st is None or st["fit"] is None:
             return {}
-        fits = (dict(zip("abc", _abc(f), strict=True)) for f in st["fit"])
+        fits = (dict(zip("abc", f, strict=True)) for f in st["fit"])
         return dict(zip(self.horizons_s, fits, strict=True))
 
     def activity(self, tenant: str) -> float:
@@ -390,7 +390,7 @@ class Calibrated:
         1.0
         """
         st = self._tenants.get(tenant)
-        return float(st["act"][1]) if st is not None and st.get("act") else 0.0
+        return float(st["act"][1]) if st is not None and st["act"] else 0.0
 
     def levels(self) -> dict[float, float]:
         """The working level per calibration horizon (moves only with ``adapt_gamma > 0``).
@@ -451,6 +451,8 @@ class Calibrated:
                 **v,
                 "matured": _arrays(v["matured"]),
                 "pending": [[*p, 0.0][:6] for p in v["pending"]],
+                # a fit written before the activity term is [a, b]: c = 0
+                "fit": None if v["fit"] is None else [[*f, 0.0][:3] for f in v["fit"]],
             }
             for t, v in cal["tenants"].items()
         }
@@ -467,16 +469,10 @@ class Calibrated:
         return f"{type(self).__name__}({self.inner!r}, {params})"
 
 
-def _affine(abc: Sequence[float], p50: float, p90: float, activity: float = 0.0) -> float:
-    """``p50 + max(a x (p90 - p50) + c x activity + b, 0)`` for ``abc = (a, b[, c])``."""
-    c = abc[2] if len(abc) > 2 else 0.0
-    return p50 + max(abc[0] * max(p90 - p50, 0.0) + c * activity + abc[1], 0.0)
-
-
-def _abc(fit: Sequence[float]) -> list[float]:
-    """A tenant's fit of one horizon as ``[a, b, c]`` (one written before the activity term
-    holds ``[a, b]``: ``c = 0``)."""
-    return [float(fit[0]), float(fit[1]), float(fit[2]) if len(fit) > 2 else 0.0]
+def _affine(abc: Sequence[float], p50: float, p90: float, activity: float) -> float:
+    """``p50 + max(a x (p90 - p50) + c x activity + b, 0)`` for ``abc = (a, b, c)``."""
+    a, b, c = abc
+    return p50 + max(a * max(p90 - p50, 0.0) + c * activity + b, 0.0)
 
 
 def _empty_scores() -> list[np.ndarray]:
