@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from dprobe.errors import UsageError
@@ -71,6 +72,23 @@ def scale_nodes(vc_nodes: dict[str, int], factor: float) -> dict[str, int]:
     if not factor > 0:
         raise UsageError("the node scale must be > 0")
     return {t: max(1, round(n * factor)) for t, n in vc_nodes.items()}
+
+
+def pool_vcs(
+    records: Sequence[JobRecord], vc_nodes: dict[str, int], name: str = "pool"
+) -> tuple[list[JobRecord], dict[str, int]]:
+    """Every job in one VC that holds every node: the cluster without VC boundaries.
+
+    Run with static quotas, it is a reference for what partitioning the cluster costs
+    (every job may use any free GPU at once, no move ever waits); a quota planner moves
+    whole idle nodes between VCs, so it approaches this without reaching it.
+
+    >>> from dprobe.traces.jobs_csv import JobRecord
+    >>> recs, nodes = pool_vcs([JobRecord("0", "a", 8, 0.0, 60.0, "", 2)], {"a": 2, "b": 3})
+    >>> [r.tenant for r in recs], nodes
+    (['pool'], {'pool': 5})
+    """
+    return [replace(r, tenant=name) for r in records], {name: sum(vc_nodes.values())}
 
 
 def resolve_vc_nodes(

@@ -107,6 +107,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="multiply every VC's nodes by F (a smaller or larger cluster; 1)",
     )
     p.add_argument(
+        "--pool",
+        action="store_true",
+        help="put every job in one VC of all the nodes: what the VC boundaries cost "
+        "(a reference for --modes static; no quota moves between VCs)",
+    )
+    p.add_argument(
         "--time-unit",
         type=float,
         default=60.0,
@@ -275,6 +281,13 @@ def run(args: argparse.Namespace) -> int:
 
         vc_nodes = scale_nodes(vc_nodes, args.node_scale)
         origin += f", every VC scaled x{args.node_scale:g}"
+    if args.pool:
+        from dprobe.sim.inputs import pool_vcs
+
+        pooled = {seed: pool_vcs(records, vc_nodes) for seed, records in streams.items()}
+        streams = {seed: records for seed, (records, _) in pooled.items()}
+        vc_nodes = pooled[seeds[0]][1]
+        origin += ", pooled into one VC"
     sharing = None
     if args.colocate is not None:
         from dprobe.sim.sharing import load_colocation

@@ -115,6 +115,24 @@ def test_sweep_runs_every_latency_and_reclaim(
     assert (tmp_path / "s.png").stat().st_size > 1000
 
 
+def test_pool_puts_every_job_in_one_vc_of_all_nodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = _trace(tmp_path)
+    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv")]
+    args += ["--policies", "fifo", "--modes", "static", "--chart", "", "--json"]
+    assert main([*args, "--pool"]) == 0
+    out, err = capsys.readouterr()
+    pooled = json.loads(out)[0]
+    # One VC of 3 nodes: the three 8-GPU jobs start at once; per VC, a's one node runs them
+    # one after another (waits 0, 1200, 2400 s).
+    assert "1 VCs, 3 nodes" in err and "pooled into one VC" in err
+    assert pooled["avg_queue_s"] == 0.0
+    assert pooled["node_moves"] == 0
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)[0]["avg_queue_s"] == 1200.0
+
+
 def test_bad_input_names_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("job_id,user,num_gpu,submit_time,duration\n1,a,2,0,5\n2,a,-3,0,5\n")
