@@ -19,6 +19,12 @@ minutes unless ``--time-unit`` says otherwise (or the header names ``submit_time
 stream each; the seed also seeds the learned forecasters) and prints, per cell, the mean
 over the seeds and each mode's wait as a share of reactive's in the same seed; the
 ``--json`` rows then carry their ``seed`` and the chart shows the means.
+
+``--pool`` puts every job in one VC that holds every node; with ``--modes static`` that
+is how long jobs would wait with no VC boundaries at all, a reference no quota mode
+reaches:
+
+    dprobe simulate --jobs trace.csv --pool --modes static
 """
 
 from __future__ import annotations
