@@ -194,7 +194,13 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
             key_type=bytes, value_type=bytes,
         )
     )  # fmt: skip
-    window_table = app.Table("windows", partitions=s.partitions, key_type=bytes, value_type=bytes)
+    # window, job book and partition states: restored the same way (streams/windows.py)
+    window_table = app.tables.add(
+        RankedTable(
+            app, name="windows", beacon=app.tables.beacon, partitions=s.partitions,
+            key_type=bytes, value_type=bytes,
+        )
+    )  # fmt: skip
     deadletters = DeadLetters(deadletter, stats)
     ingest = Ingest(
         hosts_table=hosts_table,

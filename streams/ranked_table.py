@@ -5,7 +5,9 @@ With one writer per partition that is the newest value, but a worker that wakes 
 stall after the group gave its partitions to another (a frozen VM, a long pause) can still
 write the batch it had in hand, *after* the new owner's newer values. The ingest stage's
 host sequence states are such a table: a late, older state restored later would make the
-snapshots between the two count as lost and let redeliveries of them through.
+snapshots between the two count as lost and let redeliveries of them through. The window
+stage's table is another: a late, older window shard would drop what the new owner had
+added to it.
 
 Each value of a :class:`RankedTable` carries a rank (for host states: the offset of the
 samples record it accounts for, ``"off"``), and restoring keeps, per key, a record only

@@ -66,6 +66,7 @@ from dprobe.models.levels import Level
 from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec, table_io
 from dprobe.streams.deadletter import DeadLetters
+from dprobe.streams.ranked_table import RANK_KEY
 from dprobe.streams.state import job_book
 from dprobe.streams.state.bounds import StateFull, shard_key, shard_of
 from dprobe.streams.state.partition import PartitionState
@@ -127,17 +128,29 @@ def _pkey(partition: int, shard: int | None = None) -> bytes:
 
 
 class _Batch:
-    """The table values one partition's batch reads and writes, decoded once."""
+    """The table values one partition's batch reads and writes, decoded once.
+
+    Every map it stores also holds, under ``"off"``, the offset of the last tenant-updates
+    record it accounts for (``off``: the record being applied; what a value read back
+    already held, if higher), so the table restores by rank
+    (:mod:`~dprobe.streams.ranked_table`); the rank is kept out of the values the window
+    logic sees.
+    """
 
     def __init__(self, table: Any, partition: int) -> None:
         self.table = table
         self.partition = partition
         self.values: dict[bytes, Any] = {}
+        self.ranks: dict[bytes, int] = {}
         self.dirty: set[bytes] = set()
+        self.off = -1
 
     def get(self, key: bytes) -> Any:
         if key not in self.values:
-            self.values[key] = codec.loads(self.table.get(key))
+            value = codec.loads(self.table.get(key))
+            if isinstance(value, dict) and isinstance(rank := value.pop(RANK_KEY, None), int):
+                self.ranks[key] = rank
+            self.values[key] = value
         return self.values[key]
 
     def set(self, key: bytes, value: Any) -> None:
@@ -146,11 +159,16 @@ class _Batch:
 
     async def write(self, key: bytes) -> None:
         """Write one value now (and no more at the end of the batch)."""
-        await table_io.put(self.table, self.partition, key, codec.dumps(self.values[key]))
+        value = self.values[key]
+        if isinstance(value, dict):
+            rank = self.ranks[key] = max(self.off, self.ranks.get(key, -1))
+            value = {**value, RANK_KEY: rank}
+        await table_io.put(self.table, self.partition, key, codec.dumps(value))
         self.dirty.discard(key)
 
     async def delete(self, key: bytes) -> None:
         self.values[key] = None
+        self.ranks.pop(key, None)
         self.dirty.discard(key)
         await table_io.delete(self.table, self.partition, key)
 
@@ -207,6 +225,7 @@ class Windows:
             batch = _Batch(self.table, partition)
             ps = self._load_partition(batch)
             for event in evs:
+                batch.off = event.message.offset
                 await self._apply(event, ps, batch)
             self._stage_partition(ps, batch)
             await batch.flush()

@@ -29,6 +29,9 @@ import hashlib
 from dprobe.errors import DprobeError
 
 DEFAULT_MAX_STATE_BYTES = 524_288  # half of Kafka's default 1 MiB message limit
+# What the window stage adds to every map it stores: ``,"off":<offset>`` (its restore rank,
+# see streams/windows.py); each bound below that counts a stored map counts it.
+RANK_BYTES = 32
 
 
 class StateFull(DprobeError):

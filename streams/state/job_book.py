@@ -73,7 +73,7 @@ from typing import Any
 from dprobe.models.job_flow import ActiveJob, FlowEvent
 from dprobe.models.levels import Level
 from dprobe.schema import JobEvent
-from dprobe.streams.state.bounds import digest
+from dprobe.streams.state.bounds import RANK_BYTES, digest
 
 # Upper bounds of the stored bytes of each kind of entry (a number takes at most 24
 # characters, a job is stored under its 16-character digest):
@@ -88,6 +88,7 @@ def bytes_bound(book: dict[str, Any]) -> int:
     """Upper bound of ``book``'s stored size, from what it holds (not how it was built)."""
     return (
         64
+        + RANK_BYTES
         + JOB_BYTES * len(book["jobs"])
         + DONE_BYTES * len(book["done"])
         + ENDED_BYTES * len(book.get("ended", ()))
@@ -267,7 +268,7 @@ def forget_oldest(book: dict[str, Any], share: float = 0.5) -> int:
 # -- one table value per job ---------------------------------------------------------------
 # Upper bounds of the stored bytes of one job's value (numbers at most 24 characters, the
 # order counter at most 16): its braces and "o", then each kind of entry it holds.
-ENTRY_BASE_BYTES = 48  # {"o":order} and the brackets of "e" and "l"
+ENTRY_BASE_BYTES = 48 + RANK_BYTES  # {"o":order} and the brackets of "e" and "l"
 ENTRY_JOB_BYTES = 128  # ,"j":["running",gpus,ts,submit_ts,start_ts,"L1"]
 ENTRY_DONE_BYTES = 32  # ,"d":ts
 FORGET_AFTER_S = 86_400.0  # a removed job is remembered this long (see prune)

@@ -49,10 +49,10 @@ from typing import Any
 
 import msgspec
 
-from dprobe.streams.state.bounds import DEFAULT_MAX_STATE_BYTES, StateFull, shard_of
+from dprobe.streams.state.bounds import DEFAULT_MAX_STATE_BYTES, RANK_BYTES, StateFull, shard_of
 
 _START_BYTES = 26  # one window start in a stored list: a float of <= 24 characters, a comma
-_SHARD_BASE_BYTES = 32  # {"open":{},"job_tenants":[]}
+_SHARD_BASE_BYTES = 32 + RANK_BYTES  # {"open":{},"job_tenants":[]}
 
 
 def _tenant_bytes(tenant: str) -> int:

@@ -62,13 +62,13 @@ import msgspec
 from dprobe.models.job_flow import FlowSettings
 from dprobe.models.levels import LEVELS, LevelSettings
 from dprobe.schema import HostSnapshot, JobFlow, LevelCounts, TenantWindow
-from dprobe.streams.state.bounds import DEFAULT_MAX_STATE_BYTES, digest
+from dprobe.streams.state.bounds import DEFAULT_MAX_STATE_BYTES, RANK_BYTES, digest
 
 _LEVEL_INDEX = {lvl: i for i, lvl in enumerate(LEVELS)}
 _SUMS = ("instance_s", "gpu_s", "util_sum", "weighted_s")
 MICRO = 1_000_000  # sums are integers in millionths: exact and order-independent
 HOST_ENTRY_BYTES = 40  # upper bound of one host's entry in "applied": "<16 hex>":<seq>,
-STATE_BASE_BYTES = 2_048  # upper bound of a state without hosts (tenant <= 1,538 bytes)
+STATE_BASE_BYTES = 2_048 + RANK_BYTES  # a state without hosts (tenant <= 1,538 bytes)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec
 from dprobe.streams.deadletter import DeadLetters
 from dprobe.streams.ingest import Ingest
+from dprobe.streams.ranked_table import advancing, offset_rank
 from dprobe.streams.state.window_agg import WindowSettings
 from dprobe.streams.windows import Windows
 from tests.streams.helpers import (
@@ -58,9 +59,16 @@ class FakeTable:
         return None
 
     @classmethod
-    def recovered(cls, changelog: list[tuple[int | None, bytes, bytes | None]]) -> FakeTable:
-        """The table a restarted worker rebuilds from these changelog records."""
+    def recovered(
+        cls, changelog: list[tuple[int | None, bytes, bytes | None]], *, ranked: bool = False
+    ) -> FakeTable:
+        """The table a restarted worker rebuilds from these changelog records (``ranked``:
+        as a :class:`~dprobe.streams.ranked_table.RankedTable` does, else last one wins)."""
         table = cls()
+        if ranked:
+            events = [SimpleNamespace(partition=p, key=k, value=v) for p, k, v in changelog]
+            kept = advancing(events, table.data.get, offset_rank)
+            changelog = [(e.partition, e.key, e.value) for e in kept]
         for partition, key, value in changelog:
             table.changelog.append((partition, key, value))
             if value is None:
@@ -266,6 +274,44 @@ def test_windows_do_not_depend_on_batches_or_replays(
     assert set(reference_windows(SNAPS, WINDOW_S)) <= set(got) <= set(ref)
     for key, raw in got.items():
         assert_window_matches(schema.decode_window(raw), ref[key], WINDOW_S)
+
+
+async def _after_a_stalled_owner(log: list[Any], c1: int, c2: int, c3: int) -> list[bytes]:
+    """Windows of ``log`` when its partition changes hands while its owner stalls.
+
+    Owner A commits ``log[:c1]``, then stalls in the middle of ``log[c1:c2]``: the group
+    gives the partition to B, which restores the table, reads ``log[c1:c3]`` and commits.
+    A wakes up and its writes for its batch reach the changelog after B's. Then C takes
+    the partition, restores the table and reads the rest.
+    """
+    features = FakeTopic()
+    a = _windows(features, FakeTable())
+    await a.on_updates(log[:c1])
+    committed = list(a.table.changelog)
+    await a.on_updates(log[c1:c2])
+    late = a.table.changelog[len(committed) :]
+    b = _windows(features, FakeTable.recovered(committed, ranked=True))
+    for i in range(c1, c3, 7):
+        await b.on_updates(log[i : min(i + 7, c3)])
+    c = _windows(features, FakeTable.recovered(b.table.changelog + late, ranked=True))
+    await c.on_updates(log[c3:])
+    return [value for _, _, value in features.sent]
+
+
+@settings(max_examples=25, deadline=None)
+@given(c1=st.integers(0, 250), stall=st.integers(1, 60), ahead=st.integers(1, 120))
+def test_a_stalled_owners_late_writes_do_not_undo_the_next_owners(
+    c1: int, stall: int, ahead: int
+) -> None:
+    async def run() -> tuple[dict[tuple[str, float], bytes], dict[tuple[str, float], bytes]]:
+        log = await _updates_log(ALL, 5)
+        c2 = min(c1 + stall, len(log))
+        c3 = min(c2 + ahead, len(log))
+        one_by_one = _by_window(await _windows_of(await _updates_log(ALL, 1), [], None))
+        return one_by_one, _by_window(await _after_a_stalled_owner(log, c1, c2, c3))
+
+    one_by_one, got = asyncio.run(run())
+    assert got == one_by_one
 
 
 async def test_a_partition_is_never_reported_idle_while_its_batch_is_on_the_way() -> None:

@@ -7,13 +7,16 @@ A stalled former owner can write a host's state after the new owner wrote newer 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import faust
 
+from dprobe.config import WorkerSettings
 from dprobe.streams import codec
 from dprobe.streams.ranked_table import RankedTable, advancing, offset_rank
+from tests.streams.helpers import unstarted_worker_app
 
 
 def _record(key: bytes, off: int | None, seq: int = 0, partition: int = 0) -> Any:
@@ -87,3 +90,10 @@ def test_a_faust_table_restores_the_newest_state_of_each_host() -> None:
     table.apply_changelog_batch(log[3:])  # restores come in batches
     assert codec.loads(table.data[b"host-1"])["seq"] == 208
     assert codec.loads(table.data[b"host-2"])["seq"] == 61
+
+
+def test_the_worker_restores_its_host_and_window_tables_by_rank(tmp_path: Path) -> None:
+    with unstarted_worker_app(WorkerSettings(data_dir=tmp_path)) as built:
+        tables = built.app.tables
+        assert isinstance(tables["hosts"], RankedTable)
+        assert isinstance(tables["windows"], RankedTable)
