@@ -37,7 +37,7 @@ from dprobe.streams.ingest import Ingest
 from dprobe.streams.plan_order import PlanOrder
 from dprobe.streams.planning import DeliveryFailed, Planning
 from dprobe.streams.planning_store import PlanningStore
-from dprobe.streams.ranked_table import RankedTable
+from dprobe.streams.ranked_table import add_ranked_table
 from dprobe.streams.recovery import SeekFirstTableManager
 from dprobe.streams.state.window_agg import WindowSettings
 from dprobe.streams.topics import TopicNames
@@ -186,21 +186,11 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
     cluster = raw_topic(names.cluster, partitions=1)
 
     # bytes keys and values: faust then (de)serializes the changelog as raw bytes.
-    # host sequence states: restored so that a stalled former owner's late write of an
-    # older state cannot win (streams/ranked_table.py)
-    hosts_table = app.tables.add(
-        RankedTable(
-            app, name="hosts", beacon=app.tables.beacon, partitions=n_samples,
-            key_type=bytes, value_type=bytes,
-        )
-    )  # fmt: skip
-    # window, job book and partition states: restored the same way (streams/windows.py)
-    window_table = app.tables.add(
-        RankedTable(
-            app, name="windows", beacon=app.tables.beacon, partitions=s.partitions,
-            key_type=bytes, value_type=bytes,
-        )
-    )  # fmt: skip
+    # host sequence states, and the window, job book and partition states of
+    # streams/windows.py: restored so that a stalled former owner's late write of an older
+    # state cannot win (streams/ranked_table.py)
+    hosts_table = add_ranked_table(app, "hosts", partitions=n_samples)
+    window_table = add_ranked_table(app, "windows", partitions=s.partitions)
     deadletters = DeadLetters(deadletter, stats)
     ingest = Ingest(
         hosts_table=hosts_table,

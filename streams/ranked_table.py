@@ -76,3 +76,14 @@ class RankedTable(faust.Table):
     def apply_changelog_batch(self, batch: Iterable[Any]) -> None:
         events = advancing(batch, lambda key: self.data.get(self._to_key(key)), offset_rank)
         super().apply_changelog_batch(events)
+
+
+def add_ranked_table(app: faust.App, name: str, partitions: int | None = None) -> Any:
+    """A :class:`RankedTable` ``name`` of ``app``, with bytes keys and values (faust then
+    (de)serializes its changelog as raw bytes); ``partitions``: the app's default."""
+    return app.tables.add(
+        RankedTable(
+            app, name=name, beacon=app.tables.beacon, partitions=partitions,
+            key_type=bytes, value_type=bytes,
+        )
+    )  # fmt: skip

@@ -15,7 +15,7 @@ import faust
 
 from dprobe.config import WorkerSettings
 from dprobe.streams import codec
-from dprobe.streams.ranked_table import RankedTable, advancing, offset_rank
+from dprobe.streams.ranked_table import RankedTable, add_ranked_table, advancing, offset_rank
 from tests.streams.helpers import unstarted_worker_app
 
 
@@ -80,9 +80,7 @@ def test_unranked_values_and_tombstones_apply_in_log_order() -> None:
 
 def test_a_faust_table_restores_the_newest_state_of_each_host() -> None:
     app = faust.App("ranked-table-test", store="memory://")
-    table = app.tables.add(
-        RankedTable(app, name="hosts", beacon=app.tables.beacon, key_type=bytes, value_type=bytes)
-    )
+    table = add_ranked_table(app, "hosts")
     # the changelog as a worker that took over and a stalled former owner wrote it
     log = [_record(b"host-1", o, seq=o) for o in (72, 119, 144, 208)]
     log += [_record(b"host-1", 62, seq=62), _record(b"host-2", 61, seq=61)]
