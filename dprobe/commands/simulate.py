@@ -33,7 +33,6 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from dprobe.errors import UsageError
@@ -235,7 +234,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dprobe.models.forecast.registry import canonical_name
-    from dprobe.sim.grid import run_sweep, sweep_settings
+    from dprobe.sim.grid import run_seeds, sweep_settings
     from dprobe.sim.inputs import resolve_vc_nodes
     from dprobe.sim.report import chart, rows, sweep_chart, sweep_table, table
     from dprobe.sim.seeds import mean_cells
@@ -318,19 +317,17 @@ def run(args: argparse.Namespace) -> int:
         f"{origin}" + (f"; seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else "")
     )
     t0 = time.perf_counter()
-    results = []
-    for seed, records in streams.items():
-        results += run_sweep(
-            records,
-            vc_nodes,
-            policies,
-            modes,
-            sweep_settings(replace(settings, seed=seed), latencies, reclaims),
-            sharing=sharing,
-            workers=args.workers,
-            progress=True,
-            label=f"simulate, seed {seed}" if len(seeds) > 1 else "simulate",
-        )
+    results = run_seeds(
+        streams,
+        vc_nodes,
+        policies,
+        modes,
+        sweep_settings(settings, latencies, reclaims),
+        sharing=sharing,
+        workers=args.workers,
+        progress=True,
+        label=f"simulate, {len(seeds)} seeds" if len(seeds) > 1 else "simulate",
+    )
     wall = time.perf_counter() - t0
     skipped = _per_seed([next((r.skipped for r in results if r.seed == k), 0) for k in seeds])
     say(

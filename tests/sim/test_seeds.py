@@ -104,6 +104,8 @@ def test_seeds_give_the_runs_of_one_seed_at_a_time(
         alone += json.loads(capsys.readouterr().out)
     assert both == alone
     assert [r["seed"] for r in both] == [1] * 6 + [2] * 6
+    assert main([*args, "--seeds", "1,2", "--json", "--workers", "2"]) == 0  # one shared pool
+    assert json.loads(capsys.readouterr().out) == alone
     waits = {(r["seed"], r["policy"], r["mode"]): r["avg_queue_s"] for r in both}
     assert waits[(1, "fifo", "reactive")] != waits[(2, "fifo", "reactive")]  # two streams
 
