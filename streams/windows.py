@@ -412,6 +412,23 @@ class Windows:
         books = self._job_index(batch, ps).books
         return {t for t, book in books.items() if book.has_jobs_at(start, end)}
 
+    def _job_starts(self, ps: PartitionState, batch: _Batch, watermark: float) -> list[float]:
+        """Starts of the windows that end at or before ``watermark``, are not out yet and
+        have a tenant whose job book has something to say about them: a tenant with jobs
+        queued or running gets its windows even when no host of its partition sends
+        telemetry for them."""
+        if not ps.job_tenants or not math.isfinite(watermark):
+            return []
+        w = self.cfg.window_s
+        books = self._job_index(batch, ps).books.values()
+        first = min((t for book in books if (t := book.first_ts()) is not None), default=None)
+        if first is None:
+            return []
+        base = max(ps.out_before, math.floor(first / w) * w)
+        count = math.floor((watermark - base) / w)
+        starts = (base + i * w for i in range(max(0, count)))
+        return [s for s in starts if any(book.has_jobs_at(s, s + w) for book in books)]
+
     def _prune_jobs(self, ps: PartitionState, batch: _Batch, before: float) -> None:
         """The job books drop what every window ending at or before ``before`` used."""
         index = self._job_index(batch, ps)
@@ -436,7 +453,9 @@ class Windows:
         w = self.cfg.window_s
         watermark = self.watermark(ps)
         closable_at = time.monotonic()  # when this worker could close them: one clock
-        for start in ps.ready_starts(watermark=watermark, window_s=w):
+        starts = set(ps.ready_starts(watermark=watermark, window_s=w))
+        starts.update(self._job_starts(ps, batch, watermark))
+        for start in sorted(starts):
             tenants = ps.tenants_open_at(start) | self._job_tenants_at(ps, batch, start)
             sent = [await self._emit(tenant, start, batch) for tenant in sorted(tenants)]
             forwarded = []

@@ -652,6 +652,14 @@ class TenantJobs:
         return [FlowEvent(kind, gpus, run_s) for ts, kind, gpus, run_s in self._log()
                 if start <= ts < end]  # fmt: skip
 
+    def first_ts(self) -> float | None:
+        """The earliest event time the book still has something to say about (a job's
+        submit or a logged event), or ``None`` when it is empty."""
+        times = [j[3] for shard in self._active for j in shard.values()]
+        times += [x[2] for x in self._ended_in_order()]
+        times += [x[0] for x in self._log()]
+        return min(times, default=None)
+
     def has_jobs_at(self, start: float, end: float) -> bool:
         """Whether the window ``[start, end)`` has anything to say about this book."""
         for shard in self._active:

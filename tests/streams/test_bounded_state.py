@@ -157,15 +157,21 @@ def test_at_the_worst_sizes_no_value_passes_its_budget_and_nothing_is_lost(
     letters = [schema.decode(v, schema.DeadLetter) for _, _, v in dead.sent]
     assert {d.reason for d in letters} <= {"state_full"}
     rejected = {d.offset for d in letters}
-    windows = {w.tenant: w for w in _windows(features)}
+    windows: dict[str, list[schema.TenantWindow]] = {}
+    for w in _windows(features):
+        windows.setdefault(w.tenant, []).append(w)
     for tenant in tenants:
         kept = [codec.decode_update(v) for i, v in enumerate(values) if i not in rejected]
         parts = [u for u in kept if isinstance(u, list) and u[0].tenant == tenant]
         jobs_kept = [u for u in kept if isinstance(u, schema.JobEvent) and u.tenant == tenant]
-        w = windows[tenant]
-        assert w.hosts == len(parts)  # every partial applied or dead-lettered, none twice
-        assert w.samples == 4 * len(parts)
-        assert w.pending_gpus == 1_000.0 * len(jobs_kept)
+        # the window of the data, then the job-only windows of the jobs still queued
+        first, *later = windows[tenant]
+        starts = [T0, T0 + 60.0, T0 + 120.0] if jobs_kept else [T0]
+        assert [w.window_start for w in windows[tenant]] == starts
+        assert first.hosts == len(parts)  # every partial applied or dead-lettered, none twice
+        assert first.samples == 4 * len(parts)
+        assert all(w.hosts == 0 for w in later)
+        assert {w.pending_gpus for w in windows[tenant]} == {1_000.0 * len(jobs_kept)}
     if shards == 1 and STATE_BASE_BYTES + HOST_ENTRY_BYTES * hosts > BUDGET:
         assert rejected, "the budget was passed and nothing was dead-lettered"
 

@@ -324,3 +324,71 @@ def test_an_archive_of_job_events_replays_into_windows_with_a_flow(tmp_path: Any
     windows = asyncio.run(_run(replayed, duplicate=False))
     job_tenants = {ev.tenant for ev in events}
     assert windows and all(w.flow is not None for w in windows if w.tenant in job_tenants)
+
+
+@pytest.mark.parametrize("with_samples_source", [True, False])
+def test_a_tenant_without_telemetry_gets_every_window_its_jobs_speak_of(
+    with_samples_source: bool,
+) -> None:
+    """No host sends telemetry to this partition: the windows of its job tenants come from
+    their job books alone (in bursts with quiet gaps), as the samples topic's watermarks
+    (or, without them, the job events' own time) pass their ends."""
+    rng = random.Random(11)
+    events: list[schema.JobEvent] = []
+    level: dict[str, str | None] = {}
+    for n in range(12):
+        burst = T0 + (n // 4) * 120.0  # three bursts, two minutes apart
+        attrs, lvl = rng.choice(KINDS)
+        job = f"job{n}"
+        level[job] = lvl
+        common: dict[str, Any] = {"job": job, "tenant": "vc-jobs", "gpus": rng.choice([1, 4, 8])}
+        events += job_lifecycle(
+            rng, burst + rng.uniform(0, 15), {**common, **attrs}, start_within=30, end_within=90
+        )
+    events.sort(key=lambda e: e.ts)
+    end = events[-1].ts + 60.0
+    merged = [(e.ts, codec.encode_job(e)) for e in events]
+    if with_samples_source:
+        ticks = int((end - T0) // 7) + 1
+        merged += [
+            (T0 + 7 * k, codec.encode_watermark(codec.SourceWatermark(source=0, ts=T0 + 7 * k)))
+            for k in range(ticks)
+        ]
+    merged.sort(key=lambda m: m[0])
+
+    async def run() -> list[schema.TenantWindow]:
+        features = FakeTopic()
+        stage = _windows(features, FakeTable())
+        for offset, (_, value) in enumerate(merged):
+            await stage.on_updates([_event("updates", 0, offset, value)])
+        return [schema.decode_window(v) for _, _, v in features.sent]
+
+    windows = asyncio.run(run())
+    got = {w.window_start: w for w in windows}
+    assert len(got) == len(windows) and {w.tenant for w in windows} == {"vc-jobs"}
+    last_end = max(w.window_end for w in windows)
+    grace = 2.0
+    newest = merged[-1][0]
+    assert last_end == (newest - grace) // WINDOW_S * WINDOW_S  # every window due is out
+    first = min(e.ts for e in events) // WINDOW_S * WINDOW_S
+    expected = set()
+    start = first
+    while start + WINDOW_S <= last_end:
+        ref = _reference(events, level, "vc-jobs", start)
+        said = any(ref[x][0] for x in ("submitted", "started", "finished"))
+        active = sum(ref["running_by_age"]) + sum(ref["pending_by_wait"]) > 0
+        if said or active:
+            expected.add(start)
+            w = got[start]
+            assert w.pending_gpus == sum(ref["pending_by_wait"])
+            assert w.running_gpus == sum(ref["running_by_age"])
+            assert w.flow is not None
+            assert (w.flow.submitted_jobs, w.flow.finished_jobs) == (
+                ref["submitted"][0],
+                ref["finished"][0],
+            )
+        start += WINDOW_S
+    assert set(got) == expected
+    assert len(expected) > 10  # the bursts and the jobs that outlive them
+    quiet = [s for s in range(int(first), int(last_end), int(WINDOW_S)) if s not in expected]
+    assert quiet  # and the gaps with nothing to say get no window
