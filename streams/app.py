@@ -29,13 +29,14 @@ from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
 from dprobe.models.planner import PlannerSettings
 from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec, demand_settings
-from dprobe.streams.deadletter import DeadLetters
+from dprobe.streams.deadletter import DeadLetters, where
+from dprobe.streams.delivery import DeliveryFailed, delivered
 from dprobe.streams.eager_delivery import EagerConsumer
 from dprobe.streams.event_fence import FencedEvents, transactional_id
 from dprobe.streams.fetch_guard import FetchGuardConsumer
 from dprobe.streams.ingest import Ingest
 from dprobe.streams.plan_order import PlanOrder
-from dprobe.streams.planning import DeliveryFailed, Planning
+from dprobe.streams.planning import Planning
 from dprobe.streams.planning_store import PlanningStore
 from dprobe.streams.ranked_table import add_ranked_table
 from dprobe.streams.recovery import SeekFirstTableManager
@@ -212,17 +213,20 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
 
     async def cluster_report(raw: bytes | None, message: Any) -> None:
         """A scheduler's report: invalid ones to the dead-letter topic, valid ones on to the
-        planner through the planning topic (in one order with the windows)."""
+        planner through the planning topic (in one order with the windows); returns once
+        delivered."""
         try:
             report = schema.decode_cluster_report(raw, max_bytes=s.max_message_bytes)
         except schema.SchemaError as exc:
             await deadletters.send(raw, exc, message)
             return
-        await planning_topic.send(key=b"plan", value=codec.encode_cluster(report))
+        fut = await planning_topic.send(key=b"plan", value=codec.encode_cluster(report))
+        await delivered([fut], f"cluster report {where(message)}")
 
     async def progress(partition: int, upto: float) -> None:
         value = codec.encode_progress(codec.WindowProgress(partition=partition, upto=upto))
-        await planning_topic.send(key=b"plan", value=value)
+        fut = await planning_topic.send(key=b"plan", value=value)
+        await delivered([fut], f"progress of window partition {partition}")
 
     windows = Windows(
         table=window_table,
@@ -297,13 +301,14 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
 
     @app.agent(jobs, name="jobs")
     async def jobs_agent(stream: Any) -> None:
-        async for event in stream.events():
-            await guarded(lambda e: ingest.on_job_event(e.value, e.message), event)
+        async for batch in stream.take_events(s.batch_max, within=s.batch_within_s):
+            await fatal(ingest.on_job_events, batch)  # acknowledged once its outputs left
 
     @app.agent(cluster, name="cluster")
     async def cluster_agent(stream: Any) -> None:
         async for event in stream.events():
-            await guarded(lambda e: cluster_report(e.value, e.message), event)
+            # a report not delivered (or a dead letter not sent) ends the process unacked
+            await fatal(lambda e: guarded(lambda r: cluster_report(r.value, r.message), e), event)
 
     @app.agent(updates, name="windows")
     async def windows_agent(stream: Any) -> None:

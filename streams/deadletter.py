@@ -20,6 +20,7 @@ from typing import Any
 from dprobe import schema
 from dprobe.errors import DprobeError
 from dprobe.sinks.worker_stats import WorkerStats
+from dprobe.streams.delivery import delivered
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,13 @@ class DeadLetters:
         self.topic = topic
         self.stats = stats
 
-    async def send(self, raw: bytes | None, error: Exception, message: Any) -> None:
-        """Send the invalid record with its reason (the stream keeps going)."""
+    async def send(
+        self, raw: bytes | None, error: Exception, message: Any, *, wait: bool = True
+    ) -> Any:
+        """Send the invalid record with its reason (the stream keeps going) and wait for its
+        delivery (:class:`~dprobe.streams.delivery.DeliveryFailed` if it fails: the record
+        must not be acknowledged); with ``wait=False``, return the delivery future for the
+        caller to await before the record may be acknowledged."""
         dl = schema.dead_letter(
             raw if isinstance(raw, (bytes, bytearray)) else None,
             error,
@@ -54,10 +60,17 @@ class DeadLetters:
         )
         self.stats.dead_letter(dl.reason)
         key = f"{message.topic}:{message.partition}:{message.offset}".encode()
-        await self.topic.send(key=key, value=schema.encode(dl))
+        fut = await self.topic.send(key=key, value=schema.encode(dl))
+        if not wait:
+            return fut
+        await delivered([fut], f"dead letter of {where(message)}")
+        return None
 
-    async def processing_error(self, raw: bytes | None, exc: Exception, message: Any) -> None:
+    async def processing_error(
+        self, raw: bytes | None, exc: Exception, message: Any, *, wait: bool = True
+    ) -> Any:
         """Log an unexpected failure on one record (with its traceback) and send the record
-        with reason ``processing_error``: a bug never stalls the partition."""
+        with reason ``processing_error``: a bug never stalls the partition (``wait`` as
+        for :meth:`send`)."""
         log.error("processing %s failed", where(message), exc_info=exc)
-        await self.send(raw, ProcessingError(repr(exc)), message)
+        return await self.send(raw, ProcessingError(repr(exc)), message, wait=wait)

@@ -49,6 +49,7 @@ from dprobe import schema
 from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec, table_io
 from dprobe.streams.deadletter import DeadLetters
+from dprobe.streams.delivery import delivered
 from dprobe.streams.ranked_table import RANK_KEY
 from dprobe.streams.state import seq_tracker
 from dprobe.streams.state.window_agg import Partial, WindowSettings, split_snapshot
@@ -208,8 +209,7 @@ class Ingest:
         try:
             if previous is not None:
                 await asyncio.shield(previous)  # in order: its state and progress first
-            for fut in sent:
-                await fut
+            await delivered(sent, f"partials (or dead letters) of samples batch {batch_id}")
             writes = [
                 await table_io.put(self.hosts, partition, key, codec.dumps(state))
                 for key, (partition, state) in hosts.items()
@@ -242,22 +242,25 @@ class Ingest:
         by_tenant: dict[str, list[Partial]] = {}
         hosts: dict[bytes, tuple[int, dict[str, Any]]] = {}
         progress: dict[int, float] = {}
+        letters: list[Any] = []  # dead letters' deliveries, awaited with the partials'
         for event in events:
             message = event.message
             try:
                 snap = schema.decode_snapshot(event.value, max_bytes=self.max_bytes)
             except schema.SchemaError as exc:
-                await self.deadletter.send(event.value, exc, message)
+                letters.append(await self.deadletter.send(event.value, exc, message, wait=False))
                 continue
             reference, what = self._reference_clock(message)
             skew = self._skew(snap.ts, reference, what)
             if skew is not None:
-                await self.deadletter.send(event.value, skew, message)
+                letters.append(await self.deadletter.send(event.value, skew, message, wait=False))
                 continue
             try:
                 parts = self._observe(snap, message.partition, hosts, message.offset)
             except Exception as exc:  # noqa: BLE001 - a bug, not bad input; logged there
-                await self.deadletter.processing_error(event.value, exc, message)
+                letters.append(
+                    await self.deadletter.processing_error(event.value, exc, message, wait=False)
+                )
                 continue
             if parts is None:  # a duplicate moves nothing, event time included
                 continue
@@ -267,7 +270,7 @@ class Ingest:
             # max_clock_skew_s) does not close the other hosts' windows early
             reached = min(snap.ts, reference)
             progress[message.partition] = max(progress.get(message.partition, 0.0), reached)
-        sent = [
+        sent = letters + [
             await self.updates.send(key=tenant.encode(), value=value)
             for tenant, parts in sorted(by_tenant.items())
             for value in self._messages(parts)
@@ -332,10 +335,10 @@ class Ingest:
         return now, "the worker's"
 
     def _skew(self, ts: float, reference: float, what: str) -> schema.SchemaError | None:
-        """A snapshot stamped more than ``max_clock_skew_s`` after the reference clock
-        would move its partition's event time into the future and hold every tenant's
-        windows; it is rejected. (One stamped less ahead is taken, but moves its
-        partition's progress only up to the reference clock.)"""
+        """A snapshot (or job event) stamped more than ``max_clock_skew_s`` after the
+        reference clock would move its partition's event time into the future and hold
+        every tenant's windows; it is rejected. (A snapshot stamped less ahead is taken,
+        but moves its partition's progress only up to the reference clock.)"""
         if ts <= reference + self.max_clock_skew_s:
             return None
         return schema.SchemaError(
@@ -402,11 +405,25 @@ class Ingest:
                 self._source_ts[source] = newest
                 await self._broadcast(source, newest)
 
-    async def on_job_event(self, raw: bytes | None, message: Any) -> None:
-        try:
-            ev = schema.decode_job_event(raw, max_bytes=self.max_bytes)
-        except schema.SchemaError as exc:
-            await self.deadletter.send(raw, exc, message)
-            return
-        self.stats.job_events += 1
-        await self.updates.send(key=ev.tenant.encode(), value=codec.encode_job(ev))
+    async def on_job_events(self, events: Sequence[Any]) -> None:
+        """Forward one batch of ``dprobe.jobs`` records (faust events, in read order) to
+        their tenants' window partitions, invalid ones and ones stamped more than
+        ``max_clock_skew_s`` ahead of their reference clock to the dead-letter topic, and
+        return once every send was delivered
+        (:class:`~dprobe.streams.delivery.DeliveryFailed` otherwise: the batch must not
+        be acknowledged)."""
+        sent = []
+        for event in events:
+            message = event.message
+            try:
+                ev = schema.decode_job_event(event.value, max_bytes=self.max_bytes)
+                reference, what = self._reference_clock(message)
+                error = self._skew(ev.ts, reference, what)
+            except schema.SchemaError as exc:
+                error = exc
+            if error is not None:
+                sent.append(await self.deadletter.send(event.value, error, message, wait=False))
+                continue
+            self.stats.job_events += 1
+            sent.append(await self.updates.send(key=ev.tenant.encode(), value=codec.encode_job(ev)))
+        await delivered(sent, f"a batch of {len(events)} job event(s)")

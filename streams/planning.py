@@ -48,15 +48,11 @@ from dprobe import schema
 from dprobe.models.checkpoint import CheckpointError, load_state, state_bytes, state_of
 from dprobe.sinks.worker_stats import TenantView, WorkerStats
 from dprobe.streams import codec
+from dprobe.streams.delivery import DeliveryFailed
 from dprobe.streams.plan_order import PlanOrder
 from dprobe.streams.planning_store import Head, PlanningStore
 
 log = logging.getLogger(__name__)
-
-
-class DeliveryFailed(Exception):
-    """An output of a planning record (its journal entry, its plans' events, a checkpoint)
-    was not delivered: the record must not be acknowledged (the worker exits instead)."""
 
 
 class Planning:

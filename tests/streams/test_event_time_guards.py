@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from dprobe import schema
+from dprobe.streams import codec
 from tests.streams.helpers import make_snapshots
 from tests.streams.test_batch_semantics import FakeTable, FakeTopic, _ingest
 
@@ -168,3 +169,26 @@ async def test_late_data_is_counted_and_logged_once_a_minute_with_the_reason(
     assert stats.late_partials == 3
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "already closed" in lines[0] and "host h1" in lines[0]
+
+
+async def test_a_job_event_far_ahead_of_its_record_is_a_dead_letter_and_not_forwarded() -> None:
+    """Job events move a window partition's event time too (alone where no samples topic
+    reports yet): one stamped a day ahead would make every later snapshot late."""
+    updates, dead = FakeTopic(2), FakeTopic()
+    ingest = _ingest(updates, FakeTable(), deadletters=dead)
+    t = 1_700_000_000.0
+
+    def job(offset: int, ts: float, record_ts: float) -> Any:
+        ev = schema.JobEvent(ts=ts, event="submit", job=f"j{offset}", tenant="vc-a", gpus=8)
+        message = SimpleNamespace(topic="jobs", partition=0, offset=offset, timestamp=record_ts)
+        return SimpleNamespace(value=schema.encode(ev), message=message)
+
+    await ingest.on_job_events(
+        [job(0, t, t + 0.5), job(1, t + 86_400.0, t + 1.0), job(2, t + 200.0, t + 1.0)]
+    )
+    forwarded = [codec.decode_update(v) for _, _, v in updates.sent]
+    assert [(e.job, e.ts) for e in forwarded] == [("j0", t), ("j2", t + 200.0)]  # within 300 s
+    (letter,) = [schema.decode(v, schema.DeadLetter) for _, _, v in dead.sent]
+    assert (letter.reason, letter.source_topic, letter.offset) == ("clock_skew", "jobs", 1)
+    assert "ahead of its record's clock" in letter.error
+    assert ingest.stats.job_events == 2

@@ -14,6 +14,7 @@ from typing import Any
 
 from dprobe import schema
 from dprobe.streams import codec
+from dprobe.streams.delivery import DeliveryFailed
 from dprobe.streams.ingest import hold_acks
 from tests.streams.helpers import make_snapshots
 from tests.streams.test_batch_semantics import UPDATE_PARTITIONS, FakeTable, FakeTopic, _ingest
@@ -138,7 +139,8 @@ async def test_a_batch_whose_partials_fail_is_never_acknowledged() -> None:
         await asyncio.sleep(0.01)
     assert sent_first > 0
     assert committed == [], "a batch after the failed one was acknowledged"
-    assert len(failures) == 2 and all(isinstance(f, RuntimeError) for f in failures)
+    assert len(failures) == 2 and all(isinstance(f, DeliveryFailed) for f in failures)
+    assert all(isinstance(f.__cause__, RuntimeError) for f in failures)
 
 
 async def test_no_more_than_depth_batches_are_on_the_way() -> None:
