@@ -311,7 +311,8 @@ class Ingest:
             self.stats.lost_snapshots[snap.host] += lost
         self.stats.snapshots += 1
         self.stats.process_samples += len(snap.procs)
-        return split_snapshot(snap, self.window, lost=lost)
+        seq = seq_tracker.effective_seq(state, snap.seq)  # rises across the host's resets
+        return split_snapshot(snap, self.window, lost=lost, seq=seq)
 
     def _messages(self, parts: list[Partial]) -> list[bytes]:
         """One tenant's partials as update messages, each under half the message limit

@@ -10,6 +10,10 @@ the reset is believed only when the host's next snapshot continues from it (a ``
 most ``CONFIRM_WITHIN`` above it, not older); the suspected snapshot then counts as lost.
 So one spoofed record can neither restart a host's sequence nor fake lost snapshots.
 
+A reset also moves the host's ``base``, so that :func:`effective_seq` (``seq + base``,
+the number the window stage dedupes a host's partials by) keeps rising across it: a
+window that holds snapshots from before and after a restart takes both.
+
 Example:
     >>> t = initial()
     >>> t, verdict, lost = observe(t, seq=0, ts=10.0)
@@ -21,8 +25,9 @@ Example:
     >>> t, verdict, _ = observe(t, seq=0, ts=900.0)  # a wiped collector, or a spoof
     >>> verdict
     'suspect'
-    >>> observe(t, seq=1, ts=901.0)[1:]  # it goes on: a reset, its first snapshot lost
-    ('reset', 1)
+    >>> t, verdict, lost = observe(t, seq=1, ts=901.0)  # it goes on: a reset
+    >>> verdict, lost, effective_seq(t, 1)  # its first snapshot lost; seq 1 comes after 3
+    ('reset', 1, 5)
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any, Literal
 
 Verdict = Literal["new", "duplicate", "suspect", "reset"]
 CONFIRM_WITHIN = 10  # a reset is believed when the next seq is at most this far above
+MAX_SEQ = 2**63 - 1  # effective seqs stay within a signed 64-bit integer
 
 
 def initial() -> dict[str, Any]:
@@ -48,6 +54,8 @@ def observe(
             lost = seq - cand[0]  # the suspected snapshot and any gap after it
             new = {**state, "seq": seq, "ts": ts, "resets": state["resets"] + 1, "cand": None}
             new["lost"] = state["lost"] + lost
+            # the suspected snapshot's effective seq follows the last one before the reset
+            new["base"] = min(effective_seq(state, last) + 1 - cand[0], MAX_SEQ - seq)
             return new, "reset", lost
         if last >= 0 and ts > state["ts"] + reset_after_s:
             return {**state, "cand": [seq, ts]}, "suspect", 0
@@ -56,3 +64,8 @@ def observe(
     new = {**state, "seq": seq, "ts": max(ts, state["ts"]), "lost": state["lost"] + lost}
     new["cand"] = None
     return new, "new", lost
+
+
+def effective_seq(state: dict[str, Any], seq: int) -> int:
+    """``seq`` of the host whose tracking state is ``state``, counted on across its resets."""
+    return min(seq + state.get("base", 0), MAX_SEQ)

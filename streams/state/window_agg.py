@@ -108,11 +108,14 @@ def window_start(ts: float, window_s: float) -> float:
     return math.floor(ts / window_s) * window_s
 
 
-def split_snapshot(snap: HostSnapshot, cfg: WindowSettings, lost: int = 0) -> list[Partial]:
+def split_snapshot(
+    snap: HostSnapshot, cfg: WindowSettings, lost: int = 0, seq: int | None = None
+) -> list[Partial]:
     """One :class:`Partial` per tenant with processes in ``snap``, in tenant order.
 
     ``lost`` is the number of snapshots of this host missing just before ``snap``
-    (a seq gap); it is attributed to every tenant present in ``snap``.
+    (a seq gap); it is attributed to every tenant present in ``snap``. ``seq`` is the
+    number its partials are deduped by (default: the snapshot's own ``seq``).
     """
     ws = window_start(snap.ts, cfg.window_s)
     level_of, weights = _levels(cfg.levels)
@@ -136,7 +139,7 @@ def split_snapshot(snap: HostSnapshot, cfg: WindowSettings, lost: int = 0) -> li
             tenant=tenant,
             window_start=ws,
             host=snap.host,
-            seq=snap.seq,
+            seq=snap.seq if seq is None else seq,
             ts=snap.ts,
             samples=a[0],
             instance_s=a[0] * dt,

@@ -192,3 +192,46 @@ async def test_a_job_event_far_ahead_of_its_record_is_a_dead_letter_and_not_forw
     assert (letter.reason, letter.source_topic, letter.offset) == ("clock_skew", "jobs", 1)
     assert "ahead of its record's clock" in letter.error
     assert ingest.stats.job_events == 2
+
+
+async def test_a_host_restarted_inside_a_long_window_counts_both_halves_of_it() -> None:
+    """A collector whose state was wiped starts again from seq 0 more than 300 s after its
+    last snapshot: in a 10-minute window, the snapshots before and after the restart all
+    count (the suspected first one is lost), as a plain count of them says."""
+    from dprobe.sinks.worker_stats import WorkerStats
+    from dprobe.streams.deadletter import DeadLetters
+    from dprobe.streams.ingest import Ingest
+    from dprobe.streams.state.window_agg import WindowSettings
+    from dprobe.streams.windows import Windows
+    from tests.streams.test_batch_semantics import _event as update
+
+    window = WindowSettings(window_s=600.0, grace_s=5.0)
+    t0 = 1_700_000_400.0  # a window start
+    (first,) = make_snapshots(hosts=1, ticks=1, t0=t0)
+    before = [msgspec.structs.replace(first, seq=5_000 + i, ts=t0 + i) for i in range(10)]
+    after = [msgspec.structs.replace(first, seq=i, ts=t0 + 311.0 + i) for i in range(200)]
+    tail = [msgspec.structs.replace(first, seq=200 + i, ts=t0 + 600.0 + 10 * i) for i in range(2)]
+    snaps = before + after + tail
+    stats = WorkerStats()
+    updates = FakeTopic(1)
+    ingest = Ingest(
+        hosts_table=FakeTable(), updates_topic=updates,
+        deadletter=DeadLetters(FakeTopic(), stats), window=window, stats=stats,
+        max_message_bytes=1 << 20, update_partitions=1,
+    )  # fmt: skip
+    events = [_event(i, s, s.ts) for i, s in enumerate(snaps)]
+    for i in range(0, len(events), 16):
+        await ingest.on_snapshots(events[i : i + 16])
+    assert (stats.resets, stats.duplicates) == (1, 0)
+    features = FakeTopic()
+    stage = Windows(
+        table=FakeTable(), features_topic=features, window=window, stats=stats, sources=1,
+        deadletter=DeadLetters(FakeTopic(), stats),
+    )  # fmt: skip
+    await stage.on_updates([update("u", p, i, v) for i, (p, _, v) in enumerate(updates.sent)])
+    windows = [schema.decode_window(v) for _, _, v in features.sent]
+    counted = before + after[1:]  # the suspected first snapshot after the restart is lost
+    for tenant in {p.tenant for s in counted for p in s.procs}:
+        [w] = [w for w in windows if w.tenant == tenant and w.window_start == t0]
+        assert w.samples == sum(1 for s in counted for p in s.procs if p.tenant == tenant)
+        assert w.lost_snapshots == 1
