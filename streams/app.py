@@ -331,6 +331,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
             for tp in app.consumer.assignment()
             if tp.topic == names.samples
         }
-        await ingest.report_idle_sources(assigned, windows.newest_source_ts)
+        flowing = not (app.rebalancing or app.in_recovery)
+        await ingest.report_idle_sources(assigned, windows.newest_source_ts, flowing=flowing)
 
     return WorkerApp(app=app, topics=names, stats=stats, settings=s)

@@ -370,7 +370,11 @@ class Ingest:
             await self.updates.send(key=b"", value=value, partition=k)
 
     async def report_idle_sources(
-        self, assigned: Mapping[int, int | None], newest_elsewhere: float = 0.0
+        self,
+        assigned: Mapping[int, int | None],
+        newest_elsewhere: float = 0.0,
+        *,
+        flowing: bool = True,
     ) -> None:
         """Report idle samples partitions at the newest progress this worker knows, so
         they hold no window.
@@ -382,13 +386,21 @@ class Ingest:
         has not read a record of since it was assigned counts by time alone).
         ``newest_elsewhere`` is the newest progress other workers' partitions reported (seen
         by this worker's window stage), so a worker whose own partitions are all empty
-        still releases them.
+        still releases them. While records cannot flow (``flowing`` false: a rebalance,
+        or the tables' restore after it, which can take longer than ``source_idle_s``),
+        nothing is reported, and the idle clock of a partition not read since it was
+        assigned starts only once they can: its backlog is not taken for idleness.
         """
         now = time.monotonic()
         for source in list(self._assigned_at):
             if source not in assigned:  # revoked: what we knew of it is stale
                 del self._assigned_at[source]
                 self._seen_offset.pop(source, None)
+        if not flowing:
+            for source in assigned:
+                if source not in self._seen_offset:
+                    self._assigned_at.pop(source, None)
+            return
         newest = max(max(self._source_ts.values(), default=0.0), newest_elsewhere)
         for source, highwater in sorted(assigned.items()):
             since = max(

@@ -16,6 +16,7 @@ import itertools
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -356,3 +357,27 @@ async def test_nothing_is_emitted_below_the_progress_already_reported() -> None:
     assert stage.stats.late_partials == len(parts) > 0
     assert features.sent == [], "a window below the reported progress was emitted"
     assert reported == [(0, 990.0), (0, 1990.0)]
+
+
+async def test_a_partition_restored_for_longer_than_the_idle_time_is_not_taken_for_idle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker takes over samples partition 0 with a backlog; restoring its tables takes
+    longer than ``source_idle_s``. Its idle clock starts when records can flow, so the
+    backlog is not made late by an idle report at another partition's progress."""
+    clock = [1000.0]
+    monkeypatch.setattr("dprobe.streams.ingest.time.monotonic", lambda: clock[0])
+    updates = FakeTopic(UPDATE_PARTITIONS)
+    ingest = _ingest(updates, FakeTable(), source_idle_s=30.0)
+    newest = 1_700_000_000.0
+    for _ in range(10):  # 45 s of restore: nothing reported, whatever the clock says
+        await ingest.report_idle_sources({0: 10_000}, newest_elsewhere=newest, flowing=False)
+        clock[0] += 4.5
+    assert updates.sent == []
+    await ingest.report_idle_sources({0: 10_000}, newest_elsewhere=newest)  # flowing now
+    clock[0] += 29.0
+    await ingest.report_idle_sources({0: 10_000}, newest_elsewhere=newest)
+    assert updates.sent == [], "reported idle before source_idle_s of flowing"
+    clock[0] += 1.0  # nothing read for 30 s while records could flow: idle after all
+    await ingest.report_idle_sources({0: 10_000}, newest_elsewhere=newest)
+    assert {p for p, _, _ in updates.sent} == set(range(UPDATE_PARTITIONS))
