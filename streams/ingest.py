@@ -331,7 +331,7 @@ class Ingest:
         ahead of it (a topic with producer timestamps, a host whose clock is wrong for both)."""
         record_ts = getattr(message, "timestamp", None)
         now = time.time()
-        if record_ts and record_ts <= now:
+        if record_ts is not None and 0 < record_ts <= now:  # -1: a record without one
             return record_ts, "its record's"
         return now, "the worker's"
 

@@ -17,8 +17,9 @@ different hosts arrive: the same window always has exactly the same content.
 
 Window semantics (what each TenantWindow field means):
 
-- a snapshot *covers* ``interval_s`` seconds; time-weighted fields divide the covered
-  seconds by the window length, so they are time averages over the window:
+- a snapshot *covers* ``interval_s`` seconds (at most the window's length, so one
+  snapshot with a wrong interval cannot inflate a window); time-weighted fields divide
+  the covered seconds by the window length, so they are time averages over the window:
   ``instances`` (process instances running), ``gpus_busy`` (distinct GPUs with at least one
   of the tenant's processes) and the running part of ``effective_demand_gpus``
   (sum of level weights);
@@ -133,7 +134,7 @@ def split_snapshot(
         a[2] += sm_util
         a[3][i] += 1
         a[4] += weights[i]
-    dt = snap.interval_s
+    dt = min(snap.interval_s, cfg.window_s)  # no snapshot covers more than its window
     return [
         Partial(
             tenant=tenant,

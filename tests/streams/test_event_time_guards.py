@@ -113,6 +113,9 @@ async def test_without_a_trustworthy_record_time_the_workers_clock_bounds_event_
     assert 0 not in ingest._source_ts  # no progress moved
     await ingest.on_snapshots([_event(2, msgspec.structs.replace(snap, seq=2), now)])
     assert ingest._source_ts[0] == snap.ts  # a snapshot of now is taken
+    # a record of the old message format has no timestamp (-1 ms): the worker's clock
+    await ingest.on_snapshots([_event(3, msgspec.structs.replace(snap, seq=3), -0.001)])
+    assert len(dead.sent) == 2 and ingest.stats.snapshots == 2
 
 
 async def test_processing_latency_is_measured_in_one_clock_on_a_replay() -> None:

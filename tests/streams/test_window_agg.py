@@ -125,3 +125,20 @@ def test_job_book_pending_and_running() -> None:
     pending = sum(g for s, g in expect.values() if s == "pending")
     running = sum(g for s, g in expect.values() if s == "running")
     assert job_book.totals(book) == (float(pending), float(running))
+
+
+def test_a_snapshot_covers_at_most_its_window() -> None:
+    """A snapshot whose interval is longer than the window (a collector misconfigured, or a
+    bad record within the schema's bounds) adds at most a window's worth of GPU time."""
+    import msgspec
+
+    (snap,) = make_snapshots(hosts=1, ticks=1, t0=1_700_000_000.0)
+    cfg = WindowSettings(window_s=60.0)
+    for interval, covered in ((1.0, 1.0), (60.0, 60.0), (1e7, 60.0)):
+        parts = split_snapshot(msgspec.structs.replace(snap, interval_s=interval), cfg)
+        for p in parts:
+            gpus = {q.gpu for q in snap.procs if q.tenant == p.tenant}
+            assert p.gpu_s == len(gpus) * covered
+            assert p.instance_s == p.samples * covered
+            w = result(add(initial(p.tenant, p.window_start), p), cfg)
+            assert w.gpus_busy <= len(gpus)
