@@ -19,7 +19,8 @@ Names (dashboards and alerts depend on them):
   ``capacity_gpus`` setting); only on the worker that plans
 - counters ``dprobe_scaling_events_total{action}``, ``dprobe_deadletters_total{reason}``,
   ``dprobe_lost_snapshots_total{host}``, ``dprobe_duplicate_snapshots_total``,
-  ``dprobe_late_partials_total``, ``dprobe_windows_emitted_total``,
+  ``dprobe_late_partials_total``, ``dprobe_late_job_events_total``,
+  ``dprobe_windows_emitted_total``,
   ``dprobe_process_samples_total``, ``dprobe_snapshots_total``,
   ``dprobe_job_events_total``, ``dprobe_seq_resets_total``,
   ``dprobe_cluster_reports_total`` (scheduler reports taken by the planner)
@@ -210,6 +211,8 @@ def _counter_families(s: WorkerStats) -> Iterator[Metric]:
         ("dprobe_duplicate_snapshots", "Snapshots dropped as (host, seq) duplicates", s.duplicates),
         ("dprobe_late_partials", "Partial windows that arrived after their window closed",
          s.late_partials),
+        ("dprobe_late_job_events", "Job events that arrived after their window closed "
+         "(the job book takes them; that window's flow misses them)", s.late_job_events),
         ("dprobe_windows_emitted", "TenantWindows produced", s.windows_emitted),
         ("dprobe_process_samples", "GPU process samples ingested", s.process_samples),
         ("dprobe_snapshots", "Host snapshots ingested", s.snapshots),

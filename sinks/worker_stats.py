@@ -70,6 +70,7 @@ class WorkerStats:
     duplicates: int = 0
     resets: int = 0
     late_partials: int = 0
+    late_job_events: int = 0  # applied to the job book after their window was out
     job_events: int = 0
     cluster_reports: int = 0  # scheduler reports taken by the planner on this worker
     capacity_gpus: float | None = None  # what plans share (None: this worker does not plan)

@@ -331,6 +331,8 @@ class Windows:
         level = None
         if self.level_of is not None and ev.event in ("submit", "start"):
             level = self.level_of(ev)
+        if ev.ts < ps.out_before:  # its window is out: the book still takes it
+            self.stats.late_job_events += 1
         ps.note_job(ev.tenant, ev.ts)
         index.books[ev.tenant] = book
         changed = book.apply(ev, level=level)

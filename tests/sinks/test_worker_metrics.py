@@ -26,6 +26,7 @@ class FakeLag:
 def _populated() -> WorkerStats:
     s = WorkerStats()
     s.snapshots, s.process_samples, s.duplicates, s.late_partials = 40, 320, 3, 2
+    s.late_job_events = 5
     s.windows_emitted, s.job_events, s.resets = 11, 5, 1
     s.lost_snapshots["gpu-7"] += 4
     s.dead_letter("malformed_json")
@@ -95,6 +96,7 @@ def test_counters_and_latency_histogram() -> None:
     assert _get(m, "dprobe_lost_snapshots_total", host="gpu-7") == 4.0
     assert _get(m, "dprobe_duplicate_snapshots_total") == 3.0
     assert _get(m, "dprobe_late_partials_total") == 2.0
+    assert _get(m, "dprobe_late_job_events_total") == 5.0
     assert _get(m, "dprobe_windows_emitted_total") == 11.0
     assert _get(m, "dprobe_process_samples_total") == 320.0
     h = "dprobe_processing_latency_seconds"

@@ -392,3 +392,29 @@ def test_a_tenant_without_telemetry_gets_every_window_its_jobs_speak_of(
     assert len(expected) > 10  # the bursts and the jobs that outlive them
     quiet = [s for s in range(int(first), int(last_end), int(WINDOW_S)) if s not in expected]
     assert quiet  # and the gaps with nothing to say get no window
+
+
+def test_a_late_job_event_is_counted_and_still_changes_the_book() -> None:
+    """A finish that arrives after its window closed: the next windows no longer hold the
+    job, the closed one is not sent again, and the late event is counted."""
+    submit = schema.JobEvent(ts=T0 + 1, event="submit", job="j", tenant="vc-a", gpus=8)
+    finish = schema.JobEvent(ts=T0 + 3, event="finish", job="j", tenant="vc-a", gpus=8)
+
+    def wm(ts: float) -> bytes:
+        return codec.encode_watermark(codec.SourceWatermark(source=0, ts=ts))
+
+    async def run() -> tuple[list[schema.TenantWindow], int]:
+        features = FakeTopic()
+        stage = _windows(features, FakeTable())
+        log = [codec.encode_job(submit), wm(T0 + 22), codec.encode_job(finish), wm(T0 + 42)]
+        for offset, value in enumerate(log):
+            await stage.on_updates([_event("updates", 0, offset, value)])
+        return [schema.decode_window(v) for _, _, v in features.sent], stage.stats.late_job_events
+
+    windows, late = asyncio.run(run())
+    start = T0 // WINDOW_S * WINDOW_S
+    assert [(w.window_start, w.pending_gpus) for w in windows] == [
+        (start, 8.0),
+        (start + WINDOW_S, 8.0),
+    ]  # out before the finish arrived; after it, the job is gone and nothing is said
+    assert late == 1
