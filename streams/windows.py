@@ -419,9 +419,11 @@ class Windows:
         have a tenant whose job book has something to say about them: a tenant with jobs
         queued or running gets its windows even when no host of its partition sends
         telemetry for them."""
-        if not ps.job_tenants or not math.isfinite(watermark):
-            return []
         w = self.cfg.window_s
+        if not math.isfinite(watermark) or math.floor(watermark / w) * w <= ps.out_before:
+            return []  # no window end passed since the last close: nothing to read
+        if not ps.job_tenants:
+            return []
         books = self._job_index(batch, ps).books.values()
         first = min((t for book in books if (t := book.first_ts()) is not None), default=None)
         if first is None:
