@@ -123,6 +123,7 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
             with contextlib.suppress(TopicAlreadyExistsError):  # another worker won the race
                 await admin.create_topics(new)
         partitions = await wait_for_partitions(admin, list(names.external()))
+        await check_update_partitions(admin, s, names.updates)
         for topic in (names.samples, names.jobs):
             if partitions.get(topic, s.partitions) < s.partitions:
                 log.warning(
@@ -147,6 +148,30 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
         return partitions
     finally:
         await admin.close()
+
+
+class PartitionsChangedError(UsageError):
+    """``worker.partitions`` differs from the partitions of the existing tenant-updates
+    topic (the window stage's layout)."""
+
+
+async def check_update_partitions(
+    admin: AIOKafkaAdminClient, s: WorkerSettings, updates: str
+) -> None:
+    """Refuse to start when the tenant-updates topic exists with another partition count
+    than ``s.partitions``. Every worker sends each samples partition's progress to
+    ``s.partitions`` window partitions and the planner waits for that many: with more, a
+    send to a partition that does not exist fails every batch; with fewer, the tenants of
+    the other partitions never get a window closed and are planned as gone."""
+    found = (await wait_for_partitions(admin, [updates])).get(updates, 0)
+    if found and found != s.partitions:
+        raise PartitionsChangedError(
+            f"topic {updates} has {found} partition(s) but worker.partitions is "
+            f"{s.partitions}: the window stage's partition count is fixed once its topics "
+            f"exist. Start every worker of app id {s.app_id!r} with --partitions {found} "
+            f"(DPROBE_WORKER_PARTITIONS, [worker] partitions), or start a new pipeline "
+            f"with an app id of its own (--app-id) to use {s.partitions}"
+        )
 
 
 async def wait_for_partitions(

@@ -5,6 +5,7 @@ internal topics and planning state."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -14,7 +15,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from dprobe.config import KafkaSettings, WorkerSettings
-from dprobe.streams.provision import AppIdInUseError, changelog_topics, ensure_topics
+from dprobe.streams.provision import (
+    AppIdInUseError,
+    PartitionsChangedError,
+    changelog_topics,
+    ensure_topics,
+)
 from dprobe.streams.topics import TopicNames
 from tests.conftest import KafkaHelper
 
@@ -93,3 +99,22 @@ async def test_dprobe_worker_exits_2_with_the_reason(kafka: KafkaHelper, tmp_pat
     stderr = err.decode()
     assert proc.returncode == 2, stderr[-2000:]
     assert f"{live}samples" in stderr and "--app-id" in stderr
+
+
+async def test_a_worker_refuses_a_partition_count_its_window_topics_do_not_have(
+    kafka: KafkaHelper, tmp_path: Path
+) -> None:
+    """The window stage's layout is fixed once its topic exists: a worker started with
+    another ``worker.partitions`` (more, to scale out; fewer by mistake) says so and how
+    to start instead of failing every batch or leaving tenants without windows."""
+    prefix, app_id = kafka.unique("layout") + ".", kafka.unique("layout-workers")
+    first = _settings(kafka, prefix, app_id, tmp_path)
+    assert (await ensure_topics(first))[f"{prefix}samples"] == 1
+    for partitions in (3, 2):
+        changed = dataclasses.replace(first, partitions=partitions)
+        with pytest.raises(PartitionsChangedError) as refused:
+            await ensure_topics(changed)
+        message = str(refused.value)
+        assert f"{app_id}-tenant-updates has 1 partition(s)" in message
+        assert f"worker.partitions is {partitions}" in message and "--partitions 1" in message
+    assert (await ensure_topics(first))[f"{prefix}samples"] == 1  # the same layout starts
