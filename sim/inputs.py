@@ -2,9 +2,10 @@
 
 1. a ``vc,node num`` file (``--vcs``; Philly's ``philly_vc.csv``), matched to the trace's
    tenants with or without their ``vc_`` prefix;
-2. else ``philly_vc.csv`` beside the jobs file, if there is one;
-3. else ``nodes`` split over the tenants: each first gets the nodes of its largest job,
-   the rest by share of the trace's GPU-time (largest remainder).
+2. else ``nodes`` (``--nodes``) split over the tenants: each first gets the nodes of its
+   largest job, the rest by share of the trace's GPU-time (largest remainder); ``nodes``
+   below the sum of those first shares is an error;
+3. else ``philly_vc.csv`` beside the jobs file, if there is one.
 
 Example:
     >>> from dprobe.traces.jobs_csv import JobRecord
@@ -45,7 +46,14 @@ def vc_nodes_from_file(records: Sequence[JobRecord], path: str | Path) -> dict[s
 
 
 def split_nodes(records: Sequence[JobRecord], nodes: int, *, node_gpus: int) -> dict[str, int]:
-    """``nodes`` split by GPU-time share (see module doc)."""
+    """``nodes`` split by GPU-time share (see module doc).
+
+    >>> from dprobe.traces.jobs_csv import JobRecord
+    >>> split_nodes([JobRecord("0", "a", 16, 0.0, 60.0, "", 2)], 1, node_gpus=8)
+    Traceback (most recent call last):
+    ...
+    dprobe.errors.UsageError: --nodes 1 is too few: the jobs need at least 2 nodes ...
+    """
     work: dict[str, float] = defaultdict(float)
     biggest: dict[str, int] = defaultdict(int)
     for r in records:
@@ -55,7 +63,13 @@ def split_nodes(records: Sequence[JobRecord], nodes: int, *, node_gpus: int) -> 
     total = sum(work.values())
     if not total:
         raise UsageError("the trace has no GPU jobs")
-    rest = max(0, nodes - sum(biggest.values()))
+    least = sum(biggest.values())
+    if nodes < least:
+        raise UsageError(
+            f"--nodes {nodes} is too few: the jobs need at least {least} nodes "
+            f"(each VC the nodes of its largest job, {node_gpus} GPUs a node)"
+        )
+    rest = nodes - least
     exact = {t: biggest[t] + rest * w / total for t, w in work.items()}
     out = {t: math.floor(v) for t, v in exact.items()}
     for t in sorted(exact, key=lambda t: (out[t] - exact[t], t))[: nodes - sum(out.values())]:

@@ -49,6 +49,10 @@ class SyntheticSettings:
     max_duration_s: float = 3 * 86_400.0
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if not self.days * 24 >= 1:
+            raise ValueError("days must cover at least one hour (days >= 1/24)")
+
 
 @dataclass(frozen=True)
 class VcSeries:
@@ -87,7 +91,10 @@ def read_vc_series(fh: IO[str], name: str = "<series>", node_gpus: int = 8) -> V
 def generate(
     folder: str | Path, settings: SyntheticSettings | None = None
 ) -> tuple[list[JobRecord], dict[str, int]]:
-    """Jobs (seconds, sorted by submit) and VC sizes in nodes, for every VC file in ``folder``."""
+    """Jobs (seconds, sorted by submit) and VC sizes in nodes, for every VC file in ``folder``.
+
+    The first ``settings.days`` of every series; more days than the longest series holds
+    are a :class:`UsageError` that says how many days it holds."""
     s = settings or SyntheticSettings()
     files = sorted(Path(folder).glob("vc*.csv*"))
     if not files:
@@ -97,13 +104,21 @@ def generate(
     mu = math.log(s.duration_median_s)
     sample = np.minimum(rng.lognormal(mu, sigma, 200_000), s.max_duration_s)
     mean_d = float(sample.mean())  # the cut lowers the mean: rates use the real one
-    jobs: list[JobRecord] = []
-    sizes: dict[str, int] = {}
+    every: list[tuple[str, VcSeries]] = []
     for f in files:
-        tenant = f.name.split(".")[0]
         opener = gzip.open if f.suffix == ".gz" else open
         with opener(f, "rt", encoding="utf-8", newline="") as fh:
-            series = read_vc_series(fh, str(f), s.node_gpus)
+            every.append((f.name.split(".")[0], read_vc_series(fh, str(f), s.node_gpus)))
+    longest = max(len(series.hourly_demand) for _, series in every)
+    if not s.days * 24 < longest + 1:  # whole hours, as the slice below takes them
+        raise UsageError(
+            f"{folder}: {s.days:g} days asked for, but the Helios series cover only "
+            f"{longest / 24:g} days"
+        )
+    hours = int(s.days * 24)
+    jobs: list[JobRecord] = []
+    sizes: dict[str, int] = {}
+    for tenant, series in every:
         sizes[tenant] = series.nodes
         for kind, share, table in (
             ("s", 1 - series.large_share, s.small_sizes),
@@ -112,7 +127,7 @@ def generate(
             g = np.array([x for x, _ in table])
             p = np.array([w for _, w in table]) / sum(w for _, w in table)
             per_job = float((g * p).sum()) * mean_d
-            for h, demand in enumerate(series.hourly_demand[: int(s.days * 24)]):
+            for h, demand in enumerate(series.hourly_demand[:hours]):
                 k = rng.poisson(demand * share * 3600.0 / per_job)
                 for t, gpus, d in zip(
                     rng.uniform(0, 3600, k),

@@ -88,7 +88,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--nodes",
         type=int,
         metavar="N",
-        help="without a VC file: N nodes split over the VCs by GPU-time share",
+        help="--jobs without --vcs: N nodes split over the VCs by GPU-time share, each VC "
+        "at least the nodes of its largest job (overrides a philly_vc.csv beside --jobs)",
     )
     p.add_argument(
         "--policies",
@@ -124,7 +125,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="seconds per jobs-csv time unit (default 60: minutes)",
     )
-    p.add_argument("--days", type=float, default=7.0, help="--helios: days of May 2020 (7)")
+    p.add_argument(
+        "--days",
+        type=float,
+        default=7.0,
+        metavar="D",
+        help="--helios: the first D days of the series, at most the days it holds "
+        "(May 2020: 31; default 7)",
+    )
     p.add_argument(
         "--interval",
         type=float,
@@ -258,6 +266,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--move-latency and --checkpoint-interval must be >= 0")
     if args.lend_horizon is not None and not args.lend_horizon >= 0:
         raise UsageError("--lend-horizon must be >= 0")
+    if args.nodes is not None and args.nodes < 1:
+        raise UsageError("--nodes must be >= 1")
+    if not args.days * 24 >= 1:
+        raise UsageError("--days must be > 0 (at least one hour, 1/24)")
     latencies = _latencies(args.latencies) if args.sweep else [args.move_latency]
 
     def say(text: str) -> None:

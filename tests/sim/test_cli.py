@@ -146,6 +146,82 @@ def test_bad_input_names_file_and_line(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["simulate", "--jobs", str(tmp_path / "missing.csv"), "--nodes", "2"]) == 2
 
 
+def _helios(tmp_path: Path, days: int) -> Path:
+    """A Helios-style folder with one VC series of ``days`` days (2 GPUs busy of 8)."""
+    folder = tmp_path / "helios"
+    folder.mkdir()
+    head = "time,running_gpu_num,pending_gpu_num,total_gpu_num,"
+    head += "running_gpu_num_noless_8,pending_gpu_num_noless_8\n"
+    rows = "".join(
+        f"2020-05-{1 + h // 24:02d} {h % 24:02d}:{m:02d}:00,2,0,8,0,0\n"
+        for h in range(24 * days)
+        for m in range(60)
+    )
+    (folder / "vcA.csv").write_text(head + rows)
+    return folder
+
+
+@pytest.mark.parametrize("days", ["-2", "0", "0.01", "nan"])
+def test_days_must_be_positive(
+    days: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["simulate", "--helios", str(_helios(tmp_path, 2)), "--chart", ""]
+    assert main([*args, "--days", days]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["dprobe simulate: --days must be > 0 (at least one hour, 1/24)"]
+
+
+@pytest.mark.parametrize("days", ["99", "2.1", "inf"])
+def test_more_days_than_the_series_holds_exit_2_saying_how_many_it_has(
+    days: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _helios(tmp_path, 2)
+    assert main(["simulate", "--helios", str(folder), "--days", days, "--chart", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"dprobe simulate: {folder}: {days} days asked for, but the Helios series cover only 2 days"
+    ]
+    args = ["--modes", "static", "--policies", "fifo", "--chart", "", "--json"]
+    assert main(["simulate", "--helios", str(folder), "--days", "2", *args]) == 0  # all of it
+    assert "Helios helios, 2 days" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("nodes", ["0", "-4"])
+def test_nodes_must_be_at_least_one(
+    nodes: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "--jobs", str(_trace(tmp_path)), "--nodes", nodes]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["dprobe simulate: --nodes must be >= 1"]
+
+
+def test_nodes_below_what_the_jobs_need_exit_2_naming_the_minimum(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a's largest job needs 2 nodes of 8 GPUs, b's 1: fewer than 3 nodes cannot hold them
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("job_id,user,num_gpu,submit_time,duration\n0,a,16,0,5\n1,b,4,0,5\n")
+    assert main(["simulate", "--jobs", str(jobs), "--nodes", "2", "--chart", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(
+        "dprobe simulate: --nodes 2 is too few: the jobs need at least 3 nodes"
+    )
+
+
+def test_nodes_override_a_vc_file_beside_the_jobs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = _trace(tmp_path)
+    (tmp_path / "philly_vc.csv").write_text("vc,node num\na,1\nb,2\n")
+    args = ["simulate", "--jobs", str(jobs), "--policies", "fifo", "--modes", "static"]
+    args += ["--chart", "", "--json"]
+    assert main([*args, "--nodes", "5"]) == 0
+    assert "1 VCs, 5 nodes; 5 nodes split over the VCs" in capsys.readouterr().err
+    assert main(args) == 0
+    assert "2 VCs, 3 nodes; VC sizes from" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_predictive_beats_static_on_a_slice_of_philly(trace_dir: Path) -> None:
     # The first 3,000 jobs of Philly/Chronus MIX1 on its VC sizes, the MMoE-free quick model.

@@ -55,3 +55,21 @@ def test_offered_load_matches_the_series(tmp_path: Path) -> None:
 def test_no_series_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no Helios VC series"):
         generate(tmp_path)
+
+
+def test_more_days_than_the_longest_series_is_a_usage_error(tmp_path: Path) -> None:
+    _series(tmp_path / "vcA.csv.gz", 4, 0, 16, 48)
+    _series(tmp_path / "vcB.csv.gz", 4, 0, 16, 24)  # a shorter series only ends earlier
+    jobs, _ = generate(tmp_path, SyntheticSettings(days=2))
+    assert max(j.submit_s for j in jobs if j.tenant == "vcA") > 86_400
+    assert max(j.submit_s for j in jobs if j.tenant == "vcB") < 86_400
+    with pytest.raises(
+        UsageError, match=r"3 days asked for, but the Helios series cover only 2 days"
+    ):
+        generate(tmp_path, SyntheticSettings(days=3))
+
+
+@pytest.mark.parametrize("days", [0.0, -2.0, 0.01, float("nan")])
+def test_settings_need_at_least_one_hour(days: float) -> None:
+    with pytest.raises(ValueError, match="at least one hour"):
+        SyntheticSettings(days=days)
