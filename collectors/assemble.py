@@ -58,7 +58,7 @@ def make_backend(settings: CollectorSettings, host: str, clock: Clock) -> GpuBac
 
     return SyntheticBackend(
         host=host,
-        tenants=tenant_names(max(1, settings.tenants)),
+        tenants=tenant_names(settings.tenants),
         gpus=settings.synthetic_gpus,
         seed=settings.seed,
         clock=clock,

@@ -44,6 +44,18 @@ class ConfigError(UsageError):
     """A setting has an invalid value; the message names the setting and where it came from."""
 
 
+def _check_port(name: str, port: int, *, lowest: int = 0) -> None:
+    """A TCP port setting within [``lowest``, 65535] (0: any free port), else a ConfigError.
+
+    >>> _check_port("lag.metrics_port", 70000)
+    Traceback (most recent call last):
+    ...
+    dprobe.config.ConfigError: lag.metrics_port must be within [0, 65535]
+    """
+    if not lowest <= port <= 65_535:
+        raise ConfigError(f"{name} must be within [{lowest}, 65535]")
+
+
 class Secret:
     """A string that never shows itself in ``repr``/``str`` (logs, tracebacks, --help).
 
@@ -153,6 +165,12 @@ class BrokerSettings:
     sasl_user: str = ""
     sasl_password: Secret | None = None
 
+    def __post_init__(self) -> None:
+        _check_port("broker.port", self.port, lowest=1)
+        _check_port("broker.controller_port", self.controller_port, lowest=1)
+        if self.port == self.controller_port:
+            raise ConfigError("broker.port and broker.controller_port must differ")
+
 
 @dataclass(frozen=True)
 class CollectorSettings:
@@ -206,6 +224,32 @@ class CollectorSettings:
             raise ConfigError("collector.spool_max_bytes must be at least 1 MiB")
         if self.backend not in {"nvml", "synthetic"}:
             raise ConfigError("collector.backend must be 'nvml' or 'synthetic'")
+        _check_port("collector.metrics_port", self.metrics_port)
+        for name in ("tenants", "synthetic_gpus", "synthetic_procs_per_gpu"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"collector.{name} must be >= 1")
+        _check_host_id(self.host_id)
+
+
+def _check_host_id(host: str) -> None:
+    """A collector's host id: any name a snapshot's ``host`` may hold (1 to 256
+    characters: host names and FQDNs, dots and dashes included) that is also a single
+    folder name, since the spool lives in ``spool_dir/<host>`` and the seq in
+    ``state_dir/seq-<host>``. ``""`` stands for the machine's host name.
+
+    >>> _check_host_id("gpu-01.rack-3.example.com")
+    >>> _check_host_id("..")
+    Traceback (most recent call last):
+    ...
+    dprobe.config.ConfigError: collector.host_id '..' is not a single folder name ...
+    """
+    if len(host) > 256:
+        raise ConfigError("collector.host_id must be at most 256 characters")
+    if host in {".", ".."} or any(c in host for c in "/\\\0"):
+        raise ConfigError(
+            f"collector.host_id {host!r} is not a single folder name (it names the host's "
+            "spool folder): no '/', '\\' or NUL, and not '.' or '..'"
+        )
 
 
 @dataclass(frozen=True)
@@ -302,6 +346,7 @@ class WorkerSettings:
             raise ConfigError(
                 "worker.plan_horizon_s must be > 0, move_latency_s and lend_horizon_s >= 0"
             )
+        _check_port("worker.metrics_port", self.metrics_port)
         _check_demand_settings(self)
 
     @property
@@ -374,8 +419,7 @@ class LagSettings:
             raise ConfigError("lag.groups must name at least one consumer group")
         if not self.interval_s > 0:
             raise ConfigError("lag.interval_s must be > 0 seconds")
-        if not 0 <= self.metrics_port <= 65535:
-            raise ConfigError("lag.metrics_port must be within [0, 65535]")
+        _check_port("lag.metrics_port", self.metrics_port)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,6 @@ def run(args: argparse.Namespace) -> int:
 
     from dprobe.commands._common import settings
     from dprobe.config import WorkerSettings
-    from dprobe.streams.runner import run_worker
 
     s = settings(
         WorkerSettings,
@@ -64,5 +63,7 @@ def run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         **{dest: getattr(args, dest) for _, dest, _ in DEMAND_FLAGS},
     )
+    from dprobe.streams.runner import run_worker  # faust: imported once the settings hold
+
     asyncio.set_event_loop(asyncio.new_event_loop())
     return run_worker(s, loglevel=args.log_level)

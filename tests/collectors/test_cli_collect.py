@@ -61,6 +61,47 @@ def test_bad_settings_exit_2(capsys) -> None:
     assert "interval_s" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--gpus", "-3"], "collector.synthetic_gpus must be >= 1"),
+        (["--procs-per-gpu", "0"], "collector.synthetic_procs_per_gpu must be >= 1"),
+        (["--tenants", "0"], "collector.tenants must be >= 1"),
+        (["--metrics-port", "70000"], "collector.metrics_port must be within [0, 65535]"),
+        (["--metrics-port", "-1"], "collector.metrics_port must be within [0, 65535]"),
+    ],
+)
+def test_bad_synthetic_and_port_settings_exit_2_naming_the_setting(
+    flags: list[str], message: str, capsys, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert main(["collect", "--backend", "synthetic", *flags, "--once"]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip().splitlines() == [f"dprobe collect: {message}"]
+    assert out == ""
+
+
+@pytest.mark.parametrize("host", ["../escape", "..", ".", "a/b", "a\\b", "nul\0byte", "h" * 257])
+def test_a_host_id_that_is_no_single_folder_name_exits_2(
+    host: str, capsys, tmp_path, monkeypatch
+) -> None:
+    # the spool is spool_dir/<host>: '../escape' would write it outside spool_dir
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    spool = tmp_path / "spool"
+    argv = ["collect", "--backend", "synthetic", "--host-id", host, "--spool-dir", str(spool)]
+    assert main([*argv, "--no-send", "--max-ticks", "1", "--metrics-port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dprobe collect: collector.host_id ")
+    assert list(tmp_path.iterdir()) == []  # nothing written, in spool_dir or beside it
+
+
+@pytest.mark.parametrize("host", ["gpu-01.rack-3.example.com", "node_7", "..hidden", "vc a"])
+def test_real_host_names_stay_valid_host_ids(host: str, capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert main(["collect", "--backend", "synthetic", "--host-id", host, "--once"]) == 0
+    assert decode_snapshot(capsys.readouterr().out.encode()).host == host
+
+
 def _seq_in(path: Path) -> int:
     try:
         return int(path.read_text().strip() or 0)

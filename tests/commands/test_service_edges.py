@@ -1,6 +1,6 @@
-"""Operations rough edges: /healthz answers health (not the metrics), a busy metrics port
-is one line and exit 2 for every service, and scaling events carry every documented
-field on the wire."""
+"""Operations rough edges: /healthz answers health (not the metrics), a busy or out of
+range metrics port is one line and exit 2 for every service, and scaling events carry
+every documented field on the wire."""
 
 from __future__ import annotations
 
@@ -52,6 +52,26 @@ def test_a_busy_metrics_port_is_one_line_and_exit_2(argv: list[str], busy_port: 
     lines = [line for line in done.stderr.splitlines() if "cannot serve /metrics" in line]
     assert done.returncode == 2, done.stderr[-2000:]
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("argv", "setting"),
+    [
+        (["worker", "--metrics-port", "-1"], "worker.metrics_port"),
+        (["worker", "--metrics-port", "65536"], "worker.metrics_port"),
+        (["lag", "--metrics-port", "70000"], "lag.metrics_port"),
+        (["collect", "--no-send", "--metrics-port", "70000"], "collector.metrics_port"),
+        (["collect", "--no-send", "--metrics-port", "-1"], "collector.metrics_port"),
+    ],
+)
+def test_a_metrics_port_out_of_range_is_one_line_and_exit_2(
+    argv: list[str], setting: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dprobe.cli import main
+
+    assert main(["--bootstrap", "127.0.0.1:1", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"dprobe {argv[0]}: {setting} must be within [0, 65535]"]
 
 
 def test_a_scaling_event_carries_its_documented_defaults_on_the_wire() -> None:
