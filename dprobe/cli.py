@@ -4,7 +4,9 @@
 
 Contract (scripts depend on it): ``--json`` prints one JSON document on stdout and nothing
 else there; human text goes to stderr. Exit 0 on success, 2 on bad usage or bad input
-(one-line reason), 1 on other failures.
+(one-line reason), 1 on other failures. When stdout is a pipe whose reader has gone
+(``dprobe collect --once | head -1``), the command ends quietly with 141, the status a
+shell reports for a tool that SIGPIPE ended (``dprobe events`` ends its tail with 0).
 
 Example:
     >>> main(["broker", "--help"])  # doctest: +SKIP
@@ -13,8 +15,11 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import importlib.metadata
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -42,11 +47,31 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # install; `dprobe[worker]` adds the stream worker's, `dprobe[all]` every command's)
 EXTRAS = frozenset({"faust", "mode", "croniter", "torch", "numpy", "pyarrow", "matplotlib", "tqdm"})
 
+# what a shell reports for a process that SIGPIPE ended (128 + 13), like `yes | head -1`
+BROKEN_PIPE_EXIT = 141
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(2, f"dprobe: error: {message}\n")
+
+
+def _version() -> str:
+    """The installed package's version (``unknown`` when dprobe runs uninstalled)."""
+    try:
+        return importlib.metadata.version("dprobe")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of what is still
+    buffered for a closed pipe fails no more (and prints no second error)."""
+    with contextlib.suppress(OSError, ValueError):  # ValueError: stdout is no file
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Kafka bootstrap servers (env DPROBE_KAFKA_BOOTSTRAP; default 127.0.0.1:9092)",
     )
     parser.add_argument("--config", metavar="FILE", help="TOML settings file (env DPROBE_CONFIG)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
@@ -79,6 +105,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``dprobe`` with ``argv``; return the exit code."""
+    try:
+        code = _run(argv)
+    except BrokenPipeError:  # stdout's reader has gone (`| head`): end quietly
+        code = BROKEN_PIPE_EXIT
+    except SystemExit as exc:  # --help, --version and bad usage, from argparse
+        if not _flush_stdout():
+            raise SystemExit(exc.code or BROKEN_PIPE_EXIT) from None
+        raise
+    if not _flush_stdout():  # what is still buffered shows a gone reader here
+        code = code or BROKEN_PIPE_EXIT
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -103,6 +143,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+
+
+def _flush_stdout() -> bool:
+    """Flush stdout; ``False``, with stdout sent to /dev/null, when its reader has gone."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+        return False
+    return True
 
 
 def entry() -> NoReturn:  # pragma: no cover - console script

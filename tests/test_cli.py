@@ -1,7 +1,10 @@
-"""The CLI contract: every sub-command exists with --help; stubs exit 2; bad settings exit 2."""
+"""The CLI contract: every sub-command exists with --help; stubs exit 2; bad settings exit 2;
+--version; a reader that goes away ends a command quietly."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
 import subprocess
 import sys
 
@@ -52,3 +55,49 @@ def test_bad_setting_in_environment_exits_2_naming_it() -> None:
     assert res.returncode == 2
     assert "DPROBE_BROKER_PORT" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--port", "0"], "broker.port must be within [1, 65535]"),
+        (["--port", "70000"], "broker.port must be within [1, 65535]"),
+        (["--controller-port", "-1"], "broker.controller_port must be within [1, 65535]"),
+        (["--port", "9093"], "broker.port and broker.controller_port must differ"),
+    ],
+)
+def test_broker_ports_out_of_range_exit_2(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["broker", "status", *flags]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip().splitlines() == [f"dprobe broker: {message}"]
+    assert out == ""
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"dprobe {importlib.metadata.version('dprobe')}\n"
+
+
+def test_a_reader_that_went_away_ends_the_command_quietly(tmp_path) -> None:
+    # like `dprobe collect --once | head -1` once head has exited: stdout is a pipe
+    # nobody reads any more
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        res = subprocess.run(
+            [sys.executable, "-m", "dprobe.cli", "collect", "--backend", "synthetic", "--once"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)},
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert res.returncode == 141, res.stderr  # what a shell shows for a tool SIGPIPE ended
+    assert res.stderr == ""

@@ -1,12 +1,15 @@
 """Start, stop or check the local single-node Apache Kafka broker (KRaft, 127.0.0.1).
 
 The broker jars come from Maven Central on first start (cached); no Docker is needed.
-Requires Java 17+ and Maven. ``status`` prints ``stopped``, ``starting`` or ``ready``
-and exits 0 only when ready.
+Requires Java 17+ and Maven. ``status`` prints the state (``stopped``, ``starting`` or
+``ready``) and the broker's address, e.g. ``ready 127.0.0.1:9092``, and exits 0 only when
+ready. ``fetch`` only collects the jars (what ``make install`` runs), so that a later
+``start`` needs no network.
 
   dprobe broker start     # idempotent: a running broker is left alone
-  dprobe broker status
+  dprobe broker status    # e.g. "stopped 127.0.0.1:9092"
   dprobe broker stop      # SIGTERM, SIGKILL after 30 s; no broker process is left
+  dprobe broker fetch     # download the broker jars now (no-op when cached)
 
 Settings ([broker] in the config file, or DPROBE_BROKER_*): port, controller_port,
 state_dir, lib_dir, heap, start_timeout_s.

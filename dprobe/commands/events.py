@@ -134,7 +134,7 @@ class _Tail:
 
 async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
     from aiokafka import AIOKafkaConsumer
-    from aiokafka.errors import KafkaError
+    from aiokafka.errors import KafkaConnectionError, KafkaError
 
     from dprobe.sinks.seen_ids import SeenIds
 
@@ -152,7 +152,7 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
             await consumer.start()
         except KafkaError as exc:
             await consumer.stop()
-            if watch.failure is not None:
+            if watch.failure is not None or isinstance(exc, KafkaConnectionError):
                 raise connect_error(kafka, exc, watch) from None
             raise DprobeError(
                 f"cannot read {topic} from Kafka at {kafka.bootstrap}: {exc}"

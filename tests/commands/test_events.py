@@ -126,14 +126,18 @@ def test_bad_stop_options_are_usage_errors() -> None:
     assert main(["events", "--timeout", "-1"]) == 2
 
 
-def test_an_unreachable_broker_is_a_failure_with_a_reason() -> None:
+def test_an_unreachable_broker_exits_2_with_a_reason() -> None:
+    # like replay, topics, cluster and archive: one line naming the address, exit 2
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "dprobe.cli", "--bootstrap", f"127.0.0.1:{port}", "events"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
-    assert res.returncode == 1
-    assert f"127.0.0.1:{port}" in res.stderr
+    assert res.returncode == 2
+    ours = [line for line in res.stderr.splitlines() if line.startswith("dprobe events:")]
+    assert len(ours) == 1
+    assert ours[0].startswith(f"dprobe events: cannot reach Kafka at 127.0.0.1:{port}: ")
+    assert "Traceback" not in res.stderr
     assert res.stdout == ""
 
 
