@@ -11,7 +11,8 @@ The topics are subscribed to by a pattern that names them exactly, so the archiv
 creates one (a broker that creates topics on demand would make ``dprobe.cluster`` without
 its compaction and single partition). A topic that does not exist yet is archived from its
 first record once it appears, at the consumer's next metadata refresh (within 30 s);
-``--until-end`` exports only the topics that exist when it starts.
+``--until-end`` exports only the topics that exist when it starts, each partition up to
+the end it had when the archive got it.
 
 Commit order (the one place it is written down):
 
@@ -91,6 +92,7 @@ class Archiver(AsyncService):
         self._lock = asyncio.Lock()
         self._last_flush = self.clock.monotonic()
         self._present: set[str] = set()
+        self._end_at: dict[TopicPartition, int] = {}  # what --until-end reads up to
         self._started = False
         self._stopped = False
 
@@ -172,15 +174,19 @@ class Archiver(AsyncService):
             self._last_flush = self.clock.monotonic()
 
     async def caught_up(self) -> bool:
-        """True when every assigned partition has been read to its current end (or none of
-        the topics existed at :meth:`start`: nothing to read)."""
+        """True when every assigned partition has been read to the end it had when this
+        archiver first found it assigned (or none of the topics existed at :meth:`start`:
+        nothing to read). Records written since do not count, so a one-off export of a
+        topic that is still being written to ends."""
         assert self.consumer is not None
         assigned = self.consumer.assignment()
         if not assigned:
             return not self._present
-        ends = await self.consumer.end_offsets(list(assigned))
+        new = [tp for tp in assigned if tp not in self._end_at]
+        if new:
+            self._end_at.update(await self.consumer.end_offsets(new))
         for tp in assigned:
-            if await self.consumer.position(tp) < ends[tp]:
+            if await self.consumer.position(tp) < self._end_at[tp]:
                 return False
         return True
 
@@ -196,7 +202,7 @@ class Archiver(AsyncService):
         records polled but not yet written)."""
         said = time.monotonic()
         while not stop.is_set():
-            n = await self.poll()
+            await self.poll()
             if time.monotonic() - said >= progress_every_s:
                 said = time.monotonic()
                 log.info(
@@ -204,7 +210,7 @@ class Archiver(AsyncService):
                     self.writer.records_written, self.writer.files_written,
                     self.invalid_records,
                 )  # fmt: skip
-            if until_end and n == 0 and await self.caught_up():
+            if until_end and await self.caught_up():
                 break
 
     async def stop(self) -> None:

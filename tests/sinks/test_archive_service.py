@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from dprobe import schema
@@ -174,3 +174,42 @@ async def test_until_end_with_no_topic_at_all_ends_and_creates_none(
         await asyncio.wait_for(archiver.run(asyncio.Event(), until_end=True), 30)
     assert archiver.records == 0
     assert await _existing(kafka_bootstrap, prefix) == set()
+
+
+async def test_until_end_ends_on_a_topic_that_is_still_being_written_to(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A one-off export while the fleet keeps sending: it archives at least what was there
+    when it started and ends, instead of chasing the end forever."""
+    prefix = f"al{uuid.uuid4().hex[:8]}."
+    await _topics(kafka_bootstrap, prefix)
+    snaps = make_snapshots(hosts=4, ticks=50, t0=T0)
+    await produce(kafka_bootstrap, f"{prefix}samples", snapshot_records(snaps))
+    more = make_snapshots(hosts=4, ticks=2_000, t0=T0 + 50, seed=9)
+    stop_sending = asyncio.Event()
+
+    async def keep_sending() -> None:
+        async with AIOKafkaProducer(bootstrap_servers=kafka_bootstrap) as producer:
+            for key, value in snapshot_records(more):  # one every 10 ms, longer than the test
+                if stop_sending.is_set():
+                    return
+                await producer.send_and_wait(f"{prefix}samples", value, key=key)
+                await asyncio.sleep(0.01)
+
+    sender = asyncio.create_task(keep_sending())
+    settings = ArchiveSettings(
+        kafka=KafkaSettings(bootstrap=kafka_bootstrap, topic_prefix=prefix),
+        out_dir=tmp_path / "archive",
+        group_id=f"archive-{uuid.uuid4().hex[:8]}",
+    )
+    try:
+        await asyncio.sleep(1.0)  # the topic is being written to before the export starts
+        async with Archiver(settings) as archiver:
+            await asyncio.wait_for(archiver.run(asyncio.Event(), until_end=True), 60)
+    finally:
+        stop_sending.set()
+        await sender
+    assert not sender.exception()
+    archived = {r.value for r in read_archive(tmp_path / "archive")}
+    assert {schema.encode(s) for s in snaps} <= archived
+    assert len(archived) < len(snaps) + len(more)  # it did not wait for the sender to end
