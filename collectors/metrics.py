@@ -5,7 +5,8 @@ Names and meanings (all prefixed ``dprobe_collector_``):
 - ``snapshots_total``: snapshots taken (each one is spooled, then sent)
 - ``sent_snapshots_total``: snapshots Kafka confirmed
 - ``backend_errors_total{backend,kind}``: backend (NVML) errors by kind, e.g.
-  ``timeout``, ``gpu_lost``, ``no_driver``, ``busy``
+  ``timeout``, ``gpu_lost``, ``no_driver``, ``driver_mismatch``, ``busy`` (each
+  kind of :data:`BACKEND_ERROR_KINDS` is there from the start, at 0)
 - ``sample_faults_total{kind}``: bad values cleaned from readings (``nan``, ``negative``,
   ``out_of_range``) and processes that vanished mid-sample (``proc_vanished``)
 - ``send_errors_total{kind}``: failed connects and deliveries
@@ -44,7 +45,16 @@ __all__ = ["CollectorMetrics", "MetricsServer"]
 
 SAMPLE_FAULT_KINDS = ("nan", "negative", "out_of_range", "proc_vanished", "spool_corrupt")
 SEND_ERROR_KINDS = ("connect", "auth", "timeout")
-BACKEND_ERROR_KINDS = ("timeout", "gpu_lost", "no_driver", "no_permission", "not_found", "busy")
+BACKEND_ERROR_KINDS = (
+    "timeout",
+    "gpu_lost",
+    "no_driver",
+    "driver_mismatch",
+    "uninitialized",
+    "no_permission",
+    "not_found",
+    "busy",
+)
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 

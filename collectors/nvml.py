@@ -1,10 +1,16 @@
 """The NVML backend: every GPU, MIG instance and GPU process of this host, via ``pynvml``.
 
-All NVML calls run on one dedicated thread (never on the event loop); a read that takes
+All NVML calls run on one dedicated daemon thread (never on the event loop, and a call the
+driver never returns from does not keep the process from exiting); a read that takes
 longer than ``timeout_s`` is reported as a retriable ``timeout`` and the next tick is
 refused (``busy``) until the stuck call returns. Errors on one device are collected in
 ``Reading.errors`` and the other devices are still read; a device with a fatal error
-(``gpu_lost``, ``reset_required``) is left out until the backend is reopened.
+(``gpu_lost``, ``reset_required``) is left out until the backend is reopened. An error of
+NVML as a whole (no driver, a driver of another version, NVML uninitialised) fails the read
+with a fatal error, so the collector reopens the backend; no device is left out for it.
+Values a device lacks or NVML refuses to an unprivileged caller (``NO_PERMISSION``) are
+skipped; in MIG mode the parent's memory, which NVML gives only to a privileged caller,
+is otherwise the sum of its instances'.
 
 Per-process utilisation comes from ``nvmlDeviceGetProcessUtilization``, which returns only
 the processes active since the ``lastSeenTimeStamp`` passed in (carried per device between
@@ -27,13 +33,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import queue
+import threading
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from dprobe.collectors.backend import GpuReading, ProcReading, Reading
 from dprobe.collectors.errors import BackendError
-from dprobe.collectors.nvml_errors import NOT_FOUND, UNSUPPORTED, to_backend_error
+from dprobe.collectors.nvml_errors import DRIVER_WIDE, NOT_FOUND, UNAVAILABLE, to_backend_error
 from dprobe.lifecycle import AsyncResource
 
 log = logging.getLogger(__name__)
@@ -54,6 +62,42 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+_Call = tuple[concurrent.futures.Future[Any], Any, tuple[Any, ...]]
+
+
+class _NvmlThread:
+    """One daemon thread running the calls submitted to it, in order.
+
+    Unlike an executor's thread it is not joined at interpreter exit, so a call stuck in
+    the driver cannot keep a stopped collector alive.
+    """
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="dprobe-nvml", daemon=True).start()
+
+    def submit(self, fn: Any, *args: Any) -> concurrent.futures.Future[Any]:
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._calls.put((fut, fn, args))
+        return fut
+
+    def stop(self) -> None:
+        """End the thread once the calls before this one are done (or given up on)."""
+        self._calls.put(None)
+
+    def _serve(self) -> None:
+        while (call := self._calls.get()) is not None:
+            fut, fn, args = call
+            if not fut.set_running_or_notify_cancel():
+                continue  # given up on (timed out) before it started
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+
+
 class NvmlBackend(AsyncResource):
     """Reads NVML on a dedicated thread. ``nvml`` injects a module (tests use a fake)."""
 
@@ -62,7 +106,7 @@ class NvmlBackend(AsyncResource):
     def __init__(self, nvml: ModuleType | Any | None = None, timeout_s: float = 5.0) -> None:
         self._nvml = nvml
         self.timeout_s = timeout_s
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._thread: _NvmlThread | None = None
         self._devices: list[_Device] = []
         self._last_seen: dict[str, int] = {}
         self._lost: set[str] = set()
@@ -71,11 +115,9 @@ class NvmlBackend(AsyncResource):
         self._initialised = False
 
     async def _call(self, fn: Any, *args: Any) -> Any:
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="dprobe-nvml"
-            )
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        if self._thread is None:
+            self._thread = _NvmlThread()
+        return await asyncio.wrap_future(self._thread.submit(fn, *args))
 
     async def open(self) -> None:
         """Load NVML and list the devices; raises a fatal ``no_driver`` without a driver."""
@@ -114,7 +156,8 @@ class NvmlBackend(AsyncResource):
         log.info("NVML: %d GPU(s): %s", len(devices), ", ".join(d.uuid for d in devices))
 
     async def read(self) -> Reading:
-        """Read every device; raises a retriable ``timeout`` or ``busy`` BackendError."""
+        """Read every device; raises a retriable ``timeout`` or ``busy`` BackendError, or a
+        fatal one when NVML as a whole failed (the backend must be reopened)."""
         if not self._initialised:
             raise BackendError("NVML backend is not open", kind="uninitialized", retriable=True)
         if self._inflight is not None and not self._inflight.done():
@@ -139,9 +182,9 @@ class NvmlBackend(AsyncResource):
                 log.warning("nvmlShutdown did not return within %ss", self.timeout_s)
             except self._errors as exc:
                 log.warning("nvmlShutdown failed: %s", exc)
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        if self._thread is not None:
+            self._thread.stop()
+            self._thread = None
 
     # everything below runs on the NVML thread
     def _read_sync(self) -> Reading:
@@ -153,6 +196,10 @@ class NvmlBackend(AsyncResource):
                 self._read_device(dev, reading)
             except self._errors as exc:
                 err = to_backend_error(exc, device=dev.uuid)
+                if err.kind in DRIVER_WIDE:  # not this GPU: NVML must be initialised again
+                    raise BackendError(
+                        f"NVML failed as a whole: {err}", kind=err.kind, retriable=False
+                    ) from None
                 if not err.retriable:
                     self._lost.add(dev.uuid)
                     log.error("leaving GPU %s out until restart: %s", dev.uuid, err)  # noqa: TRY400
@@ -160,11 +207,11 @@ class NvmlBackend(AsyncResource):
         return reading
 
     def _optional(self, fn: Any, *args: Any) -> Any:
-        """``fn(*args)``, or None where the device or the driver does not support it."""
+        """``fn(*args)``, or None where the device, the driver or the caller's rights lack it."""
         try:
             return fn(*args)
         except self._nvml.NVMLError as exc:  # type: ignore[union-attr]
-            if getattr(exc, "value", None) in UNSUPPORTED:
+            if getattr(exc, "value", None) in UNAVAILABLE:
                 return None
             raise
 
@@ -176,23 +223,27 @@ class NvmlBackend(AsyncResource):
         procs: list[ProcReading] = []
         mode = self._optional(nvml.nvmlDeviceGetMigMode, h)
         mig = bool(mode) and mode[0] == _MIG_ENABLE
-        mem = nvml.nvmlDeviceGetMemoryInfo(h)
+        # in MIG mode NVML gives the parent's memory to a privileged caller only
+        mem = (
+            self._optional(nvml.nvmlDeviceGetMemoryInfo, h)
+            if mig
+            else nvml.nvmlDeviceGetMemoryInfo(h)
+        )
         rates = None if mig else self._optional(nvml.nvmlDeviceGetUtilizationRates, h)
         power_mw = self._optional(nvml.nvmlDeviceGetPowerUsage, h)
         clock = self._optional(nvml.nvmlDeviceGetClockInfo, h, _CLOCK_SM)
-        gpus.append(
-            GpuReading(
-                uuid=dev.uuid,
-                index=dev.index,
-                util=float(rates.gpu) if rates is not None else 0.0,
-                mem_util=float(rates.memory) if rates is not None else 0.0,
-                mem_used=float(mem.used),
-                mem_total=float(mem.total),
-                power_w=power_mw / 1000.0 if power_mw is not None else 0.0,
-                sm_clock_mhz=float(clock) if clock is not None else None,
-                name=dev.name,
-            )
+        parent = GpuReading(
+            uuid=dev.uuid,
+            index=dev.index,
+            util=float(rates.gpu) if rates is not None else 0.0,
+            mem_util=float(rates.memory) if rates is not None else 0.0,
+            mem_used=float(mem.used) if mem is not None else 0.0,
+            mem_total=float(mem.total) if mem is not None else 0.0,
+            power_w=power_mw / 1000.0 if power_mw is not None else 0.0,
+            sm_clock_mhz=float(clock) if clock is not None else None,
+            name=dev.name,
         )
+        gpus.append(parent)
         if mig:
             for i in range(nvml.nvmlDeviceGetMaxMigDeviceCount(h)):
                 try:
@@ -217,6 +268,9 @@ class NvmlBackend(AsyncResource):
                     )
                 )
                 procs += self._processes(mh, muuid, with_util=False)
+            if mem is None:  # the parent's memory is that of its instances
+                parent.mem_used = sum(g.mem_used for g in gpus[1:])
+                parent.mem_total = sum(g.mem_total for g in gpus[1:])
         else:
             procs += self._processes(h, dev.uuid, with_util=True)
         # only a fully read device enters the reading (no half devices)
@@ -232,7 +286,7 @@ class NvmlBackend(AsyncResource):
             try:
                 samples = nvml.nvmlDeviceGetProcessUtilization(handle, self._last_seen.get(uuid, 0))
             except nvml.NVMLError as exc:
-                if getattr(exc, "value", None) not in (NOT_FOUND, 0, *UNSUPPORTED):
+                if getattr(exc, "value", None) not in (NOT_FOUND, 0, *UNAVAILABLE):
                     raise
                 samples = []  # NotFound: no process was active since the last timestamp
             for s in samples:

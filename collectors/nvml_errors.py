@@ -1,7 +1,9 @@
 """Map NVML failures to :class:`BackendError` with a bounded ``kind`` and a ``retriable`` flag.
 
-Retriable: the next tick may succeed (a timeout, a busy or uninitialised library).
+Retriable: the next tick may succeed (a timeout, a busy library).
 Fatal: it will not without intervention (the GPU is lost, needs a reset, no driver).
+A ``DRIVER_WIDE`` kind concerns NVML or the driver, not one device: a read that meets one
+fails as a whole, fatally, so that the backend is reopened (NVML initialised again).
 
 Example:
     >>> import pynvml
@@ -18,6 +20,7 @@ from dprobe.collectors.errors import BackendError
 
 # NVML return codes (nvml.h); fixed by NVIDIA's ABI, repeated here so a fake module works.
 NOT_SUPPORTED = 3
+NO_PERMISSION = 4
 FUNCTION_NOT_FOUND = 13  # an older driver lacks the call
 NOT_FOUND = 6
 TIMEOUT = 10
@@ -27,7 +30,7 @@ _KINDS: dict[int, tuple[str, bool]] = {
     1: ("uninitialized", True),
     2: ("invalid_argument", False),
     NOT_SUPPORTED: ("not_supported", False),
-    4: ("no_permission", False),
+    NO_PERMISSION: ("no_permission", False),
     NOT_FOUND: ("not_found", True),
     7: ("insufficient_size", True),
     8: ("insufficient_power", False),
@@ -49,7 +52,13 @@ _KINDS: dict[int, tuple[str, bool]] = {
 }
 
 
-UNSUPPORTED = frozenset({NOT_SUPPORTED, FUNCTION_NOT_FOUND})
+# A value NVML does not give this caller: the device or the driver lacks it, or it needs
+# privileges (a MIG GPU's own memory). An optional value failing so is skipped, not its GPU.
+UNAVAILABLE = frozenset({NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION})
+
+# The library or the driver failed, not one GPU (unloaded, replaced by another version,
+# NVML shut down): every GPU fails alike until NVML is initialised again.
+DRIVER_WIDE = frozenset({"uninitialized", "no_driver", "driver_mismatch"})
 
 
 def to_backend_error(exc: BaseException, device: str | None = None) -> BackendError:

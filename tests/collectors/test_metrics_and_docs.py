@@ -76,6 +76,14 @@ async def test_per_gpu_and_per_tenant_gauges_follow_the_last_snapshot(tmp_path) 
         ("dprobe_collector_dropped_snapshots_total", (("reason", "spool_full"),)),
         ("dprobe_collector_sample_faults_total", (("kind", "nan"),)),
         ("dprobe_collector_backend_errors_total", (("backend", "synthetic"), ("kind", "timeout"))),
+        (
+            "dprobe_collector_backend_errors_total",
+            (("backend", "synthetic"), ("kind", "no_driver")),
+        ),
+        (
+            "dprobe_collector_backend_errors_total",
+            (("backend", "synthetic"), ("kind", "driver_mismatch")),
+        ),
     }
     for name, labels in zero:
         assert registry.get_sample_value(name, dict(labels)) == 0.0, name
