@@ -103,7 +103,7 @@ def build_collector(
         settings.spool_dir / host,
         max_bytes=settings.spool_max_bytes,
         fsync=settings.spool_fsync,
-        on_drop=lambda n: metrics.dropped.labels(reason="spool_full").inc(n),
+        on_drop=lambda n, reason: metrics.dropped.labels(reason=reason).inc(n),
         on_corrupt=lambda n: metrics.sample_faults.labels(kind="spool_corrupt").inc(),
     )
     resolver = make_resolver(settings)

@@ -12,7 +12,8 @@ Names and meanings (all prefixed ``dprobe_collector_``):
 - ``send_errors_total{kind}``: failed connects and deliveries
 - ``send_latency_seconds``: time from sending a batch to Kafka's confirmation
 - ``spool_bytes`` / ``spool_pending_snapshots``: undelivered data on disk (read at scrape)
-- ``dropped_snapshots_total{reason}``: snapshots lost for good (``spool_full``)
+- ``dropped_snapshots_total{reason}``: snapshots lost for good (``spool_full``,
+  ``spool_corrupt``)
 - ``kafka_up``: 1 while the last delivery succeeded
 - ``gpus`` / ``processes``: GPUs and processes in the last snapshot
 - ``tick_seconds``: wall time of one tick (read, attribute, encode, spool)
@@ -100,7 +101,8 @@ class CollectorMetrics:
             self.sample_faults.labels(kind=kind)
         for kind in SEND_ERROR_KINDS:
             self.send_errors.labels(kind=kind)
-        self.dropped.labels(reason="spool_full")
+        for reason in ("spool_full", "spool_corrupt"):
+            self.dropped.labels(reason=reason)
 
     def known_backend(self, backend: str) -> None:
         """Export ``backend``'s error counters at 0 for every kind known in advance."""

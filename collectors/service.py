@@ -1,13 +1,15 @@
 """The collector service: one snapshot per tick, spooled, then sent by the sender.
 
 Each tick (on the injected clock's cadence) reads the backend, cleans and attributes the
-reading (:class:`SnapshotBuilder`), takes the next ``seq``, encodes the snapshot and
-appends it to the spool; the sender (:class:`KafkaSender`) moves the spool to Kafka in
-the background. Backend errors never end the service: they are counted by kind and the
-tick is skipped (no seq is used); after a fatal one the backend is reopened at the next
-tick. ``stop()`` finishes the tick in progress, flushes the spool to Kafka for up to
-``shutdown_timeout_s`` (whatever is left stays spooled for the next run) and closes
-everything; it is idempotent.
+reading (:class:`SnapshotBuilder`), encodes the snapshot, and only then takes its ``seq``
+and appends it to the spool, so a tick that fails before uses no seq; the sender
+(:class:`KafkaSender`) moves the spool to Kafka in the background. Backend errors never
+end the service: they are counted by kind and the tick is skipped (no seq is used); after
+a fatal one the backend is reopened at the next tick. A process that cannot be attributed
+(ended, hidden by a ``hidepid`` ``/proc``) is reported ``unassigned`` and counted as
+``proc_vanished``. ``stop()`` finishes the tick in progress, flushes the spool to Kafka
+for up to ``shutdown_timeout_s`` (whatever is left stays spooled for the next run) and
+closes everything; it is idempotent.
 
 Example:
     >>> async def main(collector: Collector) -> None:
@@ -172,9 +174,10 @@ class Collector(AsyncService):
             return None
         for err in reading.errors:
             self._backend_error(err)
-        seq = self.seq.next()
-        snap = self.build(reading, seq=seq, ts=ts, interval_s=self.interval_s)
-        self.spool.append(seq, encode(snap))
+        snap = self.build(reading, seq=self.seq.peek(), ts=ts, interval_s=self.interval_s)
+        payload = encode(snap)
+        seq = self.seq.next()  # persisted before the record is spooled
+        self.spool.append(seq, payload)
         self.ticks += 1
         self.metrics.snapshots.inc()
         self.metrics.fleet.observe(snap, {g.uuid: g.name for g in reading.gpus})

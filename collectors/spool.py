@@ -7,7 +7,12 @@ cut off on the next open. A ``cursor`` file holds the position up to which recor
 been delivered; the sender reads from the cursor, in order, and acks what Kafka
 confirmed. Fully delivered segments are deleted. When the spool grows past
 ``max_bytes``, the oldest segment is deleted and its undelivered records are counted as
-dropped (``on_drop``).
+dropped (``on_drop``); those of the batch being sent are settled by Kafka's answer:
+delivered when they are acked, dropped at the next :meth:`~Spool.read` (the batch failed)
+or at :meth:`~Spool.close`. A record found corrupt while reading (bit rot) is cut off with
+the rest of its segment, and those records are counted as dropped too. Every record
+appended is thus counted once, as delivered (acked) or dropped, and
+:attr:`~Spool.pending_records` (kept from a record count per segment) is what remains.
 
 Example:
     >>> import tempfile
@@ -61,8 +66,12 @@ class Spool:
         max_bytes: bound of all segments together.
         segment_bytes: size at which a new segment starts (default ``max_bytes // 8``).
         fsync: fsync every append and cursor update (crash-safe against power loss).
-        on_drop: called with the number of undelivered records dropped when full.
+        on_drop: called with the number of undelivered records lost for good and why:
+            ``spool_full`` (dropped when full) or ``spool_corrupt`` (cut off with a
+            corrupt record).
         on_corrupt: called with the number of bytes cut off as torn or corrupt.
+
+    One reader: the batch of the last :meth:`read` is the one in flight until it is acked.
     """
 
     def __init__(
@@ -72,21 +81,24 @@ class Spool:
         segment_bytes: int | None = None,
         *,
         fsync: bool = True,
-        on_drop: Callable[[int], None] | None = None,
+        on_drop: Callable[[int, str], None] | None = None,
         on_corrupt: Callable[[int], None] | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.max_bytes = max_bytes
         self.segment_bytes = segment_bytes or max(64 * 1024, max_bytes // 8)
         self.fsync = fsync
-        self._on_drop = on_drop or (lambda n: None)
+        self._on_drop = on_drop or (lambda n, reason: None)
         self._on_corrupt = on_corrupt or (lambda n: None)
         self._sizes: dict[int, int] = {}  # segment id -> bytes, in id order
+        self._counts: dict[int, int] = {}  # segment id -> records (delivered ones included)
         self._cursor: Position = (0, 0)
+        self._cursor_index = 0  # records of the cursor's segment before the cursor
+        self._in_flight: dict[Position, int] = {}  # last read: end -> records in its segment to it
+        self._gone_in_flight: set[Position] = set()  # of those, deleted by the bound
         self._fd: int | None = None
         self._lock_fd: int | None = None
         self._active = 0
-        self.pending_records = 0
         self.last_seq: int | None = None
         self.dropped = 0
 
@@ -113,25 +125,30 @@ class Spool:
         elif cursor[0] not in ids:
             cursor = (ids[0], 0)
         self._sizes = {}
-        self.pending_records = 0
+        self._counts = {}
+        self._cursor_index = 0
+        self._in_flight = {}
+        self._gone_in_flight = set()
         self.last_seq = None
         for sid in ids:
             size, count, last = self._scan(sid, 0, truncate=True)
             self._sizes[sid] = size
+            self._counts[sid] = count
             if last is not None:
                 self.last_seq = last
             if sid == cursor[0]:
                 offset = min(cursor[1], size)
                 cursor = (sid, offset)
-                count = self._scan(sid, offset)[1]
-            self.pending_records += count
+                self._cursor_index = self._index(sid, offset)
         self._cursor = cursor
         self._active = ids[-1] if ids else cursor[0]
         self._sizes.setdefault(self._active, 0)
+        self._counts.setdefault(self._active, 0)
         self._open_active()
 
     def close(self) -> None:
         """Close the active segment (idempotent). Records stay on disk for the next run."""
+        self._settle_in_flight()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -169,7 +186,7 @@ class Spool:
         if self.fsync:
             os.fsync(self._fd)
         self._sizes[self._active] += len(frame)
-        self.pending_records += 1
+        self._counts[self._active] += 1
         self.last_seq = seq
         self._enforce_bound()
 
@@ -178,6 +195,7 @@ class Spool:
         os.close(self._fd)
         self._active += 1
         self._sizes[self._active] = 0
+        self._counts[self._active] = 0
         self._open_active()
         if self.fsync:
             self._fsync_dir()
@@ -185,28 +203,51 @@ class Spool:
     def _enforce_bound(self) -> None:
         while self.total_bytes > self.max_bytes and len(self._sizes) > 1:
             oldest = next(iter(self._sizes))
-            offset = self._cursor[1] if self._cursor[0] == oldest else 0
-            lost = self._scan(oldest, offset)[1]
+            before = self._cursor_index if self._cursor[0] == oldest else 0
+            lost = self._counts.pop(oldest) - before
             del self._sizes[oldest]
             self._path(oldest).unlink(missing_ok=True)
             self._cursor = (next(iter(self._sizes)), 0)
+            self._cursor_index = 0
             self._save_cursor()
-            self.pending_records -= lost
+            # the batch in flight may still be confirmed: counted when Kafka answers
+            sending = [end for end in self._in_flight if end[0] == oldest]
+            for end in sending:
+                del self._in_flight[end]
+            self._gone_in_flight.update(sending)
+            self._drop(
+                lost - len(sending),
+                "spool_full",
+                "spool full (%d bytes): dropped %d oldest snapshots",
+                self.max_bytes,
+            )
+
+    def _drop(self, lost: int, reason: str, msg: str, *args: object) -> None:
+        """Count ``lost`` records as dropped for good for ``reason``; ``msg`` ends with
+        the count."""
+        if lost > 0:
             self.dropped += lost
-            if lost:
-                log.warning(
-                    "spool full (%d bytes): dropped %d oldest snapshots", self.max_bytes, lost
-                )
-                self._on_drop(lost)
+            log.warning(msg, *args, lost)
+            self._on_drop(lost, reason)
+
+    def _settle_in_flight(self) -> None:
+        """The batch in flight was not confirmed: its deleted records are lost."""
+        lost, self._gone_in_flight = len(self._gone_in_flight), set()
+        self._in_flight = {}
+        self._drop(lost, "spool_full", "spool full: dropped %d snapshots that were being sent")
 
     # reading and acking
     def read(self, max_records: int = 500, max_bytes: int = 4 * 1024 * 1024) -> list[Record]:
-        """Undelivered records from the cursor, in order (not consumed until :meth:`ack`)."""
+        """Undelivered records from the cursor, in order (not consumed until :meth:`ack`).
+
+        They are the batch in flight; a batch read before and never acked has failed."""
+        self._settle_in_flight()
         out: list[Record] = []
         size = 0
         sid, offset = self._cursor
         for seg in [i for i in self._sizes if i >= sid]:
             pos = offset if seg == sid else 0
+            index = self._cursor_index if seg == sid else 0
             end = self._sizes[seg]
             if pos >= end:
                 continue
@@ -221,35 +262,50 @@ class Spool:
                     )
                     body = f.read(length) if head else b""
                     if len(head) < _HEADER.size or len(body) < length or zlib.crc32(body) != crc:
-                        self._cut(seg, pos, end)
+                        self._cut(seg, pos, end, index)
                         break
                     pos += _HEADER.size + length
+                    index += 1
                     out.append(Record(seq, body, (seg, pos)))
+                    self._in_flight[(seg, pos)] = index
                     size += _HEADER.size + length
         return out
 
-    def _cut(self, seg: int, pos: int, end: int) -> None:
-        """Cut a segment at a corrupt record (bit rot, not a crash: those are cut at open)."""
+    def _cut(self, seg: int, pos: int, end: int, index: int) -> None:
+        """Cut a segment at a corrupt record (bit rot, not a crash: those are cut at open);
+        ``index`` records of the segment precede it, the others are lost."""
         log.error("spool segment %d corrupt at byte %d: cutting %d bytes", seg, pos, end - pos)
         self._on_corrupt(end - pos)
-        lost = self._scan(seg, pos)[1]
         with self._path(seg).open("r+b") as f:
             f.truncate(pos)
         self._sizes[seg] = pos
-        self.pending_records = max(0, self.pending_records - lost)
+        lost, self._counts[seg] = self._counts[seg] - index, index
+        self._drop(lost, "spool_corrupt", "spool segment %d corrupt: dropped %d snapshots", seg)
 
     def ack(self, position: Position, count: int) -> None:
-        """Mark everything up to ``position`` as delivered; delete finished segments."""
+        """Mark everything up to ``position`` (a record's ``end``) as delivered; delete
+        finished segments. ``count``, the records acked, is for the caller's bookkeeping:
+        the spool counts them itself, as some may have been dropped since the read."""
+        self._gone_in_flight = {end for end in self._gone_in_flight if end > position}
         if position <= self._cursor:
-            return  # already acked, or dropped meanwhile
+            return  # already acked, or its segment was dropped meanwhile
+        index = self._in_flight.get(position)
         self._cursor = position
-        self.pending_records = max(0, self.pending_records - count)
+        self._cursor_index = self._index(*position) if index is None else index
+        self._in_flight = {end: i for end, i in self._in_flight.items() if end > position}
         self._save_cursor()
         for sid in [i for i in self._sizes if i < position[0]]:
             del self._sizes[sid]
+            del self._counts[sid]
             self._path(sid).unlink(missing_ok=True)
 
     # state
+    @property
+    def pending_records(self) -> int:
+        """Records neither delivered nor dropped."""
+        sid = self._cursor[0]
+        return sum(n for i, n in self._counts.items() if i >= sid) - self._cursor_index
+
     @property
     def total_bytes(self) -> int:
         """Bytes of every segment on disk (delivered parts of the oldest included)."""
@@ -288,6 +344,10 @@ class Spool:
             with path.open("r+b") as f:
                 f.truncate(pos)
         return pos, count, last
+
+    def _index(self, sid: int, offset: int) -> int:
+        """Records of segment ``sid`` before byte ``offset``."""
+        return self._counts[sid] - self._scan(sid, offset)[1]
 
     def _load_cursor(self) -> Position | None:
         try:

@@ -16,7 +16,10 @@ Resolution order for a pid (the conventions users of Kubernetes, Slurm and syste
 The job is the pod name (or UID), ``slurm-<id>``, the systemd unit, else ``pid-<pid>``.
 Only these resolved ids ever leave the host: command lines and environment values are
 never exported. Results are cached per (pid, start time), so a recycled pid is resolved
-afresh.
+afresh. A process whose ``stat`` cannot be read (it ended, or a ``hidepid`` ``/proc``,
+``ProtectProc=`` or a security module hides it) raises :class:`ProcessGone`, and so does
+any other failure to attribute one process (logged once, then cached as ``unassigned``):
+the caller reports it unassigned and goes on with the other processes.
 
 Example:
     >>> import tempfile, pathlib
@@ -33,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import os
 import pwd
 import re
@@ -46,6 +50,8 @@ from dprobe.collectors.cgroup import CgroupIdentity, parse_cgroup
 from dprobe.collectors.errors import ProcessGone
 from dprobe.collectors.tenant_map import TenantMap
 from dprobe.schema import UNASSIGNED
+
+log = logging.getLogger(__name__)
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$")
 _POD_DIR_REFRESH_S = 10.0
@@ -102,16 +108,29 @@ class TenantResolver:
         self._pods_read_at = float("-inf")
 
     def resolve(self, pid: int) -> Attribution:
-        """Attribution of ``pid``; raises :class:`ProcessGone` if the process has ended."""
-        key = (pid, self._start_time(pid))
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        result = self._resolve_uncached(pid)
+        """Attribution of ``pid``; raises :class:`ProcessGone` if the process has ended, is
+        hidden from this collector, or could not be attributed for any other reason."""
+        key: tuple[int, int] | None = None
+        try:
+            key = (pid, self._start_time(pid))
+            hit = self._cache.get(key)
+            if hit is not None:
+                return hit
+            result = self._resolve_uncached(pid)
+        except ProcessGone:
+            raise
+        except Exception as exc:  # one odd process must not end the tick of all others
+            log.exception("process %d: attribution failed, reporting it unassigned", pid)
+            if key is not None:  # once per process, not at every tick
+                self._remember(key, Attribution(UNASSIGNED, f"pid-{pid}", "unassigned"))
+            raise ProcessGone(f"process {pid}: attribution failed") from exc
+        self._remember(key, result)
+        return result
+
+    def _remember(self, key: tuple[int, int], result: Attribution) -> None:
         self._cache[key] = result
         if len(self._cache) > self._max_cache:
             self._cache.popitem(last=False)
-        return result
 
     def retain(self, pids: Iterable[int]) -> None:
         """Forget cached processes whose pid is not in ``pids`` (call once per tick)."""
@@ -121,16 +140,24 @@ class TenantResolver:
 
     # reading procfs
     def _read_bytes(self, pid: int, name: str) -> bytes:
+        """The file ``name`` of ``pid``; :class:`PermissionError` is left to the caller."""
         try:
             return (self.proc_root / str(pid) / name).read_bytes()
         except (FileNotFoundError, ProcessLookupError):
             raise ProcessGone(f"process {pid} has ended") from None
+        except PermissionError:
+            raise
+        except OSError as exc:
+            raise ProcessGone(f"process {pid}: {name} unreadable ({exc})") from None
 
     def _read(self, pid: int, name: str) -> str:
         return self._read_bytes(pid, name).decode(errors="replace")
 
     def _start_time(self, pid: int) -> int:
-        stat = self._read(pid, "stat")
+        try:
+            stat = self._read(pid, "stat")
+        except PermissionError:  # hidepid=, ProtectProc=, SELinux or AppArmor
+            raise ProcessGone(f"process {pid} is hidden from this collector") from None
         fields = stat[stat.rfind(")") + 2 :].split()
         try:
             return int(fields[19])  # field 22 of proc(5): starttime in clock ticks

@@ -6,6 +6,7 @@ import asyncio
 import math
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from dprobe.clock import ManualClock, SystemClock
@@ -22,6 +23,7 @@ from dprobe.collectors.nvml import NvmlBackend
 from dprobe.collectors.seq import SeqCounter
 from dprobe.collectors.service import Collector
 from dprobe.collectors.spool import Spool
+from dprobe.collectors.tenant_map import TenantMap
 from dprobe.collectors.tenants import TenantResolver
 from dprobe.schema import decode_snapshot
 
@@ -122,6 +124,62 @@ async def test_bad_values_and_vanished_processes_are_repaired_and_counted(
     assert value(reg, faults, kind="out_of_range") == 1
     assert value(reg, faults, kind="proc_vanished") == 1
     assert value(reg, "dprobe_collector_snapshots_total") == 5
+
+
+async def test_a_process_hidden_by_hidepid_is_unassigned_and_ticking_goes_on(
+    tmp_path, proc_tree, monkeypatch
+) -> None:
+    proc_tree.add(11, "0::/research.slice/a.service\n")
+    proc_tree.add(12, "0::/research.slice/b.service\n")
+    read_bytes = Path.read_bytes
+
+    def denied(self: Path) -> bytes:  # /proc mounted with hidepid=1: EPERM for pid 12
+        if self.parent == proc_tree.root / "12":
+            raise PermissionError(1, "Operation not permitted", str(self))
+        return read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    resolver = TenantResolver(
+        proc_root=proc_tree.root,
+        tenant_map=TenantMap(slices={"research.slice": "vc-r"}),
+        pod_log_dir=None,
+    )
+    procs = [ProcReading(11, "GPU-0", 40, 5, GIB), ProcReading(12, "GPU-0", 30, 5, GIB)]
+    script = [Reading(gpus=[gpu()], procs=procs) for _ in range(3)]
+    c, reg = collector_for(ScriptedBackend(script), tmp_path, ticks=3, resolver=resolver)
+    async with c:
+        await c.wait()
+    snaps = spooled(c.spool)
+    assert [s.seq for s in snaps] == [0, 1, 2]
+    for snap in snaps:
+        assert [(p.pid, p.tenant, p.job) for p in snap.procs] == [
+            (11, "vc-r", "a.service"),
+            (12, "unassigned", "pid-12"),
+        ]
+    assert value(reg, "dprobe_collector_sample_faults_total", kind="proc_vanished") == 3
+    assert c.seq.peek() == 3
+
+
+class BrokenResolver:
+    """Fails on every process, as a bug in attribution would."""
+
+    def resolve(self, pid: int) -> None:
+        raise RuntimeError(f"cannot attribute {pid}")
+
+    def retain(self, pids: object) -> None:
+        return None
+
+
+async def test_a_tick_that_fails_before_spooling_uses_no_seq(tmp_path) -> None:
+    script = [Reading(gpus=[gpu()], procs=[ProcReading(11, "GPU-0", 40, 5, GIB)])]
+    c, _ = collector_for(ScriptedBackend(script), tmp_path, ticks=1, resolver=BrokenResolver())
+    async with c:
+        with pytest.raises(RuntimeError, match="cannot attribute"):
+            await c.wait()
+    c, _ = collector_for(ScriptedBackend([Reading(gpus=[gpu()])]), tmp_path, ticks=1)
+    async with c:  # the next run (the service restarted) goes on without a gap
+        await c.wait()
+    assert [s.seq for s in spooled(c.spool)] == [0]
 
 
 async def test_backend_exceptions_skip_the_tick_without_using_a_seq(tmp_path) -> None:

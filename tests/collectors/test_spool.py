@@ -1,20 +1,35 @@
-"""The disk spool: order, durability across reopen, torn tails, bound, drops."""
+"""The disk spool: order, durability across reopen, torn tails, bound, drops; every record
+appended is counted once, as delivered or dropped, and the rest is pending."""
 
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from dprobe.clock import ManualClock
 from dprobe.collectors.assemble import build_collector
 from dprobe.collectors.seq import SeqCounter
-from dprobe.collectors.spool import Spool
+from dprobe.collectors.spool import _HEADER, Record, Spool
 from dprobe.collectors.synthetic import SyntheticBackend
 from dprobe.config import CollectorSettings
 from dprobe.errors import UsageError
+
+
+def _into(counts: list[int], reasons: set[str]) -> Callable[[int, str], None]:
+    """An ``on_drop`` that notes each count and reason."""
+
+    def note(n: int, reason: str) -> None:
+        counts.append(n)
+        reasons.add(reason)
+
+    return note
 
 
 def payload(seq: int, size: int = 100) -> bytes:
@@ -90,7 +105,9 @@ def test_a_corrupt_record_is_cut_not_sent(tmp_path: Path) -> None:
 
 def test_when_full_the_oldest_are_dropped_and_counted(tmp_path: Path) -> None:
     dropped: list[int] = []
-    spool = Spool(tmp_path, max_bytes=4000, segment_bytes=1000, fsync=False, on_drop=dropped.append)
+    reasons: set[str] = set()
+    drop = _into(dropped, reasons)
+    spool = Spool(tmp_path, max_bytes=4000, segment_bytes=1000, fsync=False, on_drop=drop)
     spool.open()
     for i in range(100):
         spool.append(i, payload(i))
@@ -99,6 +116,7 @@ def test_when_full_the_oldest_are_dropped_and_counted(tmp_path: Path) -> None:
     # what is left is the newest, contiguous run; every missing one was counted
     assert delivered == list(range(100 - len(delivered), 100))
     assert sum(dropped) == spool.dropped == 100 - len(delivered)
+    assert reasons == {"spool_full"}
 
 
 def test_ack_of_a_position_already_dropped_is_ignored(tmp_path: Path) -> None:
@@ -200,3 +218,146 @@ def test_segments_removed_by_hand_leave_a_usable_spool(tmp_path: Path) -> None:
     again.open()
     again.append(10, payload(10))
     assert drain(again) == [10]
+
+
+def flip_payload_byte(segment: Path, record: int) -> None:
+    """Bit rot in the payload of the ``record``-th record of ``segment``."""
+    data = bytearray(segment.read_bytes())
+    pos = 0
+    for _ in range(record):
+        pos += _HEADER.size + _HEADER.unpack_from(data, pos)[0]
+    data[pos + _HEADER.size] ^= 0xFF
+    segment.write_bytes(bytes(data))
+
+
+def test_records_behind_a_corrupt_one_are_counted_as_dropped(tmp_path: Path) -> None:
+    dropped: list[int] = []
+    reasons: set[str] = set()
+    drop = _into(dropped, reasons)
+    spool = Spool(tmp_path, max_bytes=1 << 20, fsync=False, on_drop=drop)
+    spool.open()
+    for i in range(5):
+        spool.append(i, payload(i))
+    (segment,) = tmp_path.glob("*.spool")
+    flip_payload_byte(segment, 2)
+    batch = spool.read()
+    assert [r.seq for r in batch] == [0, 1]
+    assert spool.pending_records == 2  # 2, 3 and 4 are gone: the scan cannot pass 2
+    assert dropped == [3] and spool.dropped == 3
+    assert reasons == {"spool_corrupt"}
+    spool.ack(batch[-1].end, len(batch))
+    assert spool.pending_records == 0 and spool.read() == []
+    spool.append(5, payload(5))  # appends go on behind the cut
+    assert drain(spool) == [5]
+
+
+def test_a_batch_whose_segment_is_dropped_in_flight_counts_as_delivered_once_acked(
+    tmp_path: Path,
+) -> None:
+    dropped: list[int] = []
+    reasons: set[str] = set()
+    drop = _into(dropped, reasons)
+    spool = Spool(tmp_path, max_bytes=2500, segment_bytes=1000, fsync=False, on_drop=drop)
+    spool.open()
+    for i in range(12):  # segment 0 holds 8 records, segment 1 the next 4
+        spool.append(i, payload(i))
+    batch = spool.read(max_records=10)
+    assert {r.end[0] for r in batch} == {0, 1}
+    for i in range(12, 22):  # the bound drops segment 0 while the batch is sent
+        spool.append(i, payload(i))
+    assert not (tmp_path / f"{0:012d}.spool").exists()
+    assert dropped == [] and spool.pending_records == 22 - 8
+    spool.ack(batch[-1].end, len(batch))  # Kafka confirmed the batch
+    assert dropped == [] and spool.pending_records == 22 - 10
+    assert drain(spool) == list(range(10, 22))
+
+
+def test_a_batch_whose_segment_is_dropped_in_flight_is_dropped_if_it_fails(
+    tmp_path: Path,
+) -> None:
+    dropped: list[int] = []
+    reasons: set[str] = set()
+    drop = _into(dropped, reasons)
+    spool = Spool(tmp_path, max_bytes=2500, segment_bytes=1000, fsync=False, on_drop=drop)
+    spool.open()
+    for i in range(12):
+        spool.append(i, payload(i))
+    spool.read(max_records=10)  # 8 records of segment 0, 2 of segment 1
+    for i in range(12, 22):
+        spool.append(i, payload(i))
+    assert drain(spool) == list(range(8, 22))  # the batch failed: read again from the cursor
+    assert dropped == [8] and spool.pending_records == 0
+
+
+def on_disk(spool: Spool) -> dict[int, int]:
+    """Segment id -> records on disk, read with the spool's framing (up to a corrupt one)."""
+    out: dict[int, int] = {}
+    for path in sorted(spool.directory.glob("*.spool")):
+        data, pos, n = path.read_bytes(), 0, 0
+        while pos + _HEADER.size <= len(data):
+            length = _HEADER.unpack_from(data, pos)[0]
+            pos += _HEADER.size + length
+            n += 1
+        out[int(path.name.removesuffix(".spool"))] = n
+    return out
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 20)),
+        st.tuples(st.just("read"), st.integers(1, 12)),  # the batch before it failed
+        st.tuples(st.just("ack"), st.integers(0, 11)),  # ack the batch up to this record
+        st.tuples(st.just("corrupt"), st.integers(0, 40)),  # bit rot in a spooled record
+    ),
+    min_size=4,
+    max_size=50,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops)
+def test_every_record_is_delivered_or_dropped_exactly_once(script) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        dropped: list[int] = []
+        reasons: set[str] = set()
+        spool = Spool(
+            folder, max_bytes=2500, segment_bytes=1000, fsync=False, on_drop=_into(dropped, reasons)
+        )
+        spool.open()
+        written = 0
+        delivered: list[int] = []
+        batch: list[Record] = []
+        for op, n in script:
+            if op == "append":
+                for _ in range(n):
+                    spool.append(written, payload(written))
+                    written += 1
+            elif op == "read":
+                batch = spool.read(max_records=n)
+            elif op == "ack" and batch:
+                done = batch[: min(n, len(batch) - 1) + 1]
+                spool.ack(done[-1].end, len(done))
+                delivered += [r.seq for r in done]
+                batch = batch[len(done) :]
+            elif op == "corrupt":
+                segments = on_disk(spool)
+                if segments and sum(segments.values()):
+                    records = [(sid, i) for sid, k in segments.items() for i in range(k)]
+                    sid, i = records[n % len(records)]
+                    flip_payload_byte(spool.directory / f"{sid:012d}.spool", i)
+            # records of the batch whose segment the bound deleted await Kafka's answer
+            sending = sum(
+                1 for r in batch if not (spool.directory / f"{r.end[0]:012d}.spool").exists()
+            )
+            assert written == len(delivered) + sum(dropped) + spool.pending_records + sending
+        while records := spool.read(max_records=5):  # Kafka is back: drain everything
+            spool.ack(records[-1].end, len(records))
+            delivered += [r.seq for r in records]
+        spool.close()
+        assert spool.pending_records == 0 and sum(dropped) == spool.dropped
+        assert written == len(delivered) + sum(dropped)
+        assert delivered == sorted(set(delivered)) and set(delivered) <= set(range(written))
+        again = Spool(folder, max_bytes=2500, segment_bytes=1000, fsync=False)
+        again.open()
+        assert again.pending_records == 0 and again.read() == []
+        again.close()

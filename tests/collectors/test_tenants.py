@@ -9,7 +9,7 @@ import pytest
 from dprobe.collectors.cgroup import parse_cgroup
 from dprobe.collectors.errors import ProcessGone
 from dprobe.collectors.tenant_map import TenantMap, load_tenant_map
-from dprobe.collectors.tenants import TenantResolver
+from dprobe.collectors.tenants import Attribution, TenantResolver
 from dprobe.errors import UsageError
 
 UID = "6f1c2a4e-1b2c-4d5e-8f90-a1b2c3d4e5f6"
@@ -138,6 +138,39 @@ def test_a_vanished_process_raises_process_gone(proc_tree) -> None:
     proc_tree.remove(80)
     with pytest.raises(ProcessGone):
         r.resolve(80)
+
+
+def hide(monkeypatch: pytest.MonkeyPatch, proc_dir: Path) -> None:
+    """Make the files of ``proc_dir`` answer EPERM, as a ``hidepid=1`` /proc does."""
+    read_bytes = Path.read_bytes
+
+    def denied(self: Path) -> bytes:
+        if self.parent == proc_dir:
+            raise PermissionError(1, "Operation not permitted", str(self))
+        return read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+
+
+def test_a_hidden_process_raises_process_gone(proc_tree, monkeypatch) -> None:
+    proc_tree.add(81, SLICE)
+    proc_tree.add(82, SLICE)
+    hide(monkeypatch, proc_tree.root / "81")
+    r = resolver(proc_tree, TenantMap(slices={"research.slice": "vc-r"}))
+    with pytest.raises(ProcessGone, match="hidden"):
+        r.resolve(81)
+    assert r.resolve(82).tenant == "vc-r"
+
+
+def test_a_process_whose_attribution_fails_raises_process_gone_once(proc_tree, caplog) -> None:
+    proc_tree.add(83, LOGIN)
+    (proc_tree.root / "83" / "status").write_text("Name:\tpython\nUid:\tnot-a-number\n")
+    r = resolver(proc_tree, TenantMap(users={"alice": "vc-nlp"}))
+    with pytest.raises(ProcessGone, match="attribution failed"):
+        r.resolve(83)
+    assert "process 83: attribution failed" in caplog.text
+    # remembered like any other result: no error (nor log) at every tick
+    assert r.resolve(83) == Attribution("unassigned", "pid-83", "unassigned")
 
 
 def test_mapping_file_is_read_and_validated(tmp_path: Path) -> None:
