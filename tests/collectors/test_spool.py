@@ -251,12 +251,11 @@ def test_records_behind_a_corrupt_one_are_counted_as_dropped(tmp_path: Path) -> 
     assert drain(spool) == [5]
 
 
-def test_a_batch_whose_segment_is_dropped_in_flight_counts_as_delivered_once_acked(
-    tmp_path: Path,
-) -> None:
+def _segment_dropped_in_flight(tmp_path: Path) -> tuple[Spool, list[Record], list[int]]:
+    """A spool whose bound dropped segment 0 while a batch of 10 records (8 of segment 0,
+    2 of segment 1) read from it is being sent; the spool, the batch and the drops so far."""
     dropped: list[int] = []
-    reasons: set[str] = set()
-    drop = _into(dropped, reasons)
+    drop = _into(dropped, set())
     spool = Spool(tmp_path, max_bytes=2500, segment_bytes=1000, fsync=False, on_drop=drop)
     spool.open()
     for i in range(12):  # segment 0 holds 8 records, segment 1 the next 4
@@ -266,6 +265,13 @@ def test_a_batch_whose_segment_is_dropped_in_flight_counts_as_delivered_once_ack
     for i in range(12, 22):  # the bound drops segment 0 while the batch is sent
         spool.append(i, payload(i))
     assert not (tmp_path / f"{0:012d}.spool").exists()
+    return spool, batch, dropped
+
+
+def test_a_batch_whose_segment_is_dropped_in_flight_counts_as_delivered_once_acked(
+    tmp_path: Path,
+) -> None:
+    spool, batch, dropped = _segment_dropped_in_flight(tmp_path)
     assert dropped == [] and spool.pending_records == 22 - 8
     spool.ack(batch[-1].end, len(batch))  # Kafka confirmed the batch
     assert dropped == [] and spool.pending_records == 22 - 10
@@ -275,16 +281,7 @@ def test_a_batch_whose_segment_is_dropped_in_flight_counts_as_delivered_once_ack
 def test_a_batch_whose_segment_is_dropped_in_flight_is_dropped_if_it_fails(
     tmp_path: Path,
 ) -> None:
-    dropped: list[int] = []
-    reasons: set[str] = set()
-    drop = _into(dropped, reasons)
-    spool = Spool(tmp_path, max_bytes=2500, segment_bytes=1000, fsync=False, on_drop=drop)
-    spool.open()
-    for i in range(12):
-        spool.append(i, payload(i))
-    spool.read(max_records=10)  # 8 records of segment 0, 2 of segment 1
-    for i in range(12, 22):
-        spool.append(i, payload(i))
+    spool, _, dropped = _segment_dropped_in_flight(tmp_path)
     assert drain(spool) == list(range(8, 22))  # the batch failed: read again from the cursor
     assert dropped == [8] and spool.pending_records == 0
 
