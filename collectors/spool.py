@@ -304,7 +304,8 @@ class Spool:
     def pending_records(self) -> int:
         """Records neither delivered nor dropped."""
         sid = self._cursor[0]
-        return sum(n for i, n in self._counts.items() if i >= sid) - self._cursor_index
+        counts = list(self._counts.items())  # one step: /metrics reads it from its thread
+        return sum(n for i, n in counts if i >= sid) - self._cursor_index
 
     @property
     def total_bytes(self) -> int:
@@ -315,7 +316,8 @@ class Spool:
     def pending_bytes(self) -> int:
         """Bytes not yet delivered."""
         sid, offset = self._cursor
-        return sum(size for i, size in self._sizes.items() if i >= sid) - offset
+        sizes = list(self._sizes.items())  # one step: /metrics reads it from its thread
+        return sum(size for i, size in sizes if i >= sid) - offset
 
     # files
     def _path(self, sid: int) -> Path:
