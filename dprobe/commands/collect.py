@@ -201,16 +201,23 @@ async def _write_lines(
         async with backend:
             while not stop.is_set() and (max_ticks is None or seq < max_ticks):
                 started = clock.monotonic()
-                reading = await backend.read()
-                snap = build(reading, seq=seq, ts=clock.now(), interval_s=s.interval_s)
-                out.write(encode(snap) + b"\n")
-                out.flush()
-                for err in reading.errors:
-                    print(f"dprobe collect: {err}", file=sys.stderr)
-                seq += 1
+                try:
+                    reading = await backend.read()
+                except BackendError as exc:
+                    if not exc.retriable:
+                        raise
+                    # a slow or busy read: this tick gives no snapshot, the next may
+                    print(f"dprobe collect: tick skipped: {exc}", file=sys.stderr)
+                else:
+                    snap = build(reading, seq=seq, ts=clock.now(), interval_s=s.interval_s)
+                    out.write(encode(snap) + b"\n")
+                    out.flush()
+                    for err in reading.errors:
+                        print(f"dprobe collect: {err}", file=sys.stderr)
+                    seq += 1
+                    if max_ticks is not None and seq >= max_ticks:
+                        break
                 wait = max(0.0, s.interval_s - (clock.monotonic() - started))
-                if max_ticks is not None and seq >= max_ticks:
-                    break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=wait / max(s.clock_speed, 1e-9))
     except BackendError as exc:

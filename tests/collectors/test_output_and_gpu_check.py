@@ -72,3 +72,34 @@ def test_gpu_check_passes_on_a_real_gpu(tmp_path: Path) -> None:
     result = json.loads(report.read_text())
     assert run.returncode == 0, result
     assert result["passed"] and result["snapshots"] >= 25
+
+
+def test_output_skips_a_slow_tick_and_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retriable backend error (a read that timed out, a busy driver) costs one tick, not
+    the run; a fatal one ends it with exit 2."""
+    from dprobe.collectors.errors import BackendError
+    from dprobe.collectors.synthetic import SyntheticBackend
+
+    real = SyntheticBackend.read
+    calls = itertools.count()
+    fatal_at: list[int] = []
+
+    async def flaky(self: SyntheticBackend) -> object:
+        n = next(calls)
+        if n == 1:
+            raise BackendError("read took longer than 5 s", kind="timeout", retriable=True)
+        if n in fatal_at:
+            raise BackendError("driver gone", kind="no_driver", retriable=False)
+        return await real(self)
+
+    monkeypatch.setattr(SyntheticBackend, "read", flaky)
+    out = tmp_path / "snaps.jsonl"
+    argv = ["collect", "--backend", "synthetic", "--interval", "0.02", "--output", str(out)]
+    assert main([*argv, "--max-ticks", "3"]) == 0
+    assert [decode_snapshot(line).seq for line in out.read_bytes().splitlines()] == [0, 1, 2]
+    assert "tick skipped: read took longer than 5 s" in capsys.readouterr().err
+    calls, fatal_at[:] = itertools.count(), [2]
+    assert main([*argv, "--max-ticks", "3"]) == 2
+    assert "backend unavailable: driver gone" in capsys.readouterr().err
