@@ -268,6 +268,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--lend-horizon must be >= 0")
     if args.nodes is not None and args.nodes < 1:
         raise UsageError("--nodes must be >= 1")
+    if args.jobs is None and (args.vcs is not None or args.nodes is not None):
+        raise UsageError("--vcs and --nodes size the VCs of --jobs; --helios takes them from "
+                         "its series (--node-scale scales them)")  # fmt: skip
+    if args.vcs is not None and args.nodes is not None:
+        raise UsageError("--vcs and --nodes both size the VCs: give one")
     if not args.days * 24 >= 1:
         raise UsageError("--days must be > 0 (at least one hour, 1/24)")
     latencies = _latencies(args.latencies) if args.sweep else [args.move_latency]

@@ -222,6 +222,19 @@ def test_nodes_override_a_vc_file_beside_the_jobs(
     assert "2 VCs, 3 nodes; VC sizes from" in capsys.readouterr().err
 
 
+def test_vc_sizes_are_given_one_way(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = _trace(tmp_path)
+    vcs = tmp_path / "vcs.csv"
+    vcs.write_text("vc,node num\na,1\n")
+    assert main(["simulate", "--jobs", str(jobs), "--vcs", str(vcs), "--nodes", "5"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "dprobe simulate: --vcs and --nodes both size the VCs: give one"
+    )
+    for extra in (["--nodes", "5"], ["--vcs", str(vcs)]):  # --helios sizes them itself
+        assert main(["simulate", "--helios", str(tmp_path), *extra]) == 2
+        assert "--helios takes them from its series" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_predictive_beats_static_on_a_slice_of_philly(trace_dir: Path) -> None:
     # The first 3,000 jobs of Philly/Chronus MIX1 on its VC sizes, the MMoE-free quick model.
