@@ -94,8 +94,14 @@ async def test_replayed_archive_yields_the_same_windows(
     last = max(start for _, start in ref)
 
     # A: the live run
-    a = await _windows(kafka_bootstrap, live, tmp_path, "a", len(ref))
-    a = {k: w for k, w in a.items() if k[1] <= last}  # the closing tail is not compared
+    every = await _windows(kafka_bootstrap, live, tmp_path, "a", len(ref) + 2)
+    every = {k: w for k, w in every.items() if k[1] <= last}  # the closing tail is not compared
+    # before the first snapshot, the job tenants' windows come from their job books alone
+    before = {k: w for k, w in every.items() if k[1] < T0}
+    assert set(before) == {("vc-a", T0 - WINDOW_S), ("vc-b", T0 - WINDOW_S)}
+    assert before[("vc-a", T0 - WINDOW_S)].pending_gpus == 8.0
+    assert before[("vc-b", T0 - WINDOW_S)].running_gpus == 4.0
+    a = {k: w for k, w in every.items() if k[1] >= T0}
     assert set(a) == set(ref)
     for key, w in a.items():  # the reference knows no jobs: take their pending GPUs out
         plain = w.effective_demand_gpus - w.pending_gpus
@@ -144,10 +150,10 @@ async def test_replayed_archive_yields_the_same_windows(
     _, err = await asyncio.wait_for(replay.communicate(), 120)
     assert replay.returncode == 0, err.decode()[-2000:]
     assert f"replayed {len(records) + len(jobs)} records" in err.decode()
-    b = await _windows(kafka_bootstrap, again, tmp_path, "b", len(ref))
+    b = await _windows(kafka_bootstrap, again, tmp_path, "b", len(ref) + 2)
     b = {k: w for k, w in b.items() if k[1] <= last}
-    assert set(b) == set(a)
-    assert b == a
+    assert set(b) == set(every)
+    assert b == every
 
 
 async def _keyed(bootstrap: str, topic: str, until: int) -> list[tuple[bytes | None, bytes]]:
