@@ -342,6 +342,14 @@ class WorkerSettings:
                 "worker.window_host_shards, job_book_shards and tenant_index_shards "
                 "must be within [1, 4096]"
             )
+        if not (
+            1 <= self.node_gpus <= self.capacity_gpus
+            and 0 <= self.guaranteed_gpus <= self.capacity_gpus
+        ):
+            raise ConfigError(
+                "worker.node_gpus must be within [1, worker.capacity_gpus] and "
+                "worker.guaranteed_gpus within [0, worker.capacity_gpus]"
+            )
         if not (self.plan_horizon_s > 0 and self.move_latency_s >= 0 and self.lend_horizon_s >= 0):
             raise ConfigError(
                 "worker.plan_horizon_s must be > 0, move_latency_s and lend_horizon_s >= 0"

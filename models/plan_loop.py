@@ -101,6 +101,8 @@ class PlanLoop:
         self._capacity: int | None = None  # the capacity the scheduler reported last
         self._reported: set[str] = set()  # tenants whose quota a report has set
         self.settings_changed: str | None = None  # what load() found changed, if anything
+        # forecasts that were NaN or infinite, planned as the tenant's demand now instead
+        self.non_finite_forecasts = 0
 
     # -- the loop ---------------------------------------------------------------------
     def plan_end(self, end: float, windows: list[TenantWindow]) -> list[ScalingEvent]:
@@ -168,14 +170,20 @@ class PlanLoop:
         h = s.horizon_s
         asked = sorted({h, s.hold_s}) if s.hold_s > 0 else [h]
         for t in active:
+            w = self._last[t]
             out = self.forecaster.forecast(t, asked)
             p50, p90 = out[h]
             hold = max(v[1] for k, v in out.items() if k <= s.hold_s) if s.hold_s > 0 else 0.0
+            if not all(math.isfinite(x) for x in (p50, p90, hold)):
+                # a diverged model: this tenant is planned on its demand now, as last value
+                self.non_finite_forecasts += 1
+                p50 = p90 = hold = max(demand_of(w), 0.0)
             self._forecasts[t] = {h: (p50, p90)}
             self._outstanding.setdefault(t, {})[at + h] = (h, p50)
-            w = self._last[t]
             quota = self._quotas.setdefault(t, 0)
-            busy = ceil_to_node(max(w.running_gpus, 0.0), node)
+            # nodes with the tenant's work on them are busy: at least one per host seen,
+            # however few GPUs its jobs hold (they are not packed onto the fewest nodes)
+            busy = max(ceil_to_node(max(w.running_gpus, 0.0), node), w.hosts * node)
             states.append(
                 TenantState(
                     tenant=t,

@@ -23,7 +23,8 @@ Names (dashboards and alerts depend on them):
   ``dprobe_windows_emitted_total``,
   ``dprobe_process_samples_total``, ``dprobe_snapshots_total``,
   ``dprobe_job_events_total``, ``dprobe_seq_resets_total``,
-  ``dprobe_cluster_reports_total`` (scheduler reports taken by the planner)
+  ``dprobe_cluster_reports_total`` (scheduler reports taken by the planner),
+  ``dprobe_non_finite_forecasts_total`` (NaN or infinite forecasts the planner replaced)
 - ``dprobe_processing_latency_seconds``: histogram, from the moment the watermark let a
   window close to its TenantWindow delivered, measured on this worker's monotonic clock
   (event time never enters it, so replays and accelerated clocks measure the same thing)
@@ -220,6 +221,8 @@ def _counter_families(s: WorkerStats) -> Iterator[Metric]:
         ("dprobe_seq_resets", "Hosts whose snapshot seq restarted", s.resets),
         ("dprobe_cluster_reports", "Scheduler reports (capacity, quotas) the planner took",
          s.cluster_reports),
+        ("dprobe_non_finite_forecasts", "NaN or infinite forecasts, each planned as the "
+         "tenant's demand now instead", s.non_finite_forecasts),
     ):  # fmt: skip
         yield CounterMetricFamily(name, doc, value=value)
     capacity = GaugeMetricFamily(

@@ -75,6 +75,7 @@ class WorkerStats:
     cluster_reports: int = 0  # scheduler reports taken by the planner on this worker
     capacity_gpus: float | None = None  # what plans share (None: this worker does not plan)
     windows_emitted: int = 0
+    non_finite_forecasts: int = 0  # NaN or infinite forecasts, planned as demand now instead
     lost_snapshots: Counter[str] = field(default_factory=Counter)  # by host
     dead_letters: Counter[str] = field(default_factory=Counter)  # by reason
     scaling_events: Counter[str] = field(default_factory=Counter)  # by action

@@ -130,7 +130,9 @@ class Planning:
         async with _delivering("its journal entry", offset):
             await self.store.journal(offset, raw)
         before = self.loop.planned_upto
+        non_finite = self.loop.non_finite_forecasts
         events = self._step(message)
+        self.stats.non_finite_forecasts += self.loop.non_finite_forecasts - non_finite
         async with _delivering(f"{len(events)} scaling event(s)", offset):
             await self.events.send_all([(ev.tenant.encode(), schema.encode(ev)) for ev in events])
         for ev in events:
@@ -267,7 +269,8 @@ class Planning:
     def _refresh_views(self) -> None:
         """Mirror the loop's per-tenant view into the stats the exporter reads."""
         views = self.loop.tenants()
-        self.stats.capacity_gpus = float(self.loop.capacity_gpus)
+        # only the worker that plans exports the capacity (None: another worker plans)
+        self.stats.capacity_gpus = float(self.loop.capacity_gpus) if self._restored else None
         self.stats.tenants = {
             t: TenantView(
                 demand_gpus=v.demand_gpus,

@@ -56,6 +56,11 @@ def test_settings_are_frozen() -> None:
         ({"DPROBE_WORKER_PARTITIONS": "1.5"}, "integer"),
         ({"DPROBE_WORKER_FETCH_PARTITION_BYTES": "1000"}, "fetch_partition_bytes"),
         ({"DPROBE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL"}, "sasl_mechanism"),
+        ({"DPROBE_WORKER_GUARANTEED_GPUS": "-8"}, "guaranteed_gpus"),
+        ({"DPROBE_WORKER_GUARANTEED_GPUS": "72"}, "guaranteed_gpus"),
+        ({"DPROBE_WORKER_CAPACITY_GPUS": "-8"}, "capacity_gpus"),
+        ({"DPROBE_WORKER_NODE_GPUS": "0"}, "node_gpus"),
+        ({"DPROBE_WORKER_CAPACITY_GPUS": "4"}, "node_gpus"),
     ],
 )
 def test_invalid_values_name_the_setting(env: dict[str, str], needle: str) -> None:
