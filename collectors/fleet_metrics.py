@@ -57,6 +57,11 @@ class FleetGauges(Collector):
         self._names = {u: n for u, n in (names or {}).items() if n}
         self._snap = snap
 
+    def clear(self) -> None:
+        """Export nothing until the next :meth:`observe` (the GPUs cannot be read now)."""
+        self._snap = None
+        self._names = {}
+
     def collect(self) -> Iterator[Metric]:
         snap = self._snap
         gpu_metrics = {

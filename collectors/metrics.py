@@ -8,7 +8,9 @@ Names and meanings (all prefixed ``dprobe_collector_``):
   ``timeout``, ``gpu_lost``, ``no_driver``, ``driver_mismatch``, ``busy`` (each
   kind of :data:`BACKEND_ERROR_KINDS` is there from the start, at 0)
 - ``sample_faults_total{kind}``: bad values cleaned from readings (``nan``, ``negative``,
-  ``out_of_range``) and processes that vanished mid-sample (``proc_vanished``)
+  ``out_of_range``), processes that vanished mid-sample (``proc_vanished``), processes on
+  a GPU not in the reading (``orphan_proc``), a GPU read twice (``duplicate_gpu``) and
+  corrupt spool bytes (``spool_corrupt``)
 - ``send_errors_total{kind}``: failed connects and deliveries
 - ``send_latency_seconds``: time from sending a batch to Kafka's confirmation
 - ``spool_bytes`` / ``spool_pending_snapshots``: undelivered data on disk (read at scrape)
@@ -44,7 +46,15 @@ from dprobe.sinks.metrics_server import MetricsServer
 
 __all__ = ["CollectorMetrics", "MetricsServer"]
 
-SAMPLE_FAULT_KINDS = ("nan", "negative", "out_of_range", "proc_vanished", "spool_corrupt")
+SAMPLE_FAULT_KINDS = (
+    "nan",
+    "negative",
+    "out_of_range",
+    "proc_vanished",
+    "orphan_proc",
+    "duplicate_gpu",
+    "spool_corrupt",
+)
 SEND_ERROR_KINDS = ("connect", "auth", "timeout")
 BACKEND_ERROR_KINDS = (
     "timeout",
@@ -55,6 +65,8 @@ BACKEND_ERROR_KINDS = (
     "no_permission",
     "not_found",
     "busy",
+    "other",
+    "unexpected",
 )
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.codec import has_gzip, has_lz4, has_snappy, has_zstd
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, KafkaTimeoutError, RequestTimedOutError
 
 from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.spool import Spool
@@ -235,7 +235,8 @@ class KafkaSender:
                 ]
                 await asyncio.gather(*futures)
         except (KafkaError, OSError, TimeoutError) as exc:
-            kind = "timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
+            timed_out = isinstance(exc, TimeoutError | KafkaTimeoutError | RequestTimedOutError)
+            kind = "timeout" if timed_out else type(exc).__name__
             self._failures += 1
             self.metrics.send_errors.labels(kind=kind).inc()
             self.metrics.kafka_up.set(0)

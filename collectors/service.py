@@ -171,6 +171,10 @@ class Collector(AsyncService):
         ts = self.clock.now()
         reading = await self._read()
         if reading is None:
+            if not self._backend_ok:  # the GPUs cannot be read at all: no stale figures
+                self.metrics.fleet.clear()
+                self.metrics.gpus.set(0)
+                self.metrics.processes.set(0)
             return None
         for err in reading.errors:
             self._backend_error(err)

@@ -273,3 +273,38 @@ async def test_a_clock_stepped_back_does_not_stall_ticking(tmp_path) -> None:
         await c.wait()
     assert c.ticks == 4
     assert max(clock.sleeps) <= 5.0
+
+
+async def test_gauges_of_gpus_that_cannot_be_read_are_not_left_stale(tmp_path) -> None:
+    good = Reading([gpu(util=80.0)], [])
+    slow = BackendError("read timed out", kind="timeout", retriable=True)
+    lost = BackendError("the driver went away", kind="no_driver", retriable=False)
+    backend = ScriptedBackend([good, good, slow, lost, good])
+    # the service ticks once at start, then sleeps an hour: the test drives the ticks
+    c, reg = collector_for(backend, tmp_path, ticks=10**6, clock=SystemClock(), interval_s=3600)
+    ticked = asyncio.Event()
+    c.on_snapshot = lambda snap: ticked.set()
+    await c.start()
+    await ticked.wait()
+    labels = {"gpu": "0", "UUID": "GPU-0", "Hostname": "h1", "modelName": ""}
+
+    def util() -> float | None:
+        return reg.get_sample_value("dprobe_gpu_utilization_percent", labels)
+
+    assert await c.tick() is not None
+    assert util() == 80.0 and value(reg, "dprobe_collector_gpus") == 1
+    assert await c.tick() is None  # a slow read: the last figures stand
+    assert util() == 80.0 and value(reg, "dprobe_collector_gpus") == 1
+    assert await c.tick() is None  # nothing can be read now: nothing stale is exported
+    assert util() is None and value(reg, "dprobe_collector_gpus") == 0
+    assert await c.tick() is not None  # reopened, read again
+    assert util() == 80.0 and value(reg, "dprobe_collector_gpus") == 1
+    await c.stop()
+    assert backend.opened == 2  # at start, and again after the fatal error
+
+
+def test_every_fault_kind_the_collector_counts_exists_at_zero() -> None:
+    reg = CollectorRegistry()
+    CollectorMetrics(reg)
+    for kind in ("orphan_proc", "duplicate_gpu", "proc_vanished", "spool_corrupt"):
+        assert reg.get_sample_value("dprobe_collector_sample_faults_total", {"kind": kind}) == 0
