@@ -134,7 +134,7 @@ def _run(argv: Sequence[str] | None) -> int:
         extra = "worker" if args.command == "worker" else "all"
         print(
             f"dprobe {args.command}: needs {exc.name}, which the collector-only install "
-            f"leaves out: pip install 'dprobe[{extra}]'",
+            f"leaves out: pip install '.[{extra}]' at the root of the dprobe checkout",
             file=sys.stderr,
         )
         return 2

@@ -1,4 +1,4 @@
-"""`pip install dprobe` is the collector's install: the collector (and `lag`, `events`,
+"""`pip install .` (no extras) is the collector's install: the collector (and `lag`, `events`,
 `topics`) run without the worker's and the tools' packages, and a command that needs them
 says which extra to install, in one line."""
 
@@ -16,7 +16,7 @@ from dprobe.cli import EXTRAS
 ROOT = Path(__file__).resolve().parents[1]
 
 # Run dprobe with every module of the extras made impossible to import, as on a GPU node
-# where only `pip install dprobe` was run.
+# where only `pip install .` (no extras) was run.
 BLOCKER = """
 import importlib.abc, runpy, sys
 BLOCKED = {blocked!r}
@@ -74,5 +74,5 @@ def test_a_command_that_needs_an_extra_names_it_in_one_line(command: str, extra:
     done = _run(["--bootstrap", "127.0.0.1:1", command, *args])
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith(f"dprobe {command}:")]
     assert done.returncode == 2, done.stderr[-2000:]
-    assert len(lines) == 1 and f"pip install 'dprobe[{extra}]'" in lines[0], done.stderr[-2000:]
+    assert len(lines) == 1 and f"pip install '.[{extra}]'" in lines[0], done.stderr[-2000:]
     assert "Traceback" not in done.stderr

@@ -6,6 +6,8 @@ restart overwrites instead of duplicating. Offsets are committed only once the f
 on disk. Invalid records are counted, not archived. A topic that does not exist yet is
 not created; it is archived once it appears. Stop with SIGTERM or Ctrl-C (buffers are
 flushed first); --until-end stops once everything present has been archived.
+Without --out the folder is the setting [archive] out_dir (env DPROBE_ARCHIVE_OUT_DIR),
+else ./archive.
 
   dprobe archive --out /data/dprobe-archive
   dprobe replay /data/dprobe-archive --format dprobe-parquet --speed 60
@@ -15,9 +17,18 @@ from __future__ import annotations
 
 import argparse
 
+from dprobe.commands._common import settings
+from dprobe.config import ArchiveSettings
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", dest="out_dir", required=True, metavar="DIR", help="archive folder")
+    p.add_argument(
+        "--out",
+        dest="out_dir",
+        metavar="DIR",
+        help="archive folder (default: [archive] out_dir, env DPROBE_ARCHIVE_OUT_DIR, "
+        "else ./archive)",
+    )
     p.add_argument("--group-id", help="consumer group (default dprobe-archive)")
     p.add_argument(
         "--flush-interval", type=float, dest="flush_interval_s", help="seconds between flushes (60)"
@@ -32,16 +43,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    import asyncio
-    import signal
-    import sys
+def archive_settings(args: argparse.Namespace) -> ArchiveSettings:
+    """The archive's settings: flags > ``DPROBE_ARCHIVE_*`` > ``[archive]`` > defaults
+    (a flag left out, ``--out`` included, does not override the others).
 
-    from dprobe.commands._common import settings
-    from dprobe.config import ArchiveSettings
-    from dprobe.sinks.archive_service import Archiver
-
-    s = settings(
+    >>> flags = dict(group_id=None, flush_interval_s=None, flush_records=None)
+    >>> ns = argparse.Namespace(bootstrap=None, config=None, out_dir="/data/a", **flags)
+    >>> archive_settings(ns).out_dir
+    PosixPath('/data/a')
+    """
+    return settings(
         ArchiveSettings,
         args,
         out_dir=args.out_dir,
@@ -49,6 +60,16 @@ def run(args: argparse.Namespace) -> int:
         flush_interval_s=args.flush_interval_s,
         flush_records=args.flush_records,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import signal
+    import sys
+
+    from dprobe.sinks.archive_service import Archiver
+
+    s = archive_settings(args)
 
     async def main() -> Archiver:
         stop = asyncio.Event()

@@ -43,9 +43,26 @@ def test_missing_trace_is_bad_input_in_one_line(tmp_path: Path) -> None:
     assert done.stderr.strip().splitlines() == [f"dprobe replay: {missing}: no such file or folder"]
 
 
-def test_archive_needs_out() -> None:
-    done = _dprobe("archive")
-    assert done.returncode == 2 and "--out" in done.stderr
+def test_archive_folder_is_out_else_the_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dprobe.cli import build_parser
+    from dprobe.commands.archive import archive_settings
+
+    monkeypatch.delenv("DPROBE_CONFIG", raising=False)
+    monkeypatch.delenv("DPROBE_ARCHIVE_OUT_DIR", raising=False)
+    parse = build_parser().parse_args
+    assert archive_settings(parse(["archive"])).out_dir == Path("archive")
+
+    config = tmp_path / "dprobe.toml"
+    config.write_text('[archive]\nout_dir = "/data/from-file"\n')
+    from_file = parse(["--config", str(config), "archive"])
+    assert archive_settings(from_file).out_dir == Path("/data/from-file")
+
+    monkeypatch.setenv("DPROBE_ARCHIVE_OUT_DIR", str(tmp_path / "from-env"))
+    assert archive_settings(from_file).out_dir == tmp_path / "from-env"
+    flag = parse(["--config", str(config), "archive", "--out", str(tmp_path / "flag")])
+    assert archive_settings(flag).out_dir == tmp_path / "flag"
 
 
 @pytest.mark.integration
