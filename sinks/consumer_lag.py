@@ -75,12 +75,21 @@ class ConsumerLag(AsyncService):
         self._admin: AIOKafkaAdminClient | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
+        # without configured topics: every topic the group was seen to commit on, so its
+        # lag stays reported when Kafka expires the offsets of a group that stopped
+        self._committed_topics: set[str] = set()
         self._connecting = asyncio.Lock()
 
     async def start(self) -> None:
         """Start polling in a background task (it connects, and reconnects, by itself)."""
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"consumer-lag-{self.group}")
+
+    async def wait(self) -> None:
+        """Return when polling has ended (it ends only by an unexpected error, which this
+        raises; a poller never started returns at once)."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
 
     async def stop(self) -> None:
         """Stop polling and close the clients (idempotent)."""
@@ -101,9 +110,10 @@ class ConsumerLag(AsyncService):
         described = await admin.describe_topics()
         found = {t["topic"]: t["partitions"] for t in described if t["error_code"] == 0}
         topics = self.topics
-        if not topics:  # the topics the group has committed on
+        if not topics:  # the topics the group has committed on, now or since the start
             every = await admin.list_consumer_group_offsets(self.group)
-            topics = tuple(sorted({tp.topic for tp in every}))
+            self._committed_topics |= {tp.topic for tp in every}
+            topics = tuple(sorted(self._committed_topics))
         partitions = [
             TopicPartition(topic, p["partition"])
             for topic in topics

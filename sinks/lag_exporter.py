@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator, Sequence
 
@@ -129,6 +130,20 @@ class LagExporter(AsyncService):
     async def start(self) -> None:
         for p in self.pollers:
             await p.start()
+
+    async def wait(self) -> None:
+        """Return when a poller has ended, raising the unexpected error that ended it
+        (pollers otherwise run until stopped: a refresh that fails on Kafka is retried)."""
+        if not self.pollers:
+            return
+        waits = [asyncio.ensure_future(p.wait()) for p in self.pollers]
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        for w in done:
+            w.result()
 
     async def stop(self) -> None:
         for p in self.pollers:

@@ -3,7 +3,8 @@
 Serves kafka_exporter's metric names (kafka_consumergroup_lag, kafka_consumergroup_lag_sum,
 kafka_consumergroup_current_offset, kafka_topic_partition_current_offset,
 kafka_consumergroup_members) for the watched groups on http://ADDR:PORT/metrics. Run one
-per Kafka cluster; alerts and autoscalers read lag from it. Stop with SIGTERM or Ctrl-C.
+per Kafka cluster; alerts and autoscalers read lag from it. Stop with SIGTERM or Ctrl-C;
+it exits 1 if polling fails unexpectedly (its service then restarts it).
 
   dprobe lag                                   # groups dprobe-worker and dprobe-archive
   dprobe lag --group dprobe-worker --metrics-port 9403
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     registry = CollectorRegistry()
     server = MetricsServer(registry, s.metrics_addr, s.metrics_port)
 
-    async def main() -> None:
+    async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-        async with LagExporter(s, registry):
+        async with LagExporter(s, registry) as exporter:
             server.serve()
             print(
                 f"exporting the lag of {', '.join(s.groups)} on {server.url} "
@@ -79,10 +80,18 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+            stopping = asyncio.ensure_future(stop.wait())
+            failing = asyncio.ensure_future(exporter.wait())
             try:
-                await stop.wait()
+                await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)
             finally:
+                stopping.cancel()
+                failing.cancel()
                 server.stop()
+            if failing.done() and not failing.cancelled() and failing.exception() is not None:
+                # stale values must not be served as if fresh: end, so the service restarts
+                print(f"dprobe lag: stopped: {failing.exception()}", file=sys.stderr, flush=True)
+                return 1
+            return 0
 
-    asyncio.run(main())
-    return 0
+    return asyncio.run(main())

@@ -140,3 +140,33 @@ def test_interval_must_be_positive() -> None:
 
     with pytest.raises(ValueError, match="interval_s"):
         ConsumerLag(KafkaSettings(), "g", ["t"], interval_s=0)
+
+
+async def test_without_topics_a_group_keeps_the_topics_it_was_seen_to_commit_on(
+    kafka, monkeypatch
+) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    topic = await kafka.create_topic("expiry", partitions=1)
+    group = kafka.unique("group")
+    await _produce(kafka.bootstrap, topic, {0: 8})
+    await _commit(kafka.bootstrap, group, {TopicPartition(topic, 0): 5})
+    lag = ConsumerLag(kafka.settings, group, [], interval_s=60)
+    try:
+        assert await lag.refresh() == {(topic, 0): 3}
+        # Kafka expires the offsets of a group that has been empty for a week
+        # (offsets.retention.minutes): the group then lists no committed topics at all
+        real = AIOKafkaAdminClient.list_consumer_group_offsets
+
+        async def expired(self, group_id, *args, partitions=None, **kw):  # type: ignore[no-untyped-def]
+            if partitions is None:
+                return {}
+            return dict.fromkeys(partitions)
+
+        monkeypatch.setattr(AIOKafkaAdminClient, "list_consumer_group_offsets", expired)
+        # the group would read the whole topic again: its lag is all 8 records, not gone
+        assert await lag.refresh() == {(topic, 0): 8}
+        monkeypatch.setattr(AIOKafkaAdminClient, "list_consumer_group_offsets", real)
+        assert await lag.refresh() == {(topic, 0): 3}
+    finally:
+        await lag.stop()
