@@ -7,7 +7,9 @@ through a progress record, that it emitted all its windows ending at or before i
 it hands the ends to :meth:`~dprobe.models.plan_loop.PlanLoop.plan_end` in time order,
 each with its windows, so plans do not depend on which partition ran ahead. A window
 for an end already planned (a straggler) is learned at once; a window at or before what
-its tenant has learned (a replay) changes nothing.
+its tenant has learned (a replay) changes nothing. An end that fails to plan (a model
+bug) does not take the other ends of the same progress record with it: their events
+come with the :class:`PlanFailed` that reports it.
 
 :meth:`PlanOrder.state_dict` holds the loop's state and the windows and progress that
 wait, so a checkpoint of it resumes exactly.
@@ -40,6 +42,17 @@ from dprobe.models.plan_loop import PlanLoop
 from dprobe.schema import ScalingEvent, TenantWindow, to_builtins
 
 
+class PlanFailed(Exception):
+    """Ends of one progress record that could not be planned (``failed``: end, error),
+    with ``events``: those of the ends planned before and after them, which stand."""
+
+    def __init__(self, events: list[ScalingEvent], failed: list[tuple[float, Exception]]) -> None:
+        ends = ", ".join(f"{end:g}: {exc!r}" for end, exc in failed)
+        super().__init__(f"{len(failed)} window end(s) could not be planned ({ends})")
+        self.events = events
+        self.failed = failed
+
+
 class PlanOrder:
     """Windows and partitions' progress in, plans of the ready ends out (module doc)."""
 
@@ -67,8 +80,14 @@ class PlanOrder:
         for key in sorted(k for k in self._pending if k[0] <= ready):
             by_end.setdefault(key[0], []).append(self._pending.pop(key))
         events: list[ScalingEvent] = []
+        failed: list[tuple[float, Exception]] = []
         for end, windows in sorted(by_end.items()):
-            events += self.loop.plan_end(end, windows)
+            try:
+                events += self.loop.plan_end(end, windows)
+            except Exception as exc:  # noqa: BLE001 - reported with the others' events
+                failed.append((end, exc))
+        if failed:
+            raise PlanFailed(events, failed) from failed[0][1]
         return events
 
     def note_progress(self, partition: int, upto: float) -> bool:

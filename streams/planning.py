@@ -49,7 +49,7 @@ from dprobe.models.checkpoint import CheckpointError, load_state, state_bytes, s
 from dprobe.sinks.worker_stats import TenantView, WorkerStats
 from dprobe.streams import codec
 from dprobe.streams.delivery import DeliveryFailed
-from dprobe.streams.plan_order import PlanOrder
+from dprobe.streams.plan_order import PlanFailed, PlanOrder
 from dprobe.streams.planning_store import Head, PlanningStore
 
 log = logging.getLogger(__name__)
@@ -131,12 +131,19 @@ class Planning:
             await self.store.journal(offset, raw)
         before = self.loop.planned_upto
         non_finite = self.loop.non_finite_forecasts
-        events = self._step(message)
+        failure: PlanFailed | None = None
+        try:
+            events = self._step(message)
+        except PlanFailed as exc:  # the ends that were planned still send their events
+            events, failure = exc.events, exc
         self.stats.non_finite_forecasts += self.loop.non_finite_forecasts - non_finite
         async with _delivering(f"{len(events)} scaling event(s)", offset):
             await self.events.send_all([(ev.tenant.encode(), schema.encode(ev)) for ev in events])
         for ev in events:
             self.stats.scaling_events[ev.action] += 1
+        if failure is not None:
+            self._refresh_views()
+            raise failure  # the record is a dead letter (processing_error); the journal keeps it
         planned = self.loop.planned_upto != before
         if planned and self.clock() - self._checkpointed_at >= self.checkpoint_s:
             blob = state_bytes(self.order.state_dict())
