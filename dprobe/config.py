@@ -287,6 +287,11 @@ class WorkerSettings:
     node_gpus: int = 8
     guaranteed_gpus: int = 0
     plan_horizon_s: float = 3600.0
+    # how the planner sizes and damps quotas (assumptions; docs/planner.md)
+    plan_headroom: float = 0.0  # quota = forecast x (1 + headroom)
+    plan_tolerance: float = 0.1  # a change within this share of the quota is no change
+    plan_cooldown_s: float = 60.0  # no reversal of a tenant's last move within this long
+    plan_scale_down_stabilization_s: float = 300.0  # shrink to the highest of this long
     # reconfiguration costs the planner acts ahead of (assumptions; docs/planner.md)
     move_latency_s: float = 0.0
     lend_horizon_s: float = 0.0
@@ -349,6 +354,12 @@ class WorkerSettings:
             raise ConfigError(
                 "worker.node_gpus must be within [1, worker.capacity_gpus] and "
                 "worker.guaranteed_gpus within [0, worker.capacity_gpus]"
+            )
+        damping = (self.plan_cooldown_s, self.plan_scale_down_stabilization_s)
+        if not (self.plan_headroom >= 0 and 0 <= self.plan_tolerance < 1 and min(damping) >= 0):
+            raise ConfigError(
+                "worker.plan_headroom must be >= 0, plan_tolerance within [0, 1), "
+                "plan_cooldown_s and plan_scale_down_stabilization_s >= 0"
             )
         if not (self.plan_horizon_s > 0 and self.move_latency_s >= 0 and self.lend_horizon_s >= 0):
             raise ConfigError(

@@ -27,6 +27,7 @@ from dprobe.config import KafkaSettings, WorkerSettings
 from dprobe.models.forecast.registry import make_forecaster
 from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
 from dprobe.models.planner import PlannerSettings
+from dprobe.models.planner_damping import DampingSettings
 from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec, demand_settings
 from dprobe.streams.deadletter import DeadLetters, where
@@ -131,7 +132,16 @@ def plan_settings(s: WorkerSettings) -> PlanLoopSettings:
         horizon_s=s.plan_lead_s,
         hold_s=s.lend_horizon_s,
         guaranteed_gpus=s.guaranteed_gpus,
-        planner=PlannerSettings(node_gpus=s.node_gpus, quantile=s.plan_quantile),  # type: ignore[arg-type]
+        planner=PlannerSettings(
+            node_gpus=s.node_gpus,
+            quantile=s.plan_quantile,  # type: ignore[arg-type]
+            headroom=s.plan_headroom,
+            damping=DampingSettings(
+                tolerance=s.plan_tolerance,
+                cooldown_s=s.plan_cooldown_s,
+                scale_down_stabilization_s=s.plan_scale_down_stabilization_s,
+            ),
+        ),
     )
 
 

@@ -25,10 +25,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument(flag, dest=dest, metavar="VALUE", help=text)
 
 
-# Multi-level demand, planner quantile and job flow (docs/worker.md); values are text,
-# converted and checked by dprobe.config like the environment's.
+# Multi-level demand, planner sizing and damping, and job flow (docs/worker.md,
+# docs/planner.md); values are text, converted and checked by dprobe.config like the
+# environment's.
 DEMAND_FLAGS = (
     ("--plan-quantile", "plan_quantile", "forecast quantile quotas follow: p50 or p90 (p90)"),
+    ("--plan-headroom", "plan_headroom", "quota = forecast x (1 + headroom) (0)"),
+    ("--plan-tolerance", "plan_tolerance", "a change within this share is none (0.1)"),
+    ("--plan-cooldown-s", "plan_cooldown_s", "no reversal of a move within this long (60)"),
+    (
+        "--plan-scale-down-stabilization-s",
+        "plan_scale_down_stabilization_s",
+        "shrink only to the highest target of this long (300)",
+    ),
     ("--level-weights", "level_weights", "GPUs per instance of L1,L2,L3,EX (0.3,0.5,0.7,1.0)"),
     ("--level-l1-max-util-pct", "level_l1_max_util_pct", "L1: GPU util below (25)"),
     ("--level-l1-max-mem-bytes", "level_l1_max_mem_bytes", "L1: GPU memory below (3e9)"),

@@ -44,6 +44,31 @@ def test_every_source_sets_them(tmp_path: Path) -> None:
     assert job_level_of(s) is None
 
 
+def test_the_planners_sizing_and_damping_come_from_the_settings(tmp_path: Path) -> None:
+    default = plan_settings(WorkerSettings()).planner
+    assert (default.headroom, default.damping.tolerance, default.damping.cooldown_s) == (
+        0.0,
+        0.1,
+        60.0,
+    )
+    assert default.damping.scale_down_stabilization_s == 300.0
+    toml = tmp_path / "w.toml"
+    toml.write_text("[worker]\nplan_tolerance = 0.05\n")
+    s = load(
+        WorkerSettings,
+        cli={"plan_headroom": "0.2"},
+        env={
+            "DPROBE_WORKER_PLAN_COOLDOWN_S": "0",
+            "DPROBE_WORKER_PLAN_SCALE_DOWN_STABILIZATION_S": "900",
+        },
+        file=toml,
+    )
+    planner = plan_settings(s).planner
+    assert planner.headroom == 0.2 and planner.damping.tolerance == 0.05
+    assert planner.damping.cooldown_s == 0.0
+    assert planner.damping.scale_down_stabilization_s == 900.0
+
+
 @pytest.mark.parametrize(
     ("env", "needle"),
     [
@@ -53,6 +78,9 @@ def test_every_source_sets_them(tmp_path: Path) -> None:
         ({"DPROBE_WORKER_LEVEL_WEIGHTS": "0.3,0.5,0.7,2"}, "level_weights"),
         ({"DPROBE_WORKER_FLOW_EDGES_S": "60,30"}, "flow_edges_s"),
         ({"DPROBE_WORKER_LEVEL_EX_MIN_MEM_FRAC": "0"}, "level_ex_min_mem_frac"),
+        ({"DPROBE_WORKER_PLAN_HEADROOM": "-0.1"}, "plan_headroom"),
+        ({"DPROBE_WORKER_PLAN_TOLERANCE": "1"}, "plan_tolerance"),
+        ({"DPROBE_WORKER_PLAN_COOLDOWN_S": "-1"}, "plan_cooldown_s"),
     ],
 )
 def test_bad_values_name_the_setting(env: dict[str, str], needle: str) -> None:
