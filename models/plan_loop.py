@@ -17,7 +17,8 @@ is ``capacity_gpus`` and, at the first plan, it is split in whole nodes evenly b
 tenants seen (an assumption); a tenant that appears later starts at 0 and borrows idle
 nodes. A tenant that holds quota but has sent nothing for ``tenant_ttl_windows`` windows
 is planned as idle (its nodes can be lent). Quotas the loop only guessed that no longer fit
-a smaller capacity start again from an even split of what reported quotas leave.
+a smaller capacity shrink in proportion to what each holds, in whole nodes, to what the
+reported quotas leave.
 A checkpoint saved under other cluster settings (``capacity_gpus``, ``node_gpus``,
 ``initial_quotas``) keeps its forecaster but not its quotas: the settings win, and the
 loop says what changed in :attr:`PlanLoop.settings_changed`.
@@ -221,15 +222,16 @@ class PlanLoop:
 
     def _fit_guesses(self) -> None:
         """Quotas the loop only guessed (no report set them) that no longer fit the
-        capacity start again from an even split of what the reported quotas leave."""
+        capacity shrink in proportion to what each holds, in whole nodes, to what the
+        reported quotas leave (a tenant that holds none gets none)."""
         capacity = self.capacity_gpus
         if sum(self._quotas.values()) <= capacity:
             return
         node = self.settings.planner.node_gpus
         reported = {t: q for t, q in self._quotas.items() if t in self._reported}
-        guessed = sorted(t for t in self._quotas if t not in self._reported)
+        guessed = {t: q for t, q in self._quotas.items() if t not in self._reported}
         left = max(0, capacity - sum(reported.values()))
-        self._quotas = {**reported, **(_even_split(guessed, left, node) if guessed else {})}
+        self._quotas = {**reported, **_shrink(guessed, left, node)}
 
     def _score(self, window: TenantWindow) -> None:
         """Realised error of forecasts whose target time this window reaches."""
@@ -359,6 +361,22 @@ def _whole_nodes(gpus: float, node: int) -> int:
 def _describe_changes(saved: dict[str, Any], now: dict[str, Any]) -> str:
     """``"capacity_gpus 64 -> 16"``: the cluster settings that differ, old -> new."""
     return ", ".join(f"{k} {saved.get(k)!r} -> {v!r}" for k, v in now.items() if saved.get(k) != v)
+
+
+def _shrink(quotas: dict[str, int], capacity: int, node: int) -> dict[str, int]:
+    """``quotas`` scaled down to at most ``capacity`` in whole nodes, largest remainders
+    first (ties by name): ``_shrink({"a": 48, "b": 16}, 32, 8) -> {"a": 24, "b": 8}``."""
+    nodes = {t: q // node for t, q in quotas.items()}
+    total = sum(nodes.values())
+    room = capacity // node
+    if total <= room:
+        return dict(quotas)
+    shares = {t: n * room / total for t, n in nodes.items()}
+    out = {t: math.floor(x) for t, x in shares.items()}
+    spare = room - sum(out.values())
+    for t in sorted(shares, key=lambda t: (out[t] - shares[t], t))[:spare]:
+        out[t] += 1
+    return {t: n * node for t, n in sorted(out.items())}
 
 
 def _even_split(tenants: list[str], capacity: int, node: int) -> dict[str, int]:

@@ -109,6 +109,18 @@ def test_a_smaller_reported_capacity_re_splits_only_the_guessed_quotas() -> None
     assert sum(quotas.values()) <= 32
 
 
+def test_a_smaller_capacity_shrinks_guessed_quotas_in_proportion_and_gives_none_away() -> None:
+    loop = PlanLoop(
+        LastValue(),
+        PlanLoopSettings(capacity_gpus=64, horizon_s=W, initial_quotas={"a": 48, "b": 16}),
+    )
+    _step(loop, W, {"a": (48.0, 0.0), "b": (16.0, 0.0), "gone": (0.0, 0.0)})
+    assert loop.quotas() == {"a": 48, "b": 16, "gone": 0}  # the loop's own moves stand
+    loop.on_cluster(ClusterReport(ts=W, source="s", capacity_gpus=32))  # capacity only
+    _step(loop, 2 * W, {"a": (24.0, 0.0), "b": (8.0, 0.0), "gone": (0.0, 0.0)})
+    assert loop.quotas() == {"a": 24, "b": 8, "gone": 0}  # 3:1 as before; none to "gone"
+
+
 def test_settings_that_differ_from_the_checkpoint_win_and_say_what_changed(
     tmp_path: Path,
 ) -> None:
