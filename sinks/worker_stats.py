@@ -1,8 +1,9 @@
 """What the worker saw and decided, kept for the Prometheus exporter to read at scrape time.
 
-Plain in-process numbers (per worker process) with bounded keys: hosts, reasons,
-tenants, horizons. The worker's agents (:mod:`dprobe.streams`) write; the exporter
-(:mod:`dprobe.sinks.worker_metrics`) only reads.
+Plain in-process numbers (per worker process) with bounded keys: hosts (those with a
+lost snapshot in the last day), reasons, tenants, horizons. The worker's agents
+(:mod:`dprobe.streams`) write; the exporter (:mod:`dprobe.sinks.worker_metrics`) only
+reads.
 
 Example:
     >>> s = WorkerStats()
@@ -17,6 +18,8 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from dataclasses import dataclass, field
+
+LOST_HOST_TTL_S = 86_400.0  # a host with no lost snapshot for this long leaves the metrics
 
 LATENCY_BUCKETS_S: tuple[float, ...] = (
     0.05,
@@ -76,11 +79,25 @@ class WorkerStats:
     capacity_gpus: float | None = None  # what plans share (None: this worker does not plan)
     windows_emitted: int = 0
     non_finite_forecasts: int = 0  # NaN or infinite forecasts, planned as demand now instead
-    lost_snapshots: Counter[str] = field(default_factory=Counter)  # by host
+    lost_snapshots: Counter[str] = field(default_factory=Counter)  # by host (see lose())
+    _lost_at: dict[str, float] = field(default_factory=dict, repr=False)
     dead_letters: Counter[str] = field(default_factory=Counter)  # by reason
     scaling_events: Counter[str] = field(default_factory=Counter)  # by action
     delay: Histogram = field(default_factory=Histogram)  # window end -> TenantWindow produced
     tenants: dict[str, TenantView] = field(default_factory=dict)
+
+    def lose(self, host: str, n: int, now: float) -> None:
+        """Count ``n`` snapshots of ``host`` lost at ``now`` (monotonic seconds); hosts
+        with no loss for :data:`LOST_HOST_TTL_S` are forgotten, so hosts that came and
+        went (autoscaled nodes) do not keep a series each for the life of the worker."""
+        self.lost_snapshots[host] += n
+        self._lost_at.pop(host, None)
+        self._lost_at[host] = now  # insertion order = order of the last loss
+        for old, at in list(self._lost_at.items()):
+            if now - at <= LOST_HOST_TTL_S:
+                break
+            del self._lost_at[old]
+            del self.lost_snapshots[old]
 
     def dead_letter(self, reason: str) -> None:
         self.dead_letters[reason] += 1

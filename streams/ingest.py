@@ -308,7 +308,7 @@ class Ingest:
             self.stats.resets += 1
             log.warning("host %s restarted its sequence at %d", snap.host, snap.seq)
         if lost:
-            self.stats.lost_snapshots[snap.host] += lost
+            self.stats.lose(snap.host, lost, time.monotonic())
         self.stats.snapshots += 1
         self.stats.process_samples += len(snap.procs)
         seq = seq_tracker.effective_seq(state, snap.seq)  # rises across the host's resets

@@ -169,3 +169,17 @@ def test_served_over_http_on_loopback_with_an_ephemeral_port() -> None:
         server.stop()
     assert 'dprobe_tenant_quota_gpus{tenant="vc-a"} 32.0' in body
     assert "process_cpu_seconds_total" not in body
+
+
+def test_hosts_without_a_loss_for_a_day_leave_the_lost_snapshots_counter() -> None:
+    from dprobe.sinks.worker_stats import LOST_HOST_TTL_S
+
+    s = WorkerStats()
+    s.lose("gpu-old", 2, now=0.0)
+    s.lose("gpu-kept", 1, now=10.0)
+    s.lose("gpu-kept", 1, now=LOST_HOST_TTL_S)  # still losing: stays
+    assert s.lost_snapshots == {"gpu-old": 2, "gpu-kept": 2}
+    s.lose("gpu-new", 3, now=LOST_HOST_TTL_S + 1.0)
+    assert s.lost_snapshots == {"gpu-kept": 2, "gpu-new": 3}  # gpu-old: a day without loss
+    s.lose("gpu-old", 1, now=LOST_HOST_TTL_S + 2.0)  # back: a new series from 1
+    assert s.lost_snapshots["gpu-old"] == 1
