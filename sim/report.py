@@ -1,5 +1,9 @@
 """Rows, table and bar chart of a simulation grid.
 
+``unfinished``: jobs that never finished: the run ended with no room for them in their
+VC in that mode (e.g. a job larger than a static VC). Queueing delay is averaged over the
+jobs that started and JCT over those that finished, so a cell with unfinished jobs is
+not comparable with one without; the oracle's hindsight pick prefers fewer of them.
 ``reduction_vs_static`` is the percentage by which a cell's average queueing delay is
 below the static cell of the same seed, policy, move latency and reclaim rule (positive =
 better; ``None`` without a static cell or when static had no delay);
@@ -34,12 +38,15 @@ COLUMNS = (
     "move_latency_s",
     "reclaim",
     "seed",
+    "jobs",
+    "unfinished",
     "avg_queue_s",
     "p95_queue_s",
     "avg_jct_s",
     "alloc_ratio",
     "node_moves",
     "preemptions",
+    "policy_preemptions",
     "lost_gpu_h",
     "moves_in_flight_gpu_h",
     "guarantee_wait_s",
@@ -72,12 +79,15 @@ def rows(results: Sequence[CellResult]) -> list[dict[str, Any]]:
                 "move_latency_s": r.move_latency_s,
                 "reclaim": r.reclaim,
                 "seed": r.seed,
+                "jobs": r.jobs,
+                "unfinished": r.unfinished,
                 "avg_queue_s": round(r.avg_queue_s, 1),
                 "p95_queue_s": round(r.p95_queue_s, 1),
                 "avg_jct_s": round(r.avg_jct_s, 1),
                 "alloc_ratio": round(r.alloc_ratio, 4),
                 "node_moves": r.node_moves,
                 "preemptions": r.preemptions,
+                "policy_preemptions": r.policy_preemptions,
                 "lost_gpu_h": round(r.lost_gpu_h, 2),
                 "moves_in_flight_gpu_h": round(r.moves_in_flight_gpu_h, 2),
                 "guarantee_wait_s": round(r.guarantee_wait_s, 1),
@@ -97,6 +107,7 @@ def table(results: Sequence[CellResult]) -> str:
         "mode",
         "latency s",
         "reclaim",
+        "unfinished",
         "avg queue s",
         "p95 queue s",
         "avg JCT s",
@@ -117,7 +128,7 @@ def table(results: Sequence[CellResult]) -> str:
         cap = r["oracle_gain_captured"]
         lines.append(
             f"| {r['policy']} | {r['mode']} | {r['move_latency_s']:g} | {r['reclaim']} | "
-            f"{seconds_text(r['avg_queue_s'])} | {seconds_text(r['p95_queue_s'])} | "
+            f"{r['unfinished']} | {seconds_text(r['avg_queue_s'])} | {seconds_text(r['p95_queue_s'])} | "
             f"{seconds_text(r['avg_jct_s'])} | "
             f"{r['alloc_ratio']:.3f} | {r['node_moves']} | {r['preemptions']} | "
             f"{seconds_text(r['lost_gpu_h'])} | {seconds_text(r['moves_in_flight_gpu_h'])} | "

@@ -129,8 +129,11 @@ def oracle_of(planned: CellResult, reactive: CellResult) -> CellResult:
 
 
 def _better(first: CellResult, second: CellResult) -> CellResult:
-    """The run with the lower average queueing delay (``first`` on a tie)."""
-    return second if second.avg_queue_s < first.avg_queue_s else first
+    """The run that left fewer jobs never run, then waited less on average (``first`` on
+    a tie): averages leave out the jobs that never ran, so they come first."""
+    if (second.unfinished, second.avg_queue_s) < (first.unfinished, first.avg_queue_s):
+        return second
+    return first
 
 
 def run_one(

@@ -353,7 +353,11 @@ def run(args: argparse.Namespace) -> int:
     )
     for r in results:
         if r.unfinished:
-            say(f"warning: {r.policy}/{r.mode} (seed {r.seed}): {r.unfinished} jobs never finished")
+            say(
+                f"warning: {r.policy}/{r.mode} (seed {r.seed}): {r.unfinished} jobs never "
+                "finished (no room for them in their VC in this mode); its averages leave "
+                "them out, so it compares badly with the other cells (column 'unfinished')"
+            )
     several = len(seeds) > 1
     if args.chart:
         try:

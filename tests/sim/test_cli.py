@@ -21,6 +21,9 @@ KEYS = {
     "reclaim",
     "seed",
     "preemptions",
+    "policy_preemptions",
+    "jobs",
+    "unfinished",
     "lost_gpu_h",
     "moves_in_flight_gpu_h",
     "guarantee_wait_s",
@@ -81,6 +84,7 @@ def test_json_is_one_document_with_the_contract_keys(
     # Reactive: at the 300 s tick b lends its one lendable node (guarantee 1 of 2): the
     # second job starts at 300, the third when the first ends at 1200 -> (0+300+1200)/3.
     fifo = {r["mode"]: r for r in rows if r["policy"] == "fifo"}
+    assert all((r["jobs"], r["unfinished"]) == (3, 0) for r in rows)
     assert fifo["static"]["avg_queue_s"] == 1200.0
     assert fifo["reactive"]["avg_queue_s"] == 500.0
     assert fifo["reactive"]["reduction_vs_static"] == pytest.approx(100 * 700 / 1200, abs=0.01)
@@ -314,3 +318,39 @@ def test_an_empty_grid_prints_an_empty_table(
     assert out.strip().splitlines()[0].startswith("| policy | mode |")
     assert len(out.strip().splitlines()) == 2
     assert "0 runs" in err and "0 jobs left out" in err
+
+
+def test_jobs_that_never_run_are_reported_not_hidden_in_the_averages(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # VC a (1 node) gets a 16-GPU job, which fits only with a node borrowed from b
+    (tmp_path / "jobs.csv").write_text(
+        "job_id,user,num_gpu,submit_time,duration,model_name\n0,a,16,0,20,vgg16\n1,a,8,0,20,vgg16\n"
+    )
+    (tmp_path / "vcs.csv").write_text("vc,node num\na,1\nb,2\n")
+    args = ["simulate", "--jobs", str(tmp_path / "jobs.csv"), "--vcs", str(tmp_path / "vcs.csv")]
+    args += ["--policies", "fifo", "--modes", "static", "reactive", "oracle", "--chart", ""]
+    assert main([*args, "--forecaster", "recent-peak", "--json"]) == 0
+    out, err = capsys.readouterr()
+    by = {r["mode"]: r for r in json.loads(out)}
+    assert (by["static"]["jobs"], by["static"]["unfinished"]) == (2, 1)
+    assert by["reactive"]["unfinished"] == by["oracle"]["unfinished"] == 0
+    assert "fifo/static (seed 0): 1 jobs never finished" in err
+    assert main([*args, "--forecaster", "recent-peak"]) == 0
+    table = capsys.readouterr().out
+    header = [c.strip() for c in table.splitlines()[0].strip("|").split("|")]
+    static = next(line for line in table.splitlines() if "| static |" in line)
+    assert static.strip("|").split("|")[header.index("unfinished")].strip() == "1"
+
+
+def test_the_oracle_prefers_the_run_that_left_no_job_unfinished() -> None:
+    from dataclasses import replace
+
+    from dprobe.sim.run import CellResult, oracle_of
+
+    base = CellResult("fifo", "oracle", 0.0, "wait", 2, 0, 0, 50.0, 50.0, 50.0, 0.5, 0, 0,
+                      0.0, 0.0, 0.0, 0, 1.0, 0.1, "", "planner")  # fmt: skip
+    starved = replace(base, unfinished=1, avg_queue_s=10.0)  # lower average, one job starved
+    reactive = replace(base, mode="reactive", oracle_pick="")
+    assert oracle_of(starved, reactive).oracle_pick == "reactive"
+    assert oracle_of(replace(base, avg_queue_s=10.0), reactive).oracle_pick == "planner"
