@@ -128,8 +128,8 @@ def table(results: Sequence[CellResult]) -> str:
         cap = r["oracle_gain_captured"]
         lines.append(
             f"| {r['policy']} | {r['mode']} | {r['move_latency_s']:g} | {r['reclaim']} | "
-            f"{r['unfinished']} | {seconds_text(r['avg_queue_s'])} | {seconds_text(r['p95_queue_s'])} | "
-            f"{seconds_text(r['avg_jct_s'])} | "
+            f"{r['unfinished']} | {seconds_text(r['avg_queue_s'])} | "
+            f"{seconds_text(r['p95_queue_s'])} | {seconds_text(r['avg_jct_s'])} | "
             f"{r['alloc_ratio']:.3f} | {r['node_moves']} | {r['preemptions']} | "
             f"{seconds_text(r['lost_gpu_h'])} | {seconds_text(r['moves_in_flight_gpu_h'])} | "
             f"{seconds_text(r['guarantee_wait_s'])} | {vs_static} | {vs_reactive} | "
