@@ -57,7 +57,9 @@ def main() -> None:
     for seed in (int(s) for s in args.seeds.split(",")):
         names = ("last-value", "job-aware", "dprobe-mmoe", "dprobe-mmoe-jobs")
         models = [make_forecaster(n, seed=seed, calibrate=True) for n in names]
-        res = rolling_origin(windows, models, HORIZONS, test_start=_ts(args.test_start))
+        res = rolling_origin(
+            windows, models, HORIZONS, test_start=_ts(args.test_start), absent_is_zero=True
+        )
         pinball = {(r.model, r.horizon_s): r.pinball_p90 for r in res.rows}
         for r in res.rows:
             print(

@@ -210,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
         test_start=test_start,
         origin_stride=args.origin_stride,
         progress=progress,
+        absent_is_zero=args.fmt == "jobs-csv",  # no window: no job of the tenant ran
     )
     if not result.rows:
         raise UsageError("no forecast could be scored: the test span is shorter than the horizons")

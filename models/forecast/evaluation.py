@@ -8,6 +8,10 @@ is not scored). Data before ``test_start`` only warms the models up (fit);
 tuning must use a validation span that also ends before it. Online models keep learning
 during the test span from windows that have closed - never from the future.
 
+A forecast whose target window does not exist is not scored, unless ``absent_is_zero``
+(windows of a job log, where a tenant without jobs has no window): then it is scored
+against 0 as long as the target lies within the windows seen.
+
 Metrics per model and horizon, over the same (tenant, origin) pairs for every model:
 MAE, RMSE, MASE = MAE / MAE of last value (below 1 beats "same as now"),
 ``under_rate`` = share of p50 forecasts below the actual demand, ``p90_under_rate``
@@ -110,8 +114,14 @@ def rolling_origin(
     test_start: float,
     origin_stride: int = 1,
     progress: Callable[[int], None] | None = None,
+    absent_is_zero: bool = False,
 ) -> EvalResult:
-    """Feed ``windows`` (time-ordered) to every model; score forecasts from test origins."""
+    """Feed ``windows`` (time-ordered) to every model; score forecasts from test origins.
+
+    ``absent_is_zero``: a tenant with no window for a target time within the windows seen
+    had no demand then (windows built from a job log exist only while the tenant has
+    jobs), so the forecast is scored against 0; otherwise such a forecast is not scored
+    (a series with gaps)."""
     actual: dict[tuple[str, int], float] = {}
     preds: dict[tuple[str, float], list[Pred]] = {}
     step_of: dict[str, float] = {}
@@ -153,6 +163,11 @@ def rolling_origin(
             progress(n_windows)
     names = [m.name for m in models]
     calibrated = {m.name for m in models if uncalibrated(m) is not None}
+    if absent_is_zero and not math.isnan(last):
+        for (_, _), made in preds.items():
+            for tenant, target, t, *_ in made:
+                if t <= last + 1e-6:
+                    actual.setdefault((tenant, target), 0.0)
     rows, series = _score(preds, actual, names, horizons_s, calibrated)
     test_span = (test_start, last) if not math.isnan(last) and last >= test_start else None
     fit_span = (first, fit_end) if not math.isnan(fit_end) else None

@@ -119,3 +119,25 @@ def test_a_calibrated_model_is_also_scored_as_its_uncalibrated_self() -> None:
         assert c.p90_coverage_uncalibrated == pytest.approx(p.p90_coverage)
         assert c.pinball_p90_uncalibrated == pytest.approx(p.pinball_p90)
         assert 0.85 <= c.p90_coverage <= 0.95
+
+
+def test_a_tenant_without_a_window_had_no_demand_when_windows_come_from_a_job_log() -> None:
+    # tenant a runs 8 GPUs in windows 0-3, nothing in 4-5 (no window), 8 again in 6-9;
+    # tenant b is busy throughout, so the windows cover the whole span
+    a = dict.fromkeys((*range(4), *range(6, 10)), 8.0)
+    windows = sorted(
+        [win("a", i, y) for i, y in a.items()] + [win("b", i, 1.0) for i in range(10)],
+        key=lambda w: (w.window_end, w.tenant),
+    )
+    gaps = rolling_origin(windows, [LastValue()], [STEP], test_start=STEP)
+    zeros = rolling_origin(windows, [LastValue()], [STEP], test_start=STEP, absent_is_zero=True)
+    # reference in plain Python: last value forecasts the origin's demand for the next window
+    demand = {("a", i): a.get(i, 0.0) for i in range(10)} | {("b", i): 1.0 for i in range(10)}
+    origins = {(w.tenant, round(w.window_end / STEP) - 1) for w in windows}
+    pairs = [(t, i) for t, i in demand if i < 9 and (t, i) in origins]
+    errors = [abs(demand[(t, i)] - demand[(t, i + 1)]) for t, i in pairs]
+    (row,) = zeros.rows
+    assert row.n == len(pairs) == 16
+    assert row.mae == pytest.approx(sum(errors) / len(errors))  # the drop to 0 at window 4
+    (skipped,) = gaps.rows
+    assert skipped.n == 15 and skipped.mae == 0.0  # without it, the miss goes unscored
