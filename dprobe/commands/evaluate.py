@@ -57,7 +57,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="folder for the PNG plots and summary.json (default dprobe-out/evaluate)",
     )
-    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument(
+        "--no-plots",
+        action="store_true",
+        help="write nothing to --out (no PNG plots, no summary.json)",
+    )
     p.add_argument(
         "--test-start",
         metavar="TIME",
@@ -89,6 +93,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot-tenants", type=int, default=3, help="tenants to plot (largest first)")
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None, so it is valid JSON
+    (a MASE is infinite where last value made no error at all).
+
+    >>> finite({"mase": float("inf"), "rows": [1.5, float("nan")]})
+    {'mase': None, 'rows': [1.5, None]}
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
 def _time(text: str, flag: str) -> float:
     from dprobe.traces.demand_series import parse_ts
 
@@ -104,7 +124,13 @@ def _iso(ts: float) -> str:
 
 def _models(args: argparse.Namespace) -> list[Any]:
     from dprobe.models.forecast.baselines import LastValue
-    from dprobe.models.forecast.registry import FORECASTERS, MMOE, canonical_name, make_forecaster
+    from dprobe.models.forecast.registry import (
+        FORECASTERS,
+        MMOE,
+        MMOE_JOBS,
+        canonical_name,
+        make_forecaster,
+    )
 
     def canonical(name: str) -> str | None:
         try:
@@ -119,13 +145,23 @@ def _models(args: argparse.Namespace) -> list[Any]:
             f"--models: unknown {', '.join(unknown)} (choose from {', '.join(FORECASTERS)})"
         )
     names = [canonical_name(m) for m in wanted]
+    multitask = [n for n in dict.fromkeys(names) if n in (MMOE, MMOE_JOBS)]
+    for flag, given in (
+        ("--warm-start", args.warm_start),
+        ("--save-checkpoint", args.save_checkpoint),
+    ):
+        if given and len(multitask) != 1:
+            raise UsageError(
+                f"{flag} needs exactly one multi-task model in --models ({MMOE} or {MMOE_JOBS}); "
+                f"got {', '.join(multitask) or 'none'}"
+            )
     # last value is the MASE reference: always there, always first
     models: list[Any] = [LastValue()]
     for name in names:
         if name == "last-value":
             continue
         model = make_forecaster(name, seed=args.seed)
-        if name == MMOE and args.warm_start:
+        if name in (MMOE, MMOE_JOBS) and args.warm_start:
             from dprobe.models.checkpoint import CheckpointError
             from dprobe.models.forecast.multitask import load_checkpoint
 
@@ -220,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
     table = _table(result.rows)
     if args.json:
         print(table, file=err)
-        json.dump([r.public() for r in result.rows], sys.stdout)
+        json.dump([finite(r.public()) for r in result.rows], sys.stdout, allow_nan=False)
         sys.stdout.write("\n")
     else:
         print(split)
@@ -339,5 +375,5 @@ def _plots(
         "rows": [vars(r) for r in result.rows],
         "profiler_lofo": profiler,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "summary.json").write_text(json.dumps(finite(summary), indent=1, allow_nan=False))
     print(f"plots and summary.json written to {out}/ ({len(paths)} PNG)", file=err)

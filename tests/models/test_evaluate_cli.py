@@ -144,8 +144,49 @@ def test_checkpoint_saved_by_one_run_warm_starts_the_next(tmp_path: Path, capsys
     assert main([*base, "--models", "dprobe-mmoe", "--warm-start", str(ckpt)]) == 0
     assert json.loads(capsys.readouterr().out)
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
-    assert main([*base, "--warm-start", str(tmp_path / "junk.pt")]) == 2
+    junk = ["--models", "dprobe-mmoe", "--warm-start", str(tmp_path / "junk.pt")]
+    assert main([*base, *junk]) == 2
     assert "--warm-start" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("models", ["last-value,holt-winters", "dprobe-mmoe,dprobe-mmoe-jobs"])
+@pytest.mark.parametrize("flag", ["--warm-start", "--save-checkpoint"])
+def test_checkpoint_flags_need_exactly_one_multitask_model(
+    tmp_path: Path, capsys, models: str, flag: str
+) -> None:
+    trace = _demand_csv(tmp_path / "d.csv", n=50)
+    args = ["evaluate", "--trace", str(trace), "--format", "demand-csv", "--no-plots"]
+    assert main([*args, "--models", models, flag, str(tmp_path / "x.pt")]) == 2
+    assert f"{flag} needs exactly one multi-task model" in capsys.readouterr().err
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_the_job_multitask_model_saves_and_warm_starts_too(tmp_path: Path, capsys) -> None:
+    trace = _demand_csv(tmp_path / "d.csv", n=150)
+    ckpt = tmp_path / "jobs.pt"
+    base = ["evaluate", "--trace", str(trace), "--format", "demand-csv", "--no-plots", "--json"]
+    base += ["--models", "dprobe-mmoe-jobs"]
+    assert main([*base, "--save-checkpoint", str(ckpt)]) == 0
+    assert ckpt.stat().st_size > 10_000
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    assert main([*base, "--warm-start", str(tmp_path / "junk.pt")]) == 2  # read, not ignored
+    assert "--warm-start" in capsys.readouterr().err
+
+
+def test_json_holds_no_infinity(tmp_path: Path, capsys) -> None:
+    # demand that never moves within the test span: last value makes no error, MASE = inf
+    trace = tmp_path / "flat.csv"
+    rows = [f"{1_590_000_000 + 600 * i},vc-a,{8 if i < 60 else 16}" for i in range(100)]
+    trace.write_text("ts,tenant,demand_gpus\n" + "\n".join(rows) + "\n")
+    args = ["evaluate", "--trace", str(trace), "--format", "demand-csv", "--no-plots", "--json"]
+    assert (
+        main([*args, "--models", "holt-winters", "--test-start", str(1_590_000_000 + 600 * 70)])
+        == 0
+    )
+    out = capsys.readouterr().out
+    rows_out = json.loads(out, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    hw = [r for r in rows_out if r["model"] == "holt-winters"]
+    assert hw and all(r["mase"] is None for r in hw)  # infinite: no finite ratio to show
 
 
 def test_no_calibration_scores_the_models_own_p90(tmp_path: Path, capsys) -> None:
