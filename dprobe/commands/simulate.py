@@ -121,14 +121,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--time-unit",
         type=float,
-        default=60.0,
+        default=None,
         metavar="SECONDS",
-        help="seconds per jobs-csv time unit (default 60: minutes)",
+        help="--jobs: seconds per time unit of the file (default 60: minutes)",
     )
     p.add_argument(
         "--days",
         type=float,
-        default=7.0,
+        default=None,
         metavar="D",
         help="--helios: the first D days of the series, at most the days it holds "
         "(May 2020: 31; default 7)",
@@ -157,16 +157,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--move-latency",
         type=float,
-        default=300.0,
+        default=None,
         metavar="S",
-        help="seconds a node that changes VC serves nobody (300)",
+        help="seconds a node that changes VC serves nobody (300; --sweep: see --latencies)",
     )
     p.add_argument(
         "--reclaim",
         choices=("wait", "preempt"),
-        default="wait",
+        default=None,
         help="how a VC gets its lent nodes back: wait for them to go idle, or preempt the "
-        "borrower's jobs on them (wait)",
+        "borrower's jobs on them (wait; --sweep runs both)",
     )
     p.add_argument(
         "--checkpoint-interval",
@@ -197,7 +197,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--latencies",
-        default="0,300,900,1800",
+        default=None,
         metavar="S,S",
         help="--sweep: move latencies in seconds (0,300,900,1800)",
     )
@@ -216,7 +216,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--share-models",
-        default="",
+        default=None,
         metavar="M1,M2",
         help="with --colocate: models of 1-GPU jobs that may share (default: those the job "
         "profiler levels L1 or L2)",
@@ -240,6 +240,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
 
+# (flag, attribute, the flag it needs or excludes, default): a flag that would be ignored
+# is a usage error, not silently dropped
+_DEPENDENT = (
+    ("--time-unit", "time_unit", "jobs", 60.0),
+    ("--days", "days", "helios", 7.0),
+    ("--latencies", "latencies", "sweep", "0,300,900,1800"),
+    ("--share-models", "share_models", "colocate", ""),
+)
+_NOT_WITH_SWEEP = (("--move-latency", "move_latency", 300.0), ("--reclaim", "reclaim", "wait"))
+
+
+def _check_combinations(args: argparse.Namespace) -> None:
+    """Refuse flags that would do nothing with the others given, then fill in defaults.
+
+    >>> ns = argparse.Namespace(jobs=None, helios="h", sweep=False, colocate=None,
+    ...     time_unit=None, days=None, latencies=None, share_models=None,
+    ...     move_latency=None, reclaim=None)
+    >>> _check_combinations(ns); (ns.days, ns.time_unit, ns.move_latency)
+    (7.0, 60.0, 300.0)
+    """
+    for flag, attr, needs, default in _DEPENDENT:
+        if getattr(args, attr) is None:
+            setattr(args, attr, default)
+        elif not getattr(args, needs):
+            raise UsageError(f"{flag} applies only with --{needs.replace('_', '-')}")
+    for flag, attr, default in _NOT_WITH_SWEEP:
+        if getattr(args, attr) is None:
+            setattr(args, attr, default)
+        elif args.sweep:
+            raise UsageError(
+                f"{flag} does not apply with --sweep (it runs every --latencies value with "
+                "both reclaim rules)"
+            )
+
+
 def run(args: argparse.Namespace) -> int:
     from dprobe.models.forecast.registry import canonical_name
     from dprobe.sim.grid import run_seeds, sweep_settings
@@ -250,6 +285,7 @@ def run(args: argparse.Namespace) -> int:
     from dprobe.sim.settings import SimSettings
     from dprobe.traces.jobs_csv import read_jobs
 
+    _check_combinations(args)
     policies = _names(args.policies, POLICIES, "policy")
     modes = _names(args.modes, MODES, "mode")
     try:

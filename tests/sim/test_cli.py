@@ -354,3 +354,27 @@ def test_the_oracle_prefers_the_run_that_left_no_job_unfinished() -> None:
     reactive = replace(base, mode="reactive", oracle_pick="")
     assert oracle_of(starved, reactive).oracle_pick == "reactive"
     assert oracle_of(replace(base, avg_queue_s=10.0), reactive).oracle_pick == "planner"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--latencies", "5"], "--latencies applies only with --sweep"),
+        (["--days", "3"], "--days applies only with --helios"),
+        (["--share-models", "vgg16"], "--share-models applies only with --colocate"),
+        (["--sweep", "--move-latency", "900"], "--move-latency does not apply with --sweep"),
+        (["--sweep", "--reclaim", "preempt"], "--reclaim does not apply with --sweep"),
+    ],
+)
+def test_a_flag_that_would_be_ignored_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    jobs = _trace(tmp_path)
+    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv"), "--chart", ""]
+    assert main([*args, "--modes", "static", *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_time_unit_applies_only_to_a_job_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--helios", "/nonexistent", "--time-unit", "1", "--chart", ""]) == 2
+    assert "--time-unit applies only with --jobs" in capsys.readouterr().err
