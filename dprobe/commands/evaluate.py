@@ -295,7 +295,8 @@ def _read_windows(args: argparse.Namespace, test_end: float) -> list[Any]:
     from dprobe.traces.demand_windows import to_windows
 
     points = (p for p in read_trace(args.trace, args.fmt) if p.ts < test_end)
-    return list(to_windows(points, args.window_s))
+    # a window cut short by --test-end is left out, as for a jobs trace
+    return [w for w in to_windows(points, args.window_s) if w.window_end <= test_end]
 
 
 def _profiler_accuracy(args: argparse.Namespace, err: Any) -> dict[str, Any]:

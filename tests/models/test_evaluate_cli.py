@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -202,3 +203,17 @@ def test_no_calibration_scores_the_models_own_p90(tmp_path: Path, capsys) -> Non
         assert r["p90_coverage"] == before["p90_coverage_uncalibrated"]
         assert r["pinball_p90"] == before["pinball_p90_uncalibrated"]
     assert "p90 cover" in captured.err
+
+
+def test_test_end_leaves_out_a_window_it_cuts_short(tmp_path: Path, capsys) -> None:
+    trace = _demand_csv(tmp_path / "d.csv", n=150)
+    end = 1_590_000_000 + 600 * 120 + 300  # half-way through a window
+    args = ["evaluate", "--trace", str(trace), "--format", "demand-csv", "--no-plots"]
+    assert main([*args, "--models", "last-value", "--test-end", str(end)]) == 0
+    split = capsys.readouterr().out.splitlines()[0]
+    last_full = 1_590_000_000 + 600 * 120  # the last window that ends at or before it
+    assert (
+        split.split(" test ")[1]
+        .split(" (")[0]
+        .endswith(datetime.fromtimestamp(last_full, UTC).strftime("%Y-%m-%d %H:%M"))
+    )
