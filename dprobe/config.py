@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
 from dprobe.errors import UsageError
-from dprobe.schema import LEVELS, MAX_FLOW_EDGES
+from dprobe.schema import LEVELS, MAX_FLOW_EDGES, Gpu
 from dprobe.text_input import read_text
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -93,7 +93,7 @@ class KafkaSettings:
 
     section = "kafka"
 
-    bootstrap: str = DEFAULT_BOOTSTRAP
+    bootstrap: str = DEFAULT_BOOTSTRAP  # HOST:PORT[,HOST:PORT...]; in TOML also a list
     client_id: str = "dprobe"
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
@@ -441,6 +441,17 @@ class LagSettings:
         _check_port("lag.metrics_port", self.metrics_port)
 
 
+def _max_gpu_index() -> int:
+    """The largest GPU index a snapshot may carry (``dprobe.schema.Gpu.index``)."""
+    meta = get_type_hints(Gpu, include_extras=True)["index"].__metadata__
+    return int(next(m.le for m in meta if getattr(m, "le", None) is not None))
+
+
+# A replayed host numbers its GPUs 0..gpus_per_host-1; the worker rejects a snapshot with
+# an index beyond the schema's bound, so a host of more GPUs would replay nothing.
+MAX_GPUS_PER_HOST = _max_gpu_index() + 1
+
+
 @dataclass(frozen=True)
 class ReplaySettings:
     """``dprobe replay``: an archive or a public trace back into Kafka."""
@@ -463,8 +474,13 @@ class ReplaySettings:
     def __post_init__(self) -> None:
         if self.speed < 0:
             raise ConfigError("replay.speed must be >= 0 (0 = as fast as possible)")
-        if self.tick_s <= 0 or self.gpus_per_host < 1 or self.jobs_time_unit_s <= 0:
-            raise ConfigError("replay.tick_s, gpus_per_host and jobs_time_unit_s must be > 0")
+        if self.tick_s <= 0 or self.jobs_time_unit_s <= 0:
+            raise ConfigError("replay.tick_s and jobs_time_unit_s must be > 0")
+        if not 1 <= self.gpus_per_host <= MAX_GPUS_PER_HOST:
+            raise ConfigError(
+                f"replay.gpus_per_host must be within [1, {MAX_GPUS_PER_HOST}] "
+                f"(a snapshot's GPU index is at most {MAX_GPUS_PER_HOST - 1})"
+            )
         if self.compression not in {"zstd", "lz4", "gzip", "snappy", "none"}:
             raise ConfigError("replay.compression must be zstd, lz4, gzip, snappy or none")
         if self.await_every < 1:
@@ -482,6 +498,17 @@ class ReplaySettings:
         return self.topic_prefix == self.kafka.topic_prefix
 
 
+# The settings of every service: a settings file may hold a table for each.
+SERVICES = (
+    KafkaSettings,
+    BrokerSettings,
+    CollectorSettings,
+    WorkerSettings,
+    ArchiveSettings,
+    LagSettings,
+    ReplaySettings,
+)
+
 S = TypeVar("S")
 
 
@@ -498,8 +525,41 @@ def load(
     from the same sources (``DPROBE_KAFKA_*``, ``[kafka]``, CLI key ``bootstrap``).
     """
     env = os.environ if env is None else env
-    doc = _read_toml(Path(file).expanduser()) if file else {}
+    doc: dict[str, Any] = {}
+    if file:
+        path = Path(file).expanduser()
+        doc = _read_toml(path)
+        _check_sections(doc, path)
     return _build(cls, dict(cli or {}), env, doc)
+
+
+def _check_sections(doc: dict[str, Any], path: Path) -> None:
+    """Every key at the top of a settings file is the table of a service (any service: one
+    file may serve them all); a misspelt table or a key outside any table is a ConfigError
+    rather than a setting silently left at its default.
+
+    >>> _check_sections({"replya": {"speed": 5}}, Path("d.toml"))
+    Traceback (most recent call last):
+    ...
+    dprobe.config.ConfigError: config file d.toml: unknown section(s) [replya]; known: ...
+    """
+    known = sorted(c.section for c in SERVICES)
+    listed = ", ".join(f"[{k}]" for k in known)
+    for key, value in doc.items():
+        if key in known and not isinstance(value, dict):
+            raise ConfigError(f"[{key}] in the config file must be a table")
+    loose = sorted(k for k, v in doc.items() if k not in known and not isinstance(v, dict))
+    if loose:
+        raise ConfigError(
+            f"config file {path}: top-level key(s) {', '.join(loose)} outside any section; "
+            f"put each in a section: {listed}"
+        )
+    unknown = sorted(k for k in doc if k not in known)
+    if unknown:
+        raise ConfigError(
+            f"config file {path}: unknown section(s) {', '.join(f'[{k}]' for k in unknown)}; "
+            f"known: {listed}"
+        )
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -511,8 +571,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
     dprobe.config.ConfigError: config file /: cannot read: Is a directory
     """
     text = read_text(path, max_bytes=1 << 20, error=ConfigError, what="config file ")
-    try:
-        return tomllib.loads(text)
+    try:  # a byte-order mark (Windows editors write one) is not TOML, but means no harm
+        return tomllib.loads(text.removeprefix("\ufeff"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: {exc}") from None
 
@@ -546,6 +606,8 @@ def _build(cls: type[S], cli: dict[str, Any], env: Mapping[str, str], doc: dict[
         else:
             continue
         try:
+            if section == "kafka" and f.name == "bootstrap" and isinstance(raw, list):
+                raw = _join_servers(raw)
             values[f.name] = _convert(raw, hint)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{origin}: {exc}") from None
@@ -555,6 +617,37 @@ def _build(cls: type[S], cli: dict[str, Any], env: Mapping[str, str], doc: dict[
         raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"[{section}]: {exc}") from None
+
+
+def _join_servers(raw: list[Any]) -> str:
+    """``bootstrap = ["k1:9092", "k2:9092"]`` as the comma list that aiokafka and faust read
+    (``"k1:9092,k2:9092"``, as in infra/systemd/collector.toml).
+
+    >>> _join_servers(["k1:9092", " k2:9092"])
+    'k1:9092,k2:9092'
+    """
+    items = [x.strip() if isinstance(x, str) else x for x in raw]
+    if not items:
+        raise ValueError("expected at least one HOST:PORT server, got an empty list")
+    if any(not isinstance(x, str) or not x or "," in x for x in items):
+        raise ValueError(f"expected a list of HOST:PORT strings, got {_shown(raw)}")
+    return ",".join(items)
+
+
+def _shown(raw: Any) -> str:
+    """``raw`` for an error line: cut short, and never the digits of a huge integer.
+
+    >>> print(_shown(10**400)); print(_shown("x" * 100))
+    an integer of 1329 bits
+    'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... (102 chars)
+    """
+    if isinstance(raw, int) and raw.bit_length() > 64:
+        return f"an integer of {raw.bit_length()} bits"
+    text = repr(raw)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} chars)"
+
+
+_STRUCTURES = {list: "a list", tuple: "a list", dict: "a table"}
 
 
 def _convert(raw: Any, hint: Any) -> Any:
@@ -582,19 +675,27 @@ def _convert(raw: Any, hint: Any) -> Any:
         raise ValueError(f"expected a boolean, got {raw!r}")
     if hint is int:
         if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
-            raise ValueError(f"expected an integer, got {raw!r}")
+            raise ValueError(f"expected an integer, got {_shown(raw)}")
         try:
-            return int(raw)
-        except ValueError:
-            raise ValueError(f"expected an integer, got {raw!r}") from None
+            whole = int(raw)
+        except (ValueError, OverflowError):
+            raise ValueError(f"expected an integer, got {_shown(raw)}") from None
+        if not -(2**63) <= whole < 2**63:  # TOML's integers are 64-bit
+            raise ValueError(f"expected a 64-bit integer, got {_shown(raw)}")
+        return whole
     if hint is float:
         try:
             value = float(raw)
         except ValueError:
-            raise ValueError(f"expected a number, got {raw!r}") from None
+            raise ValueError(f"expected a number, got {_shown(raw)}") from None
+        except OverflowError:  # a TOML integer beyond the largest float
+            raise ValueError(f"expected a finite number, got {_shown(raw)}") from None
         if not math.isfinite(value):
-            raise ValueError(f"expected a finite number, got {raw!r}")
+            raise ValueError(f"expected a finite number, got {_shown(raw)}")
         return value
+    kind = next((k for t, k in _STRUCTURES.items() if isinstance(raw, t)), None)
+    if kind and hint in (Path, Secret, str):
+        raise ValueError(f"expected a string, got {kind}")
     if hint is Path:
         return Path(str(raw)).expanduser()
     if hint is Secret:

@@ -26,6 +26,7 @@ import csv
 import gzip
 import math
 import statistics
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -33,6 +34,8 @@ from typing import IO
 import numpy as np
 
 from dprobe.errors import UsageError
+from dprobe.text_input import bounded_lines
+from dprobe.traces.demand_series import MAX_TENANT_GPUS, parse_ts
 from dprobe.traces.jobs_csv import JobRecord
 
 
@@ -61,31 +64,123 @@ class VcSeries:
     large_share: float
 
 
-def read_vc_series(fh: IO[str], name: str = "<series>", node_gpus: int = 8) -> VcSeries:
-    """Size, hourly mean demand and large-job share of one Helios VC minute series."""
-    reader = csv.DictReader(fh)
-    totals, hours, big, allg = [], [], 0.0, 0.0
-    acc, n, hour = 0.0, 0, None
+# The columns read; the header may spell them in any case (Helios files write ``Time`` or
+# ``time``) and hold more.
+COLUMNS = (
+    "time",
+    "running_gpu_num",
+    "pending_gpu_num",
+    "total_gpu_num",
+    "running_gpu_num_noless_8",
+    "pending_gpu_num_noless_8",
+)
+
+
+def _shown(text: str) -> str:
+    """A field for an error line, cut short (a line may be a megabyte long)."""
+    return repr(text) if len(text) <= 40 else f"{text[:40]!r}..."
+
+
+def _gpus(text: str, column: str, name: str, line: int) -> float:
+    """A GPU count of the series: finite, within [0, MAX_TENANT_GPUS] (the replay's bound)."""
     try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{name}:{line}: {column}: not a number: {_shown(text)}") from None
+    if not (math.isfinite(value) and 0 <= value <= MAX_TENANT_GPUS):
+        raise UsageError(
+            f"{name}:{line}: {column}: must be a number within [0, {MAX_TENANT_GPUS}], "
+            f"got {_shown(text)}"
+        )
+    return value
+
+
+def read_vc_series(fh: IO[str], name: str = "<series>", node_gpus: int = 8) -> VcSeries:
+    """Size, hourly mean demand and large-job share of one Helios VC minute series.
+
+    A row that is not a Helios minute (a missing field, a count that is not finite or
+    below 0, a time before the previous row's) is a :class:`UsageError` naming ``name``
+    and the line."""
+    reader = csv.reader(bounded_lines(fh, name=name))
+    totals, hours, big, allg = [], [], 0.0, 0.0
+    acc, n, hour, last = 0.0, 0, None, None
+    try:
+        header = next(reader, None)
+        if header is None:
+            raise UsageError(f"{name}:1: empty file (no header)")
+        header = [h.strip().lower() for h in header]
+        header[0] = header[0].removeprefix("\ufeff")
+        missing = [c for c in COLUMNS if c not in header]
+        if missing:
+            raise UsageError(
+                f"{name}:1: header lacks column(s) {', '.join(missing)} "
+                f"(found: {', '.join(header)})"
+            )
+        at = [header.index(c) for c in COLUMNS]
         for row in reader:
-            d = float(row["running_gpu_num"]) + float(row["pending_gpu_num"])
-            h = row["time"][:13]
+            line = reader.line_num
+            if not row:  # a blank line
+                continue
+            if len(row) != len(header):
+                raise UsageError(f"{name}:{line}: expected {len(header)} fields, found {len(row)}")
+            text = row[at[0]]
+            try:
+                ts = parse_ts(text)
+            except (ValueError, OverflowError):
+                raise UsageError(f"{name}:{line}: time: not a date-time: {_shown(text)}") from None
+            # Rows must be in time order, as the real Helios files are (one row a minute):
+            # an earlier minute is rejected, not sorted, since such a file is damaged or not
+            # a Helios series, and sorting would hide that (a repeated minute is taken).
+            if last is not None and ts < last[0]:
+                raise UsageError(
+                    f"{name}:{line}: time {_shown(text)} is before the previous row's "
+                    f"({_shown(last[1])})"
+                )
+            last = (ts, text)
+            running, pending, total, run8, pend8 = (
+                _gpus(row[i], c, name, line) for i, c in zip(at[1:], COLUMNS[1:], strict=True)
+            )
+            # Not checked per row: running above total (a VC that borrows beyond its own
+            # GPUs, which a cluster with lending would record), and the >= 8-GPU columns
+            # against running/pending (a few minutes of the real series count more of
+            # them; checked over the series below).
+            d = running + pending
+            h = ts // 3600
             if h != hour and n:
                 hours.append(acc / n)
                 acc, n = 0.0, 0
             hour = h
             acc, n = acc + d, n + 1
-            totals.append(float(row["total_gpu_num"]))
-            big += float(row["running_gpu_num_noless_8"]) + float(row["pending_gpu_num_noless_8"])
+            totals.append(total)
+            big += run8 + pend8
             allg += d
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"{name}:{reader.line_num}: not a Helios VC series row ({exc})") from None
+    except csv.Error as exc:
+        raise UsageError(f"{name}:{reader.line_num}: not a CSV row ({exc})") from None
     if n:
         hours.append(acc / n)
     if not totals:
         raise UsageError(f"{name}:1: no rows")
+    if big > allg:  # a share above 1 would make the small jobs' share negative
+        raise UsageError(
+            f"{name}: demand of jobs of >= 8 GPUs ({big:g} GPU-minutes) exceeds all demand "
+            f"({allg:g} GPU-minutes) over the series"
+        )
     nodes = max(1, math.ceil(statistics.median(totals) / node_gpus))
     return VcSeries(nodes, hours, big / allg if allg else 0.0)
+
+
+def read_vc_file(path: Path, node_gpus: int = 8) -> VcSeries:
+    """:func:`read_vc_series` of a ``.csv`` or ``.csv.gz`` file; a file that cannot be read
+    (a folder, not gzip, cut short) is a :class:`UsageError` naming it."""
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8", newline="") as fh:
+            return read_vc_series(fh, str(path), node_gpus)
+    except (OSError, EOFError, zlib.error) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise UsageError(f"{path}: cannot read: {reason}") from None
+    except UnicodeDecodeError as exc:  # decoded a chunk at a time: no exact line to name
+        raise UsageError(f"{path}: not UTF-8 text ({exc.reason})") from None
 
 
 def generate(
@@ -104,11 +199,13 @@ def generate(
     mu = math.log(s.duration_median_s)
     sample = np.minimum(rng.lognormal(mu, sigma, 200_000), s.max_duration_s)
     mean_d = float(sample.mean())  # the cut lowers the mean: rates use the real one
-    every: list[tuple[str, VcSeries]] = []
+    seen: dict[str, Path] = {}
     for f in files:
-        opener = gzip.open if f.suffix == ".gz" else open
-        with opener(f, "rt", encoding="utf-8", newline="") as fh:
-            every.append((f.name.split(".")[0], read_vc_series(fh, str(f), s.node_gpus)))
+        tenant = f.name.split(".")[0]
+        if tenant in seen:  # vcA.csv beside vcA.csv.gz: the VC would count twice
+            raise UsageError(f"{folder}: VC {tenant} is in two files: {seen[tenant]} and {f}")
+        seen[tenant] = f
+    every = [(tenant, read_vc_file(f, s.node_gpus)) for tenant, f in seen.items()]
     longest = max(len(series.hourly_demand) for _, series in every)
     if not s.days * 24 < longest + 1:  # whole hours, as the slice below takes them
         raise UsageError(

@@ -8,12 +8,27 @@ from pathlib import Path
 import pytest
 
 from dprobe.config import (
+    ArchiveSettings,
+    BrokerSettings,
     CollectorSettings,
     ConfigError,
     KafkaSettings,
+    LagSettings,
+    ReplaySettings,
     Secret,
     WorkerSettings,
     load,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+EVERY = (
+    KafkaSettings,
+    BrokerSettings,
+    CollectorSettings,
+    WorkerSettings,
+    ArchiveSettings,
+    LagSettings,
+    ReplaySettings,
 )
 
 
@@ -112,3 +127,99 @@ def test_tuple_and_path_settings(tmp_path: Path) -> None:
     assert s.tenant_env_vars == ("TEAM", "VC")
     assert s.spool_dir == Path.home() / "spool"
     assert KafkaSettings().topic("samples") == "dprobe.samples"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("[replay]\nspeed = 1" + "0" * 400, r"\[replay\] speed: expected a finite number"),
+        ("[worker]\nwindow_s = -1" + "0" * 400, r"\[worker\] window_s: expected a finite number"),
+        (
+            "[replay]\ngpus_per_host = 1" + "0" * 400,
+            r"\[replay\] gpus_per_host: expected a 64-bit integer",
+        ),
+    ],
+)
+def test_a_number_too_large_for_a_setting_is_a_config_error(
+    tmp_path: Path, text: str, needle: str
+) -> None:
+    cls = WorkerSettings if "[worker]" in text else ReplaySettings
+    with pytest.raises(ConfigError, match=needle) as info:
+        load(cls, env={}, file=_toml(tmp_path, text + "\n"))
+    assert len(str(info.value)) < 200  # one readable line, not the 400 digits
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ('[kafka]\nclient_id = ["a", "b"]', r"\[kafka\] client_id: expected a string, got a list"),
+        ("[kafka]\nclient_id = { a = 1 }", r"\[kafka\] client_id: expected a string, got a table"),
+        ('[kafka]\nsasl_password = ["x"]', r"\[kafka\] sasl_password: expected a string"),
+        ('[collector]\nspool_dir = ["/a"]', r"\[collector\] spool_dir: expected a string"),
+        ('[replay]\ntopic_prefix = ["r."]', r"\[replay\] topic_prefix: expected a string"),
+        ("[kafka]\nbootstrap = []", r"\[kafka\] bootstrap: .*at least one"),
+        ('[kafka]\nbootstrap = ["a:1", 2]', r"\[kafka\] bootstrap: .*HOST:PORT strings"),
+        ('[kafka]\nbootstrap = ["a:1,b:2"]', r"\[kafka\] bootstrap: .*HOST:PORT strings"),
+    ],
+)
+def test_a_list_or_table_for_a_string_setting_is_a_config_error(
+    tmp_path: Path, text: str, needle: str
+) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        load(
+            ReplaySettings if "[replay]" in text else CollectorSettings,
+            env={},
+            file=_toml(tmp_path, text + "\n"),
+        )
+
+
+def test_a_list_of_bootstrap_servers_is_the_comma_list(tmp_path: Path) -> None:
+    # the same servers as infra/systemd/collector.toml's "kafka-1:9092,kafka-2:9092"
+    f = _toml(tmp_path, '[kafka]\nbootstrap = ["kafka-1:9092", " kafka-2:9092"]\n')
+    assert load(WorkerSettings, env={}, file=f).kafka.bootstrap == "kafka-1:9092,kafka-2:9092"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("[replya]\nspeed = 5\n", r"unknown section\(s\) \[replya\]; known: \[archive\], "),
+        ("speed = 5\n[replay]\ntick_s = 5\n", r"top-level key\(s\) speed .* in a section"),
+        ("kafka = 5\n", r"\[kafka\] in the config file must be a table"),
+    ],
+)
+@pytest.mark.parametrize("cls", EVERY)
+def test_unknown_sections_and_top_level_keys_are_rejected(
+    tmp_path: Path, cls: type, text: str, needle: str
+) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        load(cls, env={}, file=_toml(tmp_path, text))
+
+
+@pytest.mark.parametrize("cls", EVERY)
+def test_every_section_is_accepted_by_every_service(tmp_path: Path, cls: type) -> None:
+    # one file for all services: each reads its own section and leaves the others
+    text = "".join(f"[{c.section}]\n" for c in EVERY)
+    load(cls, env={}, file=_toml(tmp_path, text))
+
+
+@pytest.mark.parametrize("cls", EVERY)
+def test_the_shipped_settings_files_load(tmp_path: Path, cls: type) -> None:
+    load(cls, env={}, file=ROOT / "infra" / "systemd" / "collector.toml")
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("```toml\n[kafka]", 1)[1].split("```", 1)[0]  # "## Settings"
+    load(cls, env={}, file=_toml(tmp_path, "[kafka]" + block))
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path: Path) -> None:
+    f = _toml(tmp_path, "\ufeff[replay]\nspeed = 5\n")
+    assert load(ReplaySettings, env={}, file=f).speed == 5.0
+
+
+@pytest.mark.parametrize(("value", "ok"), [(4097, True), (4098, False), (0, False)])
+def test_gpus_per_host_is_bounded_by_the_schemas_gpu_index(value: int, ok: bool) -> None:
+    env = {"DPROBE_REPLAY_GPUS_PER_HOST": str(value)}
+    if ok:
+        assert load(ReplaySettings, env=env).gpus_per_host == value
+    else:
+        with pytest.raises(ConfigError, match=r"replay\.gpus_per_host must be within \[1, 4097\]"):
+            load(ReplaySettings, env=env)

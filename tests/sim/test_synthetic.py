@@ -73,3 +73,93 @@ def test_more_days_than_the_longest_series_is_a_usage_error(tmp_path: Path) -> N
 def test_settings_need_at_least_one_hour(days: float) -> None:
     with pytest.raises(ValueError, match="at least one hour"):
         SyntheticSettings(days=days)
+
+
+def _plain(path: Path, rows: list[str], head: str = HEAD) -> Path:
+    path.write_text(head + "".join(r + "\n" for r in rows))
+    return path
+
+
+GOOD = "2020-05-01 00:00:00,8,0,16,8,0"
+
+
+@pytest.mark.parametrize(
+    ("row", "match"),
+    [
+        ("2020-05-01 00:01:00,8,0,nan,8,0", r"vcA\.csv:3: total_gpu_num: .*'nan'"),
+        ("2020-05-01 00:01:00,inf,0,16,8,0", r"vcA\.csv:3: running_gpu_num: .*'inf'"),
+        ("2020-05-01 00:01:00,8,1e400,16,8,0", r"vcA\.csv:3: pending_gpu_num: .*'1e400'"),
+        ("2020-05-01 00:01:00,-500,0,16,8,0", r"vcA\.csv:3: running_gpu_num: .*'-500'"),
+        ("2020-05-01 00:01:00,8,0,16,-1,0", r"vcA\.csv:3: running_gpu_num_noless_8: .*'-1'"),
+        ("2020-05-01 00:01:00,8,0,1e12,8,0", r"vcA\.csv:3: total_gpu_num: .*'1e12'"),
+        ("2020-05-01 00:01:00,8,0,x,8,0", r"vcA\.csv:3: total_gpu_num: not a number: 'x'"),
+        ("2020-04-30 23:59:00,8,0,16,8,0", r"vcA\.csv:3: time .* before the previous row's"),
+        ("yesterday,8,0,16,8,0", r"vcA\.csv:3: time: not a date-time: 'yesterday'"),
+        ("2020-05-01 00:01:00,8,0," + "9" * 9999 + ",8,0", r"total_gpu_num: .* got '9{40}'\.\.\.$"),
+        ("2020-05-01 00:01:00,8,0,16,8", r"vcA\.csv:3: expected 6 fields, found 5"),
+        ("2020-05-01 00:01:00,8,0,16,8,0,9", r"vcA\.csv:3: expected 6 fields, found 7"),
+    ],
+)
+def test_a_bad_row_is_a_usage_error_naming_file_and_line(
+    tmp_path: Path, row: str, match: str
+) -> None:
+    _plain(tmp_path / "vcA.csv", [GOOD, row])
+    with pytest.raises(UsageError, match=match):
+        generate(tmp_path, SyntheticSettings(days=1 / 24))
+
+
+def test_a_missing_column_or_an_empty_file_is_a_usage_error(tmp_path: Path) -> None:
+    _plain(tmp_path / "vcA.csv", [], head="time,running_gpu_num,pending_gpu_num\n")
+    with pytest.raises(UsageError, match=r"vcA\.csv:1: header lacks column\(s\) total_gpu_num"):
+        generate(tmp_path)
+    (tmp_path / "vcA.csv").write_text("")
+    with pytest.raises(UsageError, match=r"vcA\.csv:1: empty file"):
+        generate(tmp_path)
+
+
+def test_more_large_job_demand_than_demand_is_a_usage_error(tmp_path: Path) -> None:
+    # single minutes of the real series count a few more >= 8-GPU GPUs than GPUs (kept);
+    # over the whole series that cannot be, and would make the small-job share negative
+    _plain(tmp_path / "vcA.csv", [GOOD, "2020-05-01 00:01:00,8,0,16,64,0"])
+    with pytest.raises(UsageError, match=r"vcA\.csv: .*>= 8 GPUs .* exceeds"):
+        generate(tmp_path, SyntheticSettings(days=1 / 24))
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (b"no gzip", r"vcG\.csv\.gz: cannot read: Not a gzipped file"),
+        (
+            gzip.compress(((HEAD + GOOD + "\n") * 50).encode(), mtime=0)[:60],
+            r"vcG\.csv\.gz: cannot read: .*ended",
+        ),
+        (gzip.compress(b"time,\xff\n", mtime=0), r"vcG\.csv\.gz: not UTF-8 text"),
+    ],
+    ids=["not-gzip", "truncated", "not-utf8"],
+)
+def test_a_bad_gzip_file_is_a_usage_error_naming_it(
+    tmp_path: Path, content: bytes, match: str
+) -> None:
+    (tmp_path / "vcG.csv.gz").write_bytes(content)
+    with pytest.raises(UsageError, match=match):
+        generate(tmp_path, SyntheticSettings(days=1 / 24))
+
+
+def test_a_folder_named_like_a_series_is_a_usage_error(tmp_path: Path) -> None:
+    _plain(tmp_path / "vcA.csv", [GOOD])
+    (tmp_path / "vcD.csv").mkdir()
+    with pytest.raises(UsageError, match=r"vcD\.csv: cannot read: Is a directory"):
+        generate(tmp_path, SyntheticSettings(days=1 / 24))
+
+
+def test_a_vc_in_two_files_is_a_usage_error_naming_both(tmp_path: Path) -> None:
+    _plain(tmp_path / "vcA.csv", [GOOD])
+    _series(tmp_path / "vcA.csv.gz", 8, 8, 16, 1)
+    with pytest.raises(UsageError, match=r"VC vcA is in two files: .*vcA\.csv and .*vcA\.csv\.gz"):
+        generate(tmp_path, SyntheticSettings(days=1 / 24))
+
+
+def test_header_case_and_a_byte_order_mark_are_read(tmp_path: Path) -> None:
+    (tmp_path / "vcA.csv").write_text("\ufeff" + HEAD.replace("time", "Time") + GOOD + "\n")
+    _, sizes = generate(tmp_path, SyntheticSettings(days=1 / 24))
+    assert sizes == {"vcA": 2}
