@@ -8,12 +8,10 @@ from pathlib import Path
 import pytest
 
 from dprobe.config import (
-    ArchiveSettings,
-    BrokerSettings,
+    SERVICES,
     CollectorSettings,
     ConfigError,
     KafkaSettings,
-    LagSettings,
     ReplaySettings,
     Secret,
     WorkerSettings,
@@ -21,15 +19,7 @@ from dprobe.config import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-EVERY = (
-    KafkaSettings,
-    BrokerSettings,
-    CollectorSettings,
-    WorkerSettings,
-    ArchiveSettings,
-    LagSettings,
-    ReplaySettings,
-)
+EVERY = SERVICES
 
 
 def _toml(tmp_path: Path, text: str) -> Path:
