@@ -22,7 +22,7 @@ async def test_the_exporter_reports_a_poller_that_ended(monkeypatch) -> None:
     monkeypatch.setattr(ConsumerLag, "refresh", _broken_refresh)
     settings = LagSettings(groups=("a", "b"), interval_s=0.05)
     async with LagExporter(settings, CollectorRegistry()) as exporter:
-        with pytest.raises(RuntimeError, match="poller of [ab] failed"):
+        with pytest.raises(RuntimeError, match=r"poller of [ab] failed"):
             await asyncio.wait_for(exporter.wait(), timeout=10)
 
 
