@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,51 @@ def test_an_archive_row_without_an_event_time_is_one_line(tmp_path: Path) -> Non
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), d / "jobs-p0-o0-o1.parquet")
     with pytest.raises(UsageError, match=r"row 2: ts must be a finite number"):
         list(read_archive(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("column", "values", "expected"),
+    [
+        ("partition", [None, 0], r"row 1: partition is null"),
+        ("value", [b"{}", None], r"row 2: value is null"),
+        ("value", [[1], [2]], r"column value holds list<\w+: int64>, expected bytes"),
+        ("key", ["a", "b"], r"column key holds string, expected bytes"),
+        ("ts", ["1", "2"], r"column ts holds string, expected a number"),
+        ("offset", None, r"not a dprobe archive file: no column offset"),
+    ],
+)
+def test_an_archive_file_of_another_layout_is_one_line_with_exit_2(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    column: str,
+    values: list[object] | None,
+    expected: str,
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dprobe.traces.archive_reader import read_archive
+
+    d = tmp_path / "jobs" / "date=2023-11-14" / "hour=00"
+    d.mkdir(parents=True)
+    cols: dict[str, list[object]] = {
+        "ts": [1_700_000_000.0, 1_700_000_000.0],
+        "partition": [0, 0],
+        "offset": [0, 1],
+        "key": [b"k", b"k"],
+        "value": [b"{}", b"{}"],
+    }
+    if values is None:
+        del cols[column]
+    else:
+        cols[column] = values
+    path = d / "jobs-p0-o0-o1.parquet"
+    pq.write_table(pa.table(cols), path)  # written by another tool, not dprobe's schema
+    with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}: {expected}$"):
+        list(read_archive(tmp_path))
+    code = main(
+        ["--bootstrap", "127.0.0.1:1", "replay", str(tmp_path), "--format", "dprobe-parquet"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert str(path) in err.strip().splitlines()[-1]

@@ -7,7 +7,9 @@ memory holds one hour at a time. At the same event time the scheduler's reports
 instant; then partition, topic (samples before jobs) and offset. Keys and values are the
 archived bytes, unchanged. An archive written before ``cluster`` was archived has no
 ``cluster`` folder and reads as it did. ``PATH`` may be the archive folder, one topic's
-folder, or one file.
+folder, or one file. A file that is not such an archive (a column missing or of another
+type, a null ``partition``, ``offset`` or ``value``, a ``ts`` that is not a finite number)
+is a ``UsageError`` naming the file and, for a bad value, the row.
 
 Example:
     >>> import tempfile
@@ -30,7 +32,9 @@ import math
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dprobe.errors import UsageError
@@ -39,6 +43,21 @@ from dprobe.sinks.parquet_archive import NAME_RE, ArchiveFile, list_files
 from dprobe.traces.replay_record import ReplayRecord
 
 _COLUMNS = ["ts", "partition", "offset", "key", "value"]
+_NOT_NULL = ("partition", "offset", "value")
+
+
+def _binary(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t)
+
+
+# What each column must be, as (test of its Arrow type, the words of an error).
+_TYPES = {
+    "ts": (lambda t: pa.types.is_floating(t) or pa.types.is_integer(t), "a number"),
+    "partition": (pa.types.is_integer, "an integer"),
+    "offset": (pa.types.is_integer, "an integer"),
+    "key": (lambda t: _binary(t) or pa.types.is_null(t), "bytes"),
+    "value": (_binary, "bytes"),
+}
 
 
 def archive_files(path: str | Path) -> list[ArchiveFile]:
@@ -83,14 +102,7 @@ def read_archive(
     for hour in sorted(by_hour):
         rows: list[tuple[float, int, int, int, int, bytes | None, bytes, str]] = []
         for f in by_hour[hour]:
-            try:
-                table = pq.read_table(f.path, columns=_COLUMNS)
-            except (OSError, ValueError) as exc:
-                raise UsageError(f"{f.path}: unreadable Parquet file: {exc}") from None
-            d = table.to_pydict()
-            bad = next((i for i, t in enumerate(d["ts"]) if not _finite(t)), None)
-            if bad is not None:
-                raise UsageError(f"{f.path}: row {bad + 1}: ts must be a finite number")
+            d = _columns(f.path)
             lead, rank = _order(f.kind)
             rows += [
                 (ts, lead, part, rank, off, key, value, f.kind)
@@ -111,6 +123,37 @@ def _order(kind: str) -> tuple[int, int]:
     ['cluster', 'samples', 'jobs']
     """
     return (0 if kind == "cluster" else 1), KINDS.index(kind)
+
+
+def _columns(path: Path) -> dict[str, list[Any]]:
+    """The replayed columns of one archive file, checked: ``UsageError`` naming the file
+    (and the row) for a file that is not a dprobe archive file."""
+    try:
+        with pq.ParquetFile(path) as pf:
+            have = pf.schema_arrow
+            missing = [c for c in _COLUMNS if c not in have.names]
+            if missing:
+                raise UsageError(
+                    f"{path}: not a dprobe archive file: no column {', '.join(missing)}"
+                )
+            for name, (ok, what) in _TYPES.items():
+                t = have.field(name).type
+                if not ok(t):
+                    raise UsageError(f"{path}: column {name} holds {t}, expected {what}")
+            table = pf.read(columns=_COLUMNS)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"{path}: unreadable Parquet file: {first}") from None
+    for name in _NOT_NULL:
+        column = table.column(name)
+        if column.null_count:
+            row = column.is_null().to_pylist().index(True)
+            raise UsageError(f"{path}: row {row + 1}: {name} is null")
+    d = table.to_pydict()
+    bad = next((i for i, t in enumerate(d["ts"]) if not _finite(t)), None)
+    if bad is not None:
+        raise UsageError(f"{path}: row {bad + 1}: ts must be a finite number")
+    return d
 
 
 def _finite(x: object) -> bool:

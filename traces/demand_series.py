@@ -26,10 +26,8 @@ Example:
 
 from __future__ import annotations
 
-import csv
 import gzip
 import heapq
-import io
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -38,7 +36,14 @@ from pathlib import Path
 from typing import Literal
 
 from dprobe.errors import UsageError
-from dprobe.text_input import bounded_lines
+from dprobe.traces.row_input import (
+    MAX_EPOCH_S,
+    MAX_TENANT_CHARS,
+    MIN_EPOCH_S,
+    csv_rows,
+    open_text,
+    too_long,
+)
 
 TraceFormat = Literal["demand-csv", "helios-vc"]
 FORMATS: tuple[TraceFormat, ...] = ("demand-csv", "helios-vc")
@@ -80,36 +85,39 @@ class DemandPoint:
 
 
 # A tenant's demand beyond this many GPUs is a typo or an attack (replay would make one
-# synthetic host per 8 GPUs); times beyond the schema's bound overflow calendar maths.
+# synthetic host per 8 GPUs); times outside the schema's bounds (1970 to the year 5138)
+# would be dead-lettered by the worker and overflow calendar maths.
 MAX_TENANT_GPUS = 1_000_000
-MAX_TIME_S = 1e11
+MAX_TIME_S = MAX_EPOCH_S
 
 
 def parse_ts(text: str) -> float:
-    """Epoch seconds from epoch seconds or ISO-8601 text (no zone = UTC).
+    """Epoch seconds from epoch seconds or ISO-8601 text (no zone = UTC), within the
+    schema's bounds (0 to 1e11 s); ``ValueError`` otherwise.
 
     >>> parse_ts("1590000000"), parse_ts("2020-05-22 00:00:00")
     (1590000000.0, 1590105600.0)
     >>> parse_ts("2020-05-22T08:00:00+08:00")
     1590105600.0
+    >>> parse_ts("9999-12-31")
+    Traceback (most recent call last):
+    ...
+    ValueError: not epoch seconds or ISO-8601 within 1970-01-01 .. 5138-11-16: '9999-12-31'
     """
     text = text.strip()
     try:
         value = float(text)
     except ValueError:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        try:
+            dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"not epoch seconds or ISO-8601: {text!r}") from None
         if dt.tzinfo is None:
             dt = dt.replace(tzinfo=UTC)
-        return dt.timestamp()
-    if not math.isfinite(value) or abs(value) > MAX_TIME_S:
-        raise ValueError(f"time {text!r} is not finite or beyond {MAX_TIME_S:g} s")
+        value = dt.timestamp()
+    if not (math.isfinite(value) and MIN_EPOCH_S <= value <= MAX_TIME_S):
+        raise ValueError(f"not epoch seconds or ISO-8601 within 1970-01-01 .. 5138-11-16: {text!r}")
     return value
-
-
-def _open_text(path: Path) -> io.TextIOBase:
-    if path.name.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
 
 
 def _gpus(text: str, column: str, path: Path, line: int) -> float:
@@ -134,13 +142,15 @@ def _rows(
     ``fold_case`` lower-cases the header first (Helios files spell ``Time`` or ``time``).
     """
     try:
-        fh = _open_text(path)
+        fh = open_text(path)
     except OSError as exc:
         raise TraceFormatError(f"cannot open: {exc.strerror or exc}", path=path) from None
     with fh:
-        reader = csv.reader(bounded_lines(fh, name=str(path)))
+        rows = csv_rows(
+            fh, name=str(path), error=lambda msg, n: TraceFormatError(msg, path=path, line=n)
+        )
         try:
-            header = next(reader, None)
+            _, header = next(rows, (1, None))
             if header is None:
                 raise TraceFormatError("empty file (no header)", path=path, line=1)
             header = [h.strip().lower() if fold_case else h.strip() for h in header]
@@ -151,8 +161,7 @@ def _rows(
                     path=path,
                     line=1,
                 )
-            for row in reader:
-                line = reader.line_num
+            for line, row in rows:
                 if not row or (len(row) == 1 and not row[0].strip()):
                     continue
                 if len(row) != len(header):
@@ -160,7 +169,7 @@ def _rows(
                         f"expected {len(header)} fields, found {len(row)}", path=path, line=line
                     )
                 yield line, dict(zip(header, row, strict=True))
-        except (UnicodeDecodeError, EOFError, gzip.BadGzipFile, csv.Error) as exc:
+        except (EOFError, gzip.BadGzipFile) as exc:
             raise TraceFormatError(f"unreadable: {exc}", path=path) from None
 
 
@@ -170,13 +179,13 @@ def read_demand_csv(path: str | Path) -> Iterator[DemandPoint]:
     for line, row in _rows(p, ("ts", "tenant", "demand_gpus")):
         try:
             ts = parse_ts(row["ts"])
-        except ValueError:
-            raise TraceFormatError(
-                f"ts: not epoch seconds or ISO-8601: {row['ts']!r}", path=p, line=line
-            ) from None
+        except ValueError as exc:
+            raise TraceFormatError(f"ts: {exc}", path=p, line=line) from None
         tenant = row["tenant"].strip()
         if not tenant:
             raise TraceFormatError("tenant: empty", path=p, line=line)
+        if problem := too_long(tenant, "tenant", MAX_TENANT_CHARS):
+            raise TraceFormatError(problem, path=p, line=line)
         quota_text = row.get("quota_gpus", "").strip()
         quota = _gpus(quota_text, "quota_gpus", p, line) if quota_text else None
         yield DemandPoint(
@@ -207,13 +216,13 @@ def read_helios_vc(path: str | Path) -> Iterator[DemandPoint]:
     """Points of one Helios per-VC minute CSV; tenant = file stem."""
     p = Path(path)
     tenant = tenant_of(p)
+    if problem := too_long(tenant, "tenant (the file name)", MAX_TENANT_CHARS):
+        raise TraceFormatError(problem, path=p)
     for line, row in _rows(p, ("time", "running_gpu_num", "pending_gpu_num"), fold_case=True):
         try:
             ts = parse_ts(row["time"])
-        except ValueError:
-            raise TraceFormatError(
-                f"time: not a date-time: {row['time']!r}", path=p, line=line
-            ) from None
+        except ValueError as exc:
+            raise TraceFormatError(f"time: {exc}", path=p, line=line) from None
         quota_text = row.get("total_gpu_num", "").strip()
         yield DemandPoint(
             ts=ts,

@@ -8,7 +8,9 @@ Columns (header required, extra columns ignored)::
 Philly/Chronus MIX traces do not document their unit; dprobe reads them as **minutes**
 (``time_unit_s=60``, the default; see ``docs/simulation.md`` for why). A file whose
 header says ``submit_time_s`` / ``duration_s`` instead is read in seconds whatever the
-setting. Any bad row raises :class:`~dprobe.errors.UsageError` naming file and line.
+setting. Any bad row raises :class:`~dprobe.errors.UsageError` naming file and line,
+among them a job that would end after the schema's last time (1e11 s) and names longer
+than the schema allows (:mod:`dprobe.traces.row_input`).
 
 Example:
     >>> import io
@@ -21,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -28,7 +31,16 @@ from pathlib import Path
 from typing import IO
 
 from dprobe.errors import UsageError
-from dprobe.text_input import bounded_lines, read_text
+from dprobe.text_input import read_text
+from dprobe.traces.row_input import (
+    MAX_EPOCH_S,
+    MAX_ID_CHARS,
+    MAX_LABEL_CHARS,
+    MAX_TENANT_CHARS,
+    csv_rows,
+    open_text,
+    too_long,
+)
 
 DEFAULT_TIME_UNIT_S = 60.0  # assumption: Philly/Chronus MIX times are minutes
 REQUIRED = ("job_id", "user", "num_gpu")
@@ -51,7 +63,7 @@ class JobRecord:
 # beyond them a value is a typo or an attack that would exhaust memory or never end.
 MAX_JOB_GPUS = 65_536
 MAX_DURATION_S = 366 * 86_400.0
-MAX_TIME_S = 1e11  # seconds since the epoch or the trace start: the schema's bound too
+MAX_TIME_S = MAX_EPOCH_S  # seconds since the epoch or the trace start: the schema's bound
 MAX_VC_NODES = 100_000
 
 
@@ -62,12 +74,14 @@ def iter_jobs(
     if isinstance(source, str | Path):
         path = Path(source)
         try:
-            with path.open(newline="", encoding="utf-8") as fh:
-                yield from _iter(fh, str(path), time_unit_s)
+            fh = open_text(path)
         except OSError as exc:
             raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        except UnicodeDecodeError as exc:
-            raise UsageError(f"{path}: not UTF-8 text ({exc.reason})") from None
+        with fh:
+            try:
+                yield from _iter(fh, str(path), time_unit_s)
+            except OSError as exc:
+                raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
     else:
         yield from _iter(source, getattr(source, "name", "<jobs-csv>"), time_unit_s)
 
@@ -82,8 +96,8 @@ def read_jobs(
 def _iter(fh: IO[str], name: str, unit: float) -> Iterator[JobRecord]:
     if not (unit > 0 and math.isfinite(unit)):
         raise UsageError(f"time unit must be > 0 seconds, got {unit}")
-    reader = csv.reader(bounded_lines(fh, name=name))
-    header = next(reader, None)
+    rows = csv_rows(fh, name=name)
+    _, header = next(rows, (1, None))
     if header is None:
         raise UsageError(f"{name}:1: empty file, expected a jobs-csv header")
     cols = {c.strip(): i for i, c in enumerate(header)}
@@ -96,8 +110,7 @@ def _iter(fh: IO[str], name: str, unit: float) -> Iterator[JobRecord]:
         raise UsageError(f"{name}:1: missing column(s) {', '.join(missing)} (jobs-csv header)")
     model_col = cols.get("model_name")
     seen: set[str] = set()
-    for row in reader:
-        line = reader.line_num
+    for line, row in rows:
         if not row or all(not c.strip() for c in row):
             continue
         if len(row) < len(header):
@@ -106,6 +119,14 @@ def _iter(fh: IO[str], name: str, unit: float) -> Iterator[JobRecord]:
         tenant = row[cols["user"]].strip()
         if not job_id or not tenant:
             raise UsageError(f"{name}:{line}: empty job_id or user")
+        model = row[model_col].strip() if model_col is not None else ""
+        problem = (
+            too_long(job_id, "job_id", MAX_ID_CHARS)
+            or too_long(tenant, "user", MAX_TENANT_CHARS)
+            or too_long(model, "model_name", MAX_LABEL_CHARS)
+        )
+        if problem:
+            raise UsageError(f"{name}:{line}: {problem}")
         if job_id in seen:
             raise UsageError(f"{name}:{line}: duplicate job_id {job_id!r}")
         seen.add(job_id)
@@ -124,13 +145,18 @@ def _iter(fh: IO[str], name: str, unit: float) -> Iterator[JobRecord]:
                 f"{name}:{line}: {t_col} must be at most {MAX_TIME_S:g} s and {d_col} at most "
                 f"{MAX_DURATION_S:g} s (a year), got {submit * scale:g} and {duration * scale:g}"
             )
+        if submit * scale + duration * scale > MAX_TIME_S:
+            raise UsageError(
+                f"{name}:{line}: the job ends at {submit * scale + duration * scale:g} s, "
+                f"after the last time the schema allows ({MAX_TIME_S:g} s)"
+            )
         yield JobRecord(
             job_id=job_id,
             tenant=tenant,
             num_gpu=int(gpus),
             submit_s=submit * scale,
             duration_s=duration * scale,
-            model_name=row[model_col].strip() if model_col is not None else "",
+            model_name=model,
             line=line,
         )
 
@@ -169,28 +195,36 @@ def write_jobs(records: Iterable[JobRecord], path: str | Path) -> int:
 
 
 def read_vc_nodes(source: str | Path) -> dict[str, int]:
-    """Nodes per VC from a ``vc,node num`` CSV (Philly's ``philly_vc.csv``).
+    """Nodes per VC from a ``vc,node num`` CSV (Philly's ``philly_vc.csv``); a VC listed
+    twice, an empty name or a row with more fields than the header is an error.
 
     The trace's ``user`` may carry a ``vc_`` prefix the VC file lacks; match with
     :func:`vc_key`.
     """
     path = Path(source)
-    reader = csv.reader(read_text(path).splitlines())
-    header = [c.strip() for c in next(reader, [])]
+    rows = csv_rows(io.StringIO(read_text(path), newline=""), name=str(path))
+    _, first = next(rows, (1, []))
+    header = [c.strip() for c in first]
     if header[:2] != ["vc", "node num"]:
         raise UsageError(f"{path}:1: expected header 'vc,node num', got {','.join(header)!r}")
     out: dict[str, int] = {}
-    for row in reader:
-        line = reader.line_num
+    for line, row in rows:
         if not row:
             continue
+        if len(row) > len(header):
+            raise UsageError(f"{path}:{line}: {len(row)} fields, the header has {len(header)}")
+        vc = row[0].strip()
+        if not vc:
+            raise UsageError(f"{path}:{line}: empty vc name")
+        if vc in out:
+            raise UsageError(f"{path}:{line}: vc {vc!r} is listed twice")
         try:
             nodes = int(row[1])
         except (IndexError, ValueError):
             raise UsageError(f"{path}:{line}: node num must be a whole number") from None
         if not 0 <= nodes <= MAX_VC_NODES:
             raise UsageError(f"{path}:{line}: node num must be within [0, {MAX_VC_NODES}]")
-        out[row[0].strip()] = nodes
+        out[vc] = nodes
     return out
 
 

@@ -22,7 +22,9 @@ demand point (running R, pending P, quota Q GPUs of one tenant) becomes both:
 A value holds until the tenant's next point: between points, snapshots repeat it every
 ``tick_s`` (one per point when the series is as fine as the tick, as Helios minutes are
 with the default 60 s). Values are rounded to whole GPUs. Records come out in event-time
-order across tenants.
+order across tenants. The readers bound tenant names so that the names derived from them
+fit the schema (:data:`~dprobe.traces.row_input.MAX_TENANT_CHARS`); a fleet so large that
+its GPU names would not (over a million hosts) is a ``UsageError``.
 
 Example:
     >>> from dprobe.traces.demand_series import DemandPoint
@@ -40,9 +42,11 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from dprobe.errors import UsageError
 from dprobe.schema import ClusterReport, Gpu, HostSnapshot, JobEvent, Proc
 from dprobe.traces.demand_series import DemandPoint
 from dprobe.traces.replay_record import ReplayRecord
+from dprobe.traces.row_input import MAX_ID_CHARS, replay_gpu, replay_host
 
 GB = 1_000_000_000
 
@@ -104,9 +108,11 @@ def demand_records(
                     quotas={pt.tenant: float(st.quota)},
                 )
             )
-        while st.hosts * lay.gpus_per_host < need:
-            st.hosts += 1
-            st.seqs.append(0)
+        hosts = math.ceil(need / lay.gpus_per_host)
+        if hosts > st.hosts:
+            _check_names(pt, hosts - 1, lay)
+            st.seqs += [0] * (hosts - st.hosts)
+            st.hosts = hosts
         pending = whole(pt.pending_gpus)
         if lay.pending_events and pending != st.pending:
             st.pending = pending
@@ -124,14 +130,28 @@ def demand_records(
         heapq.heappush(ticks, (st.next_tick, pt.tenant))
 
 
+def _check_names(pt: DemandPoint, host: int, lay: DemandLayout) -> None:
+    """Refuse a new host whose GPU names the schema would refuse (the worker would
+    dead-letter every snapshot of it)."""
+    name = replay_gpu(replay_host(pt.tenant, host), lay.gpus_per_host - 1)
+    if len(name) > MAX_ID_CHARS:
+        where = f"{pt.path}:{pt.line}: " if pt.path else ""
+        tenant = pt.tenant if len(pt.tenant) <= 40 else pt.tenant[:40] + "..."
+        raise UsageError(
+            f"{where}tenant {tenant!r}: the GPU names of synthetic host {host} would be "
+            f"{len(name)} characters, more than the schema's {MAX_ID_CHARS} (too many "
+            "hosts: give more --gpus-per-host)"
+        )
+
+
 def _snapshots(st: _Tenant, ts: float, lay: DemandLayout) -> Iterator[ReplayRecord]:
     busy_mem = int(lay.mem_total * 0.95)
     for h in range(st.hosts):
-        host = f"replay-{st.name}-{h:03d}"
+        host = replay_host(st.name, h)
         gpus = []
         procs = []
         for i in range(lay.gpus_per_host):
-            uuid = f"GPU-{host}-{i}"
+            uuid = replay_gpu(host, i)
             busy = h * lay.gpus_per_host + i < st.running
             gpus.append(
                 Gpu(

@@ -3,9 +3,13 @@
 The trace readers (:mod:`dprobe.traces.demand_series`, :mod:`dprobe.traces.jobs_csv`)
 raise at the first bad row. :func:`skip_bad_rows` turns that into "skip the row, count it,
 go on": on an error that names a data line, it gives the reader a copy of the file with
-every line up to that one blanked (line numbers unchanged) and continues. Errors without
-a data line (cannot open, bad header) still raise. Each bad row costs one copy of the
-rest of the file, which is cheap for the handful of bad rows real traces have.
+that line blanked (line numbers unchanged) and reads it again from the start, passing on
+only the rows after the last one it passed on. The reader so sees every row it accepted
+before, and what it checks across rows (a job id used twice) still holds after a skip.
+The lines between the last good row and the bad one are blanked too: they are blank or
+the start of the bad record (a quoted field over several lines). Errors without a data
+line (cannot open, bad header) still raise. Each bad row costs one more read of the file,
+which is cheap for the handful of bad rows real traces have.
 
 Example:
     >>> import tempfile, pathlib
@@ -21,8 +25,8 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import re
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,6 +34,7 @@ from typing import TypeVar
 
 from dprobe.errors import UsageError
 from dprobe.text_input import LineTooLong, bounded_lines
+from dprobe.traces.row_input import open_text
 
 T = TypeVar("T")
 _WHERE = re.compile(r"^(?P<path>.+?):(?P<line>\d+): ")
@@ -63,6 +68,7 @@ def skip_bad_rows(
     original = Path(path)
     source = original
     done_through = 0  # every line up to here was yielded or reported bad
+    blank: list[tuple[int, int]] = []  # (first, last) lines of the bad rows
     with tempfile.TemporaryDirectory(prefix="dprobe-replay-") as tmp:
         while True:
             try:
@@ -85,24 +91,25 @@ def skip_bad_rows(
                         raise
                     raise UsageError(message) from None
                 on_bad(message)
+                blank.append((done_through + 1, bad_line))
                 done_through = bad_line
-                source = _blanked_copy(original, Path(tmp), through=bad_line)
+                source = _blanked_copy(original, Path(tmp), blank)
 
 
-def _blanked_copy(path: Path, folder: Path, *, through: int) -> Path:
-    """A plain-text copy of ``path`` with lines 2..``through`` blank (same line numbers,
-    same file stem, so a reader that names the tenant by the file sees the same name)."""
+def _blanked_copy(path: Path, folder: Path, blank: list[tuple[int, int]]) -> Path:
+    """A plain-text copy of ``path`` with the lines of the ``(first, last)`` ranges of
+    ``blank`` blank (same line numbers, same file stem, so a reader that names the tenant
+    by the file sees the same name). Bytes that are not UTF-8 are copied unchanged."""
     name = path.name[:-3] if path.name.endswith(".gz") else path.name
     out = folder / name
-    opener = gzip.open if path.name.endswith(".gz") else open
     with (
-        opener(path, "rt", encoding="utf-8", newline="") as src,
-        open(out, "w", encoding="utf-8", newline="") as dst,
+        open_text(path) as src,
+        open(out, "w", encoding="utf-8", errors="surrogateescape", newline="") as dst,
     ):
-        lines = bounded_lines(src, name=str(path))
-        dst.write(next(lines, ""))
-        dst.write("\n" * (through - 1))
-        for n, text in enumerate(lines, start=2):
-            if n > through:
-                dst.write(text)
+        ranges = iter(blank)  # in line order, not overlapping
+        first, last = 0, 0
+        for n, text in enumerate(bounded_lines(src, name=str(path)), start=1):
+            while n > last:
+                first, last = next(ranges, (sys.maxsize, sys.maxsize))
+            dst.write("\n" if first <= n and n > 1 else text)
     return out

@@ -5,7 +5,8 @@ guess. A scheduler adapter publishes a ClusterReport whenever they change (and n
 then); this command publishes one from a shell or a cron job, and shows the latest report
 of each source. Quotas are GPUs per tenant (Kueue: a ClusterQueue's nominalQuota; Volcano:
 a queue's deserved); --complete says tenants not listed hold none. --quotas-csv reads a
-file with the header tenant,quota_gpus; a bad line exits 2 naming its line number.
+file with the header tenant,quota_gpus; a bad line (a tenant listed twice, a row with more
+fields than the header included) exits 2 naming its line number.
 
   dprobe cluster publish --capacity 256 --quota vc-a=64 --quota vc-b=192 --complete
   dprobe cluster publish --quotas-csv quotas.csv --source kueue
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import csv
 import io
 import json
 import math
@@ -124,18 +124,34 @@ def _gpus(text: str, what: str) -> float:
 
 def _read_csv(path: Path) -> dict[str, float]:
     from dprobe.text_input import read_text
+    from dprobe.traces.row_input import MAX_ID_CHARS, csv_rows, too_long
 
     text = read_text(path, max_bytes=MAX_CSV_BYTES, error=UsageError, what="quotas file ")
-    reader = csv.DictReader(io.StringIO(text))
-    if reader.fieldnames is None or not {"tenant", "quota_gpus"} <= set(reader.fieldnames):
+    rows = csv_rows(
+        io.StringIO(text, newline=""),
+        name=str(path),
+        error=lambda message, line: UsageError(f"{path}: line {line}: {message}"),
+    )
+    _, header = next(rows, (1, []))
+    cols = {name.strip(): i for i, name in enumerate(header)}
+    if not {"tenant", "quota_gpus"} <= set(cols):
         raise UsageError(f"{path}: line 1: expected the header tenant,quota_gpus")
     out: dict[str, float] = {}
-    for row in reader:
-        line = reader.line_num
-        tenant = (row.get("tenant") or "").strip()
+    for line, row in rows:
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise UsageError(
+                f"{path}: line {line}: {len(row)} fields, the header has {len(header)}"
+            )
+        tenant = row[cols["tenant"]].strip()
         if not tenant:
             raise UsageError(f"{path}: line {line}: empty tenant")
-        out[tenant] = _gpus((row.get("quota_gpus") or "").strip(), f"{path}: line {line}")
+        if problem := too_long(tenant, "tenant", MAX_ID_CHARS):
+            raise UsageError(f"{path}: line {line}: {problem}")
+        if tenant in out:
+            raise UsageError(f"{path}: line {line}: tenant {tenant!r} is listed twice")
+        out[tenant] = _gpus(row[cols["quota_gpus"]].strip(), f"{path}: line {line}")
     return out
 
 

@@ -36,6 +36,14 @@ def test_flags_and_csv_make_one_report_and_flags_win(tmp_path: Path) -> None:
         ("tenant,quota_gpus\n,16\n", "q.csv: line 2: empty tenant"),
         ("tenant,gpus\nvc-a,16\n", "q.csv: line 1: expected the header tenant,quota_gpus"),
         ("tenant,quota_gpus\nvc-a,-8\n", "q.csv: line 2: GPUs must be within [0, 1e7]"),
+        ("tenant,quota_gpus\na,5\nb,3\na,9\n", "q.csv: line 4: tenant 'a' is listed twice"),
+        ("tenant,quota_gpus\na,5,7\n", "q.csv: line 2: 3 fields, the header has 2"),
+        ("tenant,quota_gpus\na\n", "q.csv: line 2: 1 fields, the header has 2"),
+        ("tenant,quota_gpus\n" + "a" * 257 + ",5\n", "q.csv: line 2: tenant is 257 characters"),
+        (
+            "tenant,quota_gpus\nb,1\n" + "a" * (200 << 10) + ",5\n",
+            "q.csv: line 3: not valid CSV (field larger than field limit",
+        ),
     ],
 )
 def test_a_bad_quotas_file_exits_2_with_its_line(
@@ -65,3 +73,9 @@ def test_bad_flags_exit_2(
     code = main(["--bootstrap", "127.0.0.1:1", "cluster", "publish", *argv])
     assert code == 2
     assert expected in capsys.readouterr().err
+
+
+def test_a_quotas_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    csv = tmp_path / "q.csv"
+    csv.write_bytes(b"\xef\xbb\xbftenant,quota_gpus\r\nvc-a,16\r\n\r\nvc-b,8\r\n")
+    assert report_from(_args(quotas_csv=csv), 5.0).quotas == {"vc-a": 16.0, "vc-b": 8.0}

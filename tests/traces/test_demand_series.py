@@ -63,6 +63,51 @@ def test_demand_csv_errors_name_file_and_line(tmp_path: Path, row: str, message:
     assert isinstance(exc.value, UsageError) and exc.value.line == 3
 
 
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        # times outside the schema's [0, 1e11] s: the worker would dead-letter them, and
+        # calendar maths on the year 9999 overflows
+        ("9999-12-30T00:00:00,vc-a,1", "d.csv:3: ts: not epoch seconds or ISO-8601 within"),
+        ("-90000000000,vc-a,1", "d.csv:3: ts: not epoch seconds or ISO-8601 within"),
+        ("0001-01-01T00:00:00+14:00,vc-a,1", "d.csv:3: ts: not epoch seconds or ISO-8601 within"),
+        ("100000000001,vc-a,1", "d.csv:3: ts: not epoch seconds or ISO-8601 within"),
+        ("60,vc-a,1" + "9" * (200 << 10), "d.csv:3: not valid CSV (field larger than field"),
+        ("60,vc-\udcff,1", "d.csv:3: not UTF-8 text (byte 0xff)"),
+        ("60," + "t" * 234 + ",1", "d.csv:3: tenant is 234 characters, more than 233"),
+    ],
+)
+def test_rows_the_worker_would_refuse_name_file_and_line(
+    tmp_path: Path, row: str, message: str
+) -> None:
+    f = tmp_path / "d.csv"
+    f.write_bytes(f"ts,tenant,demand_gpus\n0,vc-a,1\n{row}\n".encode("utf-8", "surrogateescape"))
+    with pytest.raises(TraceFormatError) as exc:
+        list(read_demand_csv(f))
+    assert message in str(exc.value)
+    assert exc.value.line == 3
+
+
+def test_a_helios_time_out_of_range_or_a_long_file_name(tmp_path: Path) -> None:
+    f = tmp_path / "vcX.csv"
+    f.write_text(HELIOS_HEADER + _helios_row(0, 1, 0).replace("2020", "9999"))
+    with pytest.raises(TraceFormatError, match=r"vcX.csv:2: time: not epoch seconds"):
+        list(read_helios_vc(f))
+    f = tmp_path / ("vc" + "x" * 232 + ".csv")
+    f.write_text(HELIOS_HEADER + _helios_row(0, 1, 0))
+    with pytest.raises(TraceFormatError, match=r"tenant .*234 characters, more than 233"):
+        list(read_helios_vc(f))
+
+
+def test_a_byte_order_mark_is_dropped(tmp_path: Path) -> None:
+    f = tmp_path / "d.csv"
+    f.write_bytes(b"\xef\xbb\xbfts,tenant,demand_gpus\r\n0,a,1\r\n")
+    assert [(p.ts, p.tenant) for p in read_demand_csv(f)] == [(0.0, "a")]
+    g = tmp_path / "vcB.csv.gz"
+    g.write_bytes(gzip.compress(b"\xef\xbb\xbf" + (HELIOS_HEADER + _helios_row(0, 1, 0)).encode()))
+    assert [p.running_gpus for p in read_helios_vc(g)] == [1.0]
+
+
 def test_missing_column_and_empty_file(tmp_path: Path) -> None:
     f = tmp_path / "d.csv"
     f.write_text("ts,tenant\n0,a\n")

@@ -45,3 +45,31 @@ def test_jobs_csv_windows_with_the_profiler_accuracy(
     summary = json.loads((out / "summary.json").read_text())
     lofo = summary["profiler_lofo"]
     assert 0.0 <= lofo["accuracy"] <= 1.0 and lofo["n"] > 0
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "expected"),
+    [
+        (
+            "jobs-csv",
+            "job_id,user,num_gpu,submit_time,duration\n1,a,1,0,5\n2,"
+            + "u" * (200 << 10)
+            + ",1,0,5\n",
+            "t.csv:3: not valid CSV (field larger than field limit",
+        ),
+        (
+            "demand-csv",
+            "ts,tenant,demand_gpus\n9999-12-30T00:00:00,a,1\n",
+            "t.csv:2: ts: not epoch seconds or ISO-8601 within",
+        ),
+    ],
+)
+def test_a_bad_trace_exits_2_naming_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str, text: str, expected: str
+) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(text)
+    code = main(["evaluate", "--trace", str(trace), "--format", fmt, "--no-plots"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and expected in err

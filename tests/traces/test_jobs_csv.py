@@ -89,3 +89,61 @@ def test_philly_chronus_reading_in_minutes_is_plausible(trace_dir: Path) -> None
     load = sum(j.num_gpu * j.duration_s for j in jobs) / (span * gpus)
     assert 0.2 < load < 0.6
     assert {vc_key(j.tenant) for j in jobs} == set(read_vc_nodes(d / "philly_vc.csv"))
+
+
+BIG_FIELD = "x" * (200 << 10)  # over the csv module's 128 KiB field limit
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "words"),
+    [
+        (f"a,u,1,0,5,m,z\nb,{BIG_FIELD},1,0,5,m,z\n", 3, r"not valid CSV \(field larger"),
+        ("a,u,1,0,5,m,z\nb,u,1,0,5,m\udcff,z\n", 3, r"not UTF-8 text \(byte 0xff\)"),
+        ("j" * 257 + ",u,1,0,5,m,z\n", 2, "job_id is 257 characters, more than 256"),
+        ("a," + "u" * 234 + ",1,0,5,m,z\n", 2, "user is 234 characters, more than 233"),
+        ("a,u,1,0,5," + "m" * 257 + ",z\n", 2, "model_name is 257 characters, more than 256"),
+        # ends after the schema's last time (1e11 s), though it starts before it
+        ("a,u,1,1666666666,60,m,z\n", 2, "after the last time the schema allows"),
+    ],
+)
+def test_rows_the_worker_would_refuse_name_file_and_line(
+    tmp_path: Path, body: str, line: int, words: str
+) -> None:
+    p = tmp_path / "jobs.csv"
+    p.write_bytes((HEADER + body).encode("utf-8", "surrogateescape"))
+    with pytest.raises(UsageError, match=f"jobs.csv:{line}: .*({words})"):
+        read_jobs(p)
+
+
+def test_names_as_long_as_the_schema_allows_are_read(tmp_path: Path) -> None:
+    p = _write(tmp_path, "j" * 256 + "," + "u" * 233 + ",1,0,5," + "m" * 256 + ",z\n")
+    (job,) = read_jobs(p)
+    assert (len(job.job_id), len(job.tenant), len(job.model_name)) == (256, 233, 256)
+
+
+def test_a_byte_order_mark_is_dropped(tmp_path: Path) -> None:
+    p = tmp_path / "jobs.csv"
+    p.write_bytes(b"\xef\xbb\xbf" + (HEADER + "a,u,1,0,5,m,z\r\n").encode())
+    assert [j.job_id for j in read_jobs(p)] == ["a"]
+    vc = tmp_path / "vc.csv"
+    vc.write_bytes(b"\xef\xbb\xbfvc,node num\r\nq,3\r\n")
+    assert read_vc_nodes(vc) == {"q": 3}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("q,3\nr,1\nq,5\n", "vc.csv:4: vc 'q' is listed twice"),
+        ("q,3\n,4\n", "vc.csv:3: empty vc name"),
+        ("q,3,7\n", "vc.csv:2: 3 fields, the header has 2"),
+        (f"q,3\n{BIG_FIELD},1\n", "vc.csv:3: not valid CSV (field larger than field limit"),
+    ],
+)
+def test_a_vc_file_never_overwrites_or_drops_silently(
+    tmp_path: Path, body: str, message: str
+) -> None:
+    vc = tmp_path / "vc.csv"
+    vc.write_text("vc,node num\n" + body)
+    with pytest.raises(UsageError) as info:
+        read_vc_nodes(vc)
+    assert message in str(info.value)

@@ -226,3 +226,96 @@ def test_first_hours_of_event_time(tmp_path: Path) -> None:
 def test_unknown_archive_path_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no dprobe archive files"):
         open_source(tmp_path, "dprobe-parquet")
+
+
+def test_a_duplicate_job_id_after_a_skipped_row_is_still_caught(tmp_path: Path) -> None:
+    f = tmp_path / "jobs.csv"
+    f.write_text(
+        "job_id,user,num_gpu,submit_time,duration,model_name\n"
+        "1,vc_a,1,0,5,vgg16\n"
+        "2,vc_a,oops,1,5,vgg16\n"  # line 3: skipped
+        "1,vc_b,2,3,5,resnet\n"  # line 4: job 1 again
+    )
+    bad: list[str] = []
+    _, jobs = _decode(list(open_source(f, "jobs-csv", on_bad=bad.append)[0]))
+    assert [m.split(": ")[0] for m in bad] == [f"{f}:3", f"{f}:4"]
+    assert "duplicate job_id '1'" in bad[1]
+    assert [(j.event, j.tenant) for j in jobs] == [
+        ("submit", "vc_a"),
+        ("start", "vc_a"),
+        ("finish", "vc_a"),
+    ]
+
+
+def test_a_row_with_a_byte_that_is_not_utf8_is_skipped(tmp_path: Path) -> None:
+    d = tmp_path / "d.csv"
+    d.write_bytes(b"ts,tenant,demand_gpus\n0,a,1\n60,a\xff,2\n120,a,3\n180,\xfeb,4\n240,a,5\n")
+    bad: list[str] = []
+    snaps, _ = _decode(list(open_source(d, "demand-csv", on_bad=bad.append)[0]))
+    assert bad == [f"{d}:3: not UTF-8 text (byte 0xff)", f"{d}:5: not UTF-8 text (byte 0xfe)"]
+    assert {t: n for t, n in _running_by_ts(snaps, "a").items() if t % 120 == 0} == {
+        0.0: 1,
+        120.0: 3,
+        240.0: 5,
+    }
+    j = tmp_path / "jobs.csv"
+    j.write_bytes(
+        b"job_id,user,num_gpu,submit_time,duration\n1,a,1,0,5\n2,a\xff,1,1,5\n3,a,1,2,5\n"
+    )
+    bad.clear()
+    _, jobs = _decode(list(open_source(j, "jobs-csv", on_bad=bad.append)[0]))
+    assert bad == [f"{j}:3: not UTF-8 text (byte 0xff)"]
+    assert sorted({e.job for e in jobs}) == ["1", "3"]
+
+
+def test_a_bad_row_over_several_lines_is_skipped_whole(tmp_path: Path) -> None:
+    f = tmp_path / "jobs.csv"
+    f.write_text(
+        "job_id,user,num_gpu,submit_time,duration\n"
+        "1,a,1,0,5\n"
+        '2,"a\nb",oops,1,5\n'  # lines 3-4: one record, a bad num_gpu
+        "3,a,1,2,5\n"
+    )
+    bad: list[str] = []
+    _, jobs = _decode(list(open_source(f, "jobs-csv", on_bad=bad.append)[0]))
+    assert len(bad) == 1 and bad[0].startswith(f"{f}:4: num_gpu 'oops'")
+    assert sorted({e.job for e in jobs}) == ["1", "3"]
+
+
+def test_replayed_names_fit_the_schema_or_the_row_is_refused(tmp_path: Path) -> None:
+    longest = "t" * 233
+    d = tmp_path / "d.csv"
+    # 1,001 hosts: host numbers reach four digits
+    d.write_text(f"ts,tenant,demand_gpus\n0,{longest},8008\n60,{longest}x,1\n")
+    bad: list[str] = []
+    snaps, jobs = _decode(list(open_source(d, "demand-csv", on_bad=bad.append)[0]))
+    assert len(snaps) == 1001 and jobs[0].job == f"{longest}/pending"
+    assert bad == [
+        f"{d}:3: tenant is 234 characters, more than 233 (a replay names hosts and GPUs after it)"
+    ]
+    j = tmp_path / "jobs.csv"
+    j.write_text(
+        "job_id,user,num_gpu,submit_time,duration,model_name\n"
+        f"{'j' * 256},{longest},16,0,5,{'m' * 256}\n"
+        f"2,{longest}x,1,0,5,m\n"
+        f"3,u,1,0,5,{'m' * 257}\n"
+    )
+    bad.clear()
+    snaps, jobs = _decode(list(open_source(j, "jobs-csv", on_bad=bad.append)[0]))
+    assert {e.job for e in jobs} == {"j" * 256} and {s.host[-3:] for s in snaps} == {"000", "001"}
+    assert [m.split(": ")[0] for m in bad] == [f"{j}:3", f"{j}:4"]
+
+
+def test_a_fleet_whose_gpu_names_the_schema_refuses_is_an_error() -> None:
+    import itertools
+
+    from dprobe.traces.demand_series import DemandPoint
+    from dprobe.traces.replay_demand import demand_records
+
+    # jobs-csv sums its jobs, so a tenant may run more GPUs than a demand row may: here
+    # over a million hosts of 4,096 GPUs, whose GPU names would pass 256 characters
+    running = 4096 * 1_000_000 + 1
+    point = DemandPoint(ts=0.0, tenant="t" * 233, running_gpus=running, pending_gpus=0.0)
+    recs = demand_records([point], DemandLayout(gpus_per_host=4096))
+    with pytest.raises(UsageError, match="more than the schema's 256"):
+        list(itertools.islice(recs, 3))

@@ -1,0 +1,123 @@
+"""What every trace and table reader shares: CSV rows that name their line when bad, and
+the bounds the message schema puts on the names and times a row may hold.
+
+The readers (``demand-csv``, ``helios-vc``, ``jobs-csv``, the VC sizes of ``simulate`` and
+the quotas of ``cluster publish``) read through :func:`csv_rows`, so each way a file can be
+bad is one error naming the file and the line:
+
+- a byte that is not UTF-8 (files are decoded with ``surrogateescape`` by
+  :func:`open_text`, so one bad byte leaves the other lines readable and a lenient replay
+  can skip its row);
+- a CSV syntax error, or a field over Python's csv limit (128 KiB; no real field is near it);
+- a line over :data:`~dprobe.text_input.MAX_LINE_CHARS` (:class:`~dprobe.text_input.LineTooLong`).
+
+A UTF-8 byte-order mark (spreadsheets write one) is dropped.
+
+Names and times are checked against :mod:`dprobe.schema` where the line is known, so a
+replay never publishes a record the stream worker would dead-letter. A replayed tenant also
+names synthetic hosts and GPUs (:func:`replay_host`, :func:`replay_gpu`), so a tenant may
+be at most :data:`MAX_TENANT_CHARS` long.
+
+Example:
+    >>> import io
+    >>> list(csv_rows(io.StringIO("\\ufeffts,tenant\\n0,a\\n"), name="d.csv"))
+    [(1, ['ts', 'tenant']), (2, ['0', 'a'])]
+    >>> list(csv_rows(io.StringIO("ts,tenant\\n0,\\udcff\\n"), name="d.csv"))
+    Traceback (most recent call last):
+    ...
+    dprobe.errors.UsageError: d.csv:2: not UTF-8 text (byte 0xff)
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import re
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Final, get_args
+
+from dprobe.errors import UsageError
+from dprobe.schema import EpochS, Id, Label
+from dprobe.text_input import bounded_lines
+
+ErrorAt = Callable[[str, int], UsageError]
+"""Makes the error of a bad line from a message and a line number."""
+
+MAX_ID_CHARS: Final[int] = get_args(Id)[1].max_length  # tenant, job, host names: 256
+MAX_LABEL_CHARS: Final[int] = get_args(Label)[1].max_length  # model names: 256
+MIN_EPOCH_S: Final[float] = get_args(EpochS)[1].ge  # 0
+MAX_EPOCH_S: Final[float] = get_args(EpochS)[1].le  # 1e11 s, the year 5138
+
+_UNDECODED = re.compile("[\udc80-\udcff]")  # how surrogateescape keeps a non-UTF-8 byte
+
+
+def open_text(path: Path) -> IO[str]:
+    """``path`` as text for :func:`csv_rows` (gzip when it ends in ``.gz``); a byte that is
+    not UTF-8 is kept for :func:`csv_rows` to name its line. ``OSError`` when unreadable."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    return opener(path, "rt", encoding="utf-8", errors="surrogateescape", newline="")
+
+
+def at_line(name: str) -> ErrorAt:
+    """Errors that read ``NAME:LINE: message``, the form of every trace reader."""
+    return lambda message, line: UsageError(f"{name}:{line}: {message}")
+
+
+def csv_rows(
+    lines: Iterable[str] | IO[str], *, name: str, error: ErrorAt | None = None
+) -> Iterator[tuple[int, list[str]]]:
+    """``(line number, fields)`` of every CSV record of ``lines`` (an open text file or
+    lines), the header included; a blank line is ``[]``. A bad line raises ``error``
+    (default :func:`at_line`) naming it. A record over several lines has its last line's
+    number."""
+    fail = error or at_line(name)
+    reader = csv.reader(_checked(lines, name, fail))
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise fail(f"not valid CSV ({exc})", reader.line_num) from None
+        yield reader.line_num, row
+
+
+def _checked(lines: Iterable[str] | IO[str], name: str, fail: ErrorAt) -> Iterator[str]:
+    for n, text in enumerate(bounded_lines(lines, name=name), start=1):
+        line = text.removeprefix("\ufeff") if n == 1 else text
+        bad = _UNDECODED.search(line)
+        if bad:
+            raise fail(f"not UTF-8 text (byte 0x{ord(bad[0]) - 0xDC00:02x})", n)
+        yield line
+
+
+def replay_host(tenant: str, index: int) -> str:
+    """The name of a replayed tenant's synthetic host ``index``.
+
+    >>> replay_gpu(replay_host("vc-a", 0), 7)
+    'GPU-replay-vc-a-000-7'
+    """
+    return f"replay-{tenant}-{index:03d}"
+
+
+def replay_gpu(host: str, index: int) -> str:
+    """The UUID of GPU ``index`` of a synthetic host."""
+    return f"GPU-{host}-{index}"
+
+
+# Room for a million hosts (a tenant's demand is at most 1e6 GPUs) of up to 4,096 GPUs
+# (the schema's largest GPU index): 23 characters.
+MAX_TENANT_CHARS: Final[int] = MAX_ID_CHARS - len(replay_gpu(replay_host("", 999_999), 4095))
+
+
+def too_long(value: str, what: str, limit: int) -> str | None:
+    """Why ``value`` is too long to be the ``what`` of a record (``None``: it is not).
+
+    >>> too_long("x" * 240, "tenant", MAX_TENANT_CHARS)
+    'tenant is 240 characters, more than 233 (a replay names hosts and GPUs after it)'
+    """
+    if len(value) <= limit:
+        return None
+    why = " (a replay names hosts and GPUs after it)" if limit == MAX_TENANT_CHARS else ""
+    return f"{what} is {len(value)} characters, more than {limit}{why}"
