@@ -3,12 +3,16 @@
 Each ScalingEvent carries its plan's sequence number (``plan_seq``, growing with every
 plan) and size (``plan_size``, its number of events). :class:`PlanAssembler` buffers
 events by ``plan_id`` and releases a plan once all of its events have arrived (events of
-older workers without a size: once their deltas sum to zero). Released plans come out
-in the order they complete; a plan older than one already released (a catch-up over a
-topic with several partitions) is released only with the events of tenants that no
-newer plan has set, so every tenant ends at the target of the newest plan that moved it.
-Duplicate ``event_id`` s are dropped; a plan still incomplete after ``max_age_s`` is
-dropped with a warning, never applied in part.
+older workers without a size: once their deltas sum to zero). Plans come out in plan
+order: a complete plan waits while an older one is still incomplete (events of a topic
+with several partitions arrive out of order), so the quotas applied never pass through a
+state no plan made. A plan older than one already released (it began to arrive only
+after) is released only with the events of tenants that no newer plan has set, so every
+tenant ends at the target of the newest plan that moved it. Duplicate ``event_id`` s are
+dropped; a plan still incomplete after ``max_age_s`` is dropped with a warning, never
+applied in part, and the plans it held back go out (call :meth:`release_ready` when no
+event comes, so they need not wait for the next one); its events count as new if they
+are delivered again.
 
 Example:
     >>> from dprobe.schema import Forecast, ModelInfo, ScalingEvent
@@ -53,24 +57,54 @@ class PlanAssembler:
     expired: int = 0
     stale_events: int = 0  # events of an older plan a newer one had already overridden
     _pending: dict[str, tuple[float, list[ScalingEvent]]] = field(default_factory=dict)
+    _ready: dict[str, list[ScalingEvent]] = field(default_factory=dict)  # complete, held back
     _tenant_seq: dict[str, int] = field(default_factory=dict)  # newest plan applied per tenant
 
     @property
     def pending_plans(self) -> int:
-        return len(self._pending)
+        """Plans not released yet: incomplete, or complete behind an incomplete older one."""
+        return len(self._pending) + len(self._ready)
+
+    @property
+    def pending_event_ids(self) -> set[str]:
+        """Ids of the events held (not released, not dropped): a consumer that commits
+        offsets commits none at or after theirs."""
+        held = [e for _, evs in self._pending.values() for e in evs]
+        held += [e for evs in self._ready.values() for e in evs]
+        return {e.event_id for e in held}
 
     def add(self, event: ScalingEvent) -> list[ScalingEvent]:
-        """Add one event; return the events to apply of the plan it completes (else ``[]``)."""
+        """Add one event; return the events to apply of the plans that can go out now, in
+        plan order (``[]`` while the plan is incomplete or waits for an older one)."""
         self.expire()
         if not self.seen.add(event.event_id):
             self.duplicates += 1
-            return []
+            return self._flush()
         _, events = self._pending.setdefault(event.plan_id, (self.clock(), []))
         events.append(event)
-        if not _complete(events):
-            return []
-        del self._pending[event.plan_id]
-        return self._release(sorted(events, key=lambda e: e.tenant))
+        if _complete(events):
+            del self._pending[event.plan_id]
+            self._ready[event.plan_id] = sorted(events, key=lambda e: e.tenant)
+        return self._flush()
+
+    def release_ready(self) -> list[ScalingEvent]:
+        """Drop expired plans and return the events of the plans that can go out now."""
+        self.expire()
+        return self._flush()
+
+    def _flush(self) -> list[ScalingEvent]:
+        oldest = min(
+            (evs[0].plan_seq for _, evs in self._pending.values() if evs[0].plan_seq > 0),
+            default=None,
+        )
+        out: list[ScalingEvent] = []
+        for plan_id, events in sorted(self._ready.items(), key=lambda p: p[1][0].plan_seq):
+            seq = events[0].plan_seq
+            if seq > 0 and oldest is not None and seq > oldest:
+                break  # an older plan is still coming
+            del self._ready[plan_id]
+            out += self._release(events)
+        return out
 
     def _release(self, events: list[ScalingEvent]) -> list[ScalingEvent]:
         seq = events[0].plan_seq
@@ -88,6 +122,8 @@ class PlanAssembler:
         old = [p for p, (t, _) in self._pending.items() if now - t > self.max_age_s]
         for plan_id in old:
             _, events = self._pending.pop(plan_id)
+            for e in events:  # delivered again later, the plan can still complete
+                self.seen.discard(e.event_id)
             self.expired += 1
             log.warning("plan %s incomplete (%d events); not applied", plan_id, len(events))
         return old

@@ -37,6 +37,10 @@ class SeenIds:
             self._ids.popitem(last=False)
         return True
 
+    def discard(self, event_id: str) -> None:
+        """Forget ``event_id``: it counts as new when it comes again."""
+        self._ids.pop(event_id, None)
+
     def __contains__(self, event_id: object) -> bool:
         return event_id in self._ids
 

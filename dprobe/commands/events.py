@@ -107,10 +107,11 @@ class _Tail:
     duplicates: int = 0
     invalid: int = 0
     done: dict[Any, int] = field(default_factory=dict)  # TopicPartition -> next offset
+    held: dict[str, tuple[Any, int]] = field(default_factory=dict)  # event id -> (tp, offset)
 
     def handle(self, tp: Any, offset: int, value: bytes | None, seen: SeenIds) -> bool:
         """Print one record unless invalid or a duplicate; ``False`` once the tail must stop."""
-        from dprobe.schema import SchemaError, decode_scaling_event, to_builtins
+        from dprobe.schema import SchemaError, decode_scaling_event
 
         self.done[tp] = offset + 1
         try:
@@ -120,16 +121,45 @@ class _Tail:
             print(f"dprobe events: skipping {tp.topic}[{tp.partition}]@{offset}: {exc}",
                   file=sys.stderr)  # fmt: skip
             return True
-        if not seen.add(ev.event_id):
-            self.duplicates += 1
-            return True
-        for out in self.plans.add(ev) if self.plans is not None else [ev]:
+        if self.plans is None:
+            if not seen.add(ev.event_id):
+                self.duplicates += 1
+                return True
+            return self._print([ev])
+        # whole plans: the assembler drops duplicates (and takes an expired plan's events
+        # again when they are delivered again)
+        self.held[ev.event_id] = (tp, offset)
+        before = self.plans.duplicates
+        released = self.plans.add(ev)
+        self.duplicates += self.plans.duplicates - before
+        return self._print(released)
+
+    def flush(self) -> bool:
+        """Print the plans that can go out without a new event (an older one expired)."""
+        return self._print(self.plans.release_ready()) if self.plans is not None else True
+
+    def _print(self, events: list[Any]) -> bool:
+        from dprobe.schema import to_builtins
+
+        for out in events:
             if not _write(
                 sys.stdout, json.dumps(to_builtins(out)) if self.json else format_line(out)
             ):
                 return False  # the reader went away (e.g. `| head`)
             self.printed += 1
         return self.max_events is None or self.printed < self.max_events
+
+    def commit_offsets(self) -> dict[Any, int]:
+        """The offsets to commit: what was handled, but no further than the first event of
+        a plan still held, so a restart reads it again instead of losing the plan."""
+        out = dict(self.done)
+        if self.plans is None:
+            return out
+        pending = self.plans.pending_event_ids
+        self.held = {i: where for i, where in self.held.items() if i in pending}
+        for tp, offset in self.held.values():
+            out[tp] = min(out.get(tp, offset), offset)
+        return out
 
 
 async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
@@ -173,6 +203,8 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
             if not joined and consumer.assignment():
                 joined, last_record = True, time.monotonic()  # the idle clock starts now
             if not batch:
+                if not tail.flush():
+                    break
                 if args.timeout is not None and time.monotonic() - last_record >= (
                     args.timeout if joined else max(JOIN_WAIT_S, args.timeout)
                 ):
@@ -185,7 +217,7 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
                     stop.set()
                     break
             if args.group and tail.done:
-                await consumer.commit(dict(tail.done))
+                await consumer.commit(tail.commit_offsets())
     except KafkaError as exc:
         raise DprobeError(f"reading {topic} failed: {exc}") from None
     finally:

@@ -78,3 +78,73 @@ def test_every_tenant_ends_at_its_newest_target(seed: int, partitions: int, dup:
 def test_plan_numbers_grow_with_every_plan() -> None:
     seqs = [events[0].plan_seq for events in _plans(3, 30)]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs) and seqs[0] > 0
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), partitions=st.integers(2, 4))
+def test_applied_quotas_pass_only_through_states_some_plan_made(seed: int, partitions: int) -> None:
+    plans = _plans(seed, 40)
+    start = {e.tenant: e.current_quota_gpus for e in reversed([e for p in plans for e in p])}
+    # the quotas after each plan, applied in plan order: the states a plan made
+    states = []
+    quotas = dict.fromkeys(TENANTS, 16.0) | start
+    for events in plans:
+        quotas = quotas | {e.tenant: e.target_quota_gpus for e in events}
+        states.append(dict(quotas))
+    rng = random.Random(seed)
+    stream = list(_catch_up_order(plans, partitions))
+    # partitions read in turns of a few records, not one after another
+    by_p: dict[int, list[ScalingEvent]] = {}
+    for e in stream:
+        by_p.setdefault(TENANTS.index(e.tenant) % partitions, []).append(e)
+    interleaved = []
+    while any(by_p.values()):
+        p = rng.choice([k for k, v in by_p.items() if v])
+        take = rng.randint(1, 3)
+        interleaved += by_p[p][:take]
+        del by_p[p][:take]
+    plans_in = PlanAssembler()
+    applied = dict.fromkeys(TENANTS, 16.0) | start
+    for e in interleaved:
+        released = plans_in.add(e)
+        for move in released:
+            applied[move.tenant] = move.target_quota_gpus
+        if released:
+            assert applied in states  # never a mix of plans
+            assert sum(applied.values()) <= 96
+    assert applied == states[-1]
+
+
+def _event(i: str, seq: int, tenant: str, cur: float, tgt: float, size: int = 2) -> ScalingEvent:
+    from dprobe.schema import Forecast, ModelInfo
+
+    return ScalingEvent(
+        event_id=i, plan_id=f"p{seq}", ts=1.0, time="", tenant=tenant,
+        action="scale_up" if tgt > cur else "scale_down", current_quota_gpus=cur,
+        target_quota_gpus=tgt, delta_gpus=tgt - cur, reason="r", message="",
+        forecast=Forecast(horizon_s=600, p50=1, p90=1), model=ModelInfo(name="m", version="1"),
+        plan_seq=seq, plan_size=size,
+    )  # fmt: skip
+
+
+def test_a_newer_plan_waits_for_an_older_one_until_it_expires() -> None:
+    now = [0.0]
+    plans = PlanAssembler(max_age_s=300, clock=lambda: now[0])
+    assert plans.add(_event("a1", 1, "vc-a", 8, 16)) == []  # plan 1: one of two events
+    assert plans.add(_event("b1", 2, "vc-b", 16, 8)) == []
+    assert plans.add(_event("b2", 2, "vc-c", 8, 16)) == []  # plan 2 complete, held back
+    assert plans.pending_plans == 2 and plans.pending_event_ids == {"a1", "b1", "b2"}
+    now[0] = 400.0
+    assert [e.event_id for e in plans.release_ready()] == ["b1", "b2"]  # plan 1 expired
+    assert plans.expired == 1 and plans.pending_plans == 0
+
+
+def test_an_expired_plan_delivered_again_is_applied() -> None:
+    now = [0.0]
+    plans = PlanAssembler(max_age_s=300, clock=lambda: now[0])
+    assert plans.add(_event("x1", 1, "vc-a", 8, 16)) == []
+    now[0] = 400.0
+    assert plans.release_ready() == [] and plans.expired == 1
+    assert plans.add(_event("x1", 1, "vc-a", 8, 16)) == []  # again, from the start
+    assert [e.event_id for e in plans.add(_event("x2", 1, "vc-b", 16, 8))] == ["x1", "x2"]
+    assert plans.duplicates == 0
