@@ -12,6 +12,8 @@ Example:
     '4711'
     >>> parse_cgroup("0::/research.slice/train-42.service\\n").slices
     ('research.slice',)
+    >>> is_tenant_slice("research.slice"), is_tenant_slice("system.slice")
+    (True, False)
 """
 
 from __future__ import annotations
@@ -19,8 +21,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# a pod UID: a UUID (dashes as underscores in systemd slice names), or for a static pod the
+# 32 hex digits of the kubelet's hash of its manifest
 _POD_RE = re.compile(
-    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
+    r"(?<![0-9A-Za-z])pod("
+    r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}"
+    r"|[0-9a-f]{32}"
+    r")(?![0-9a-f])"
 )
 _SLURM_JOB_RE = re.compile(r"(?:^|/)job_(\d+)(?:/|$)")
 _SLURM_UID_RE = re.compile(r"(?:^|/)uid_(\d+)(?:/|$)")
@@ -28,16 +35,29 @@ _SLURM_UID_RE = re.compile(r"(?:^|/)uid_(\d+)(?:/|$)")
 _GENERIC_SLICES = frozenset({"-.slice", "system.slice", "user.slice", "machine.slice"})
 
 
+def is_tenant_slice(name: str) -> bool:
+    """Whether ``name`` can be one of :attr:`CgroupIdentity.slices`: a single ``.slice``
+    unit that is neither one every host has nor one of Kubernetes' ``kubepods`` slices."""
+    return (
+        name.endswith(".slice")
+        and "/" not in name
+        and name not in _GENERIC_SLICES
+        and not name.startswith("kubepods")
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class CgroupIdentity:
     """Ids found in a cgroup path. ``slices`` innermost first; ``unit`` is the systemd
-    service or scope the process runs in (not a login session scope)."""
+    service or scope the process runs in (not a login session scope); ``slurm_in_pod``:
+    the Slurm job runs inside the pod (a ``slurmd`` run in a pod), not the other way."""
 
     pod_uid: str | None = None
     slurm_job: str | None = None
     slurm_uid: int | None = None
     slices: tuple[str, ...] = ()
     unit: str | None = None
+    slurm_in_pod: bool = False
 
 
 def parse_cgroup(text: str) -> CgroupIdentity:
@@ -48,28 +68,27 @@ def parse_cgroup(text: str) -> CgroupIdentity:
         parts = line.split(":", 2)
         if len(parts) == 3 and parts[2].startswith("/"):
             is_v2 = parts[0] == "0" and parts[1] == ""
-            (unified if is_v2 else legacy).append(parts[2])
+            # v2 marks a cgroup removed while the process still runs in it
+            path = parts[2].removesuffix(" (deleted)")
+            (unified if is_v2 else legacy).append(path)
     paths = unified + legacy  # cgroup v2's unified line first, then the v1 hierarchies
     pod_uid = slurm_job = unit = None
     slurm_uid: int | None = None
     slices: tuple[str, ...] = ()
+    slurm_in_pod = False
     for path in paths:
-        if pod_uid is None and (m := _POD_RE.search(path)):
-            pod_uid = m.group(1).replace("_", "-")
-        if slurm_job is None and (m := _SLURM_JOB_RE.search(path)):
-            slurm_job = m.group(1)
+        pod_match = _POD_RE.search(path)
+        job_match = _SLURM_JOB_RE.search(path)
+        if pod_uid is None and pod_match:
+            pod_uid = pod_match.group(1).replace("_", "-")
+        if slurm_job is None and job_match:
+            slurm_job = job_match.group(1)
+            slurm_in_pod = pod_match is not None and pod_match.start() < job_match.start()
         if slurm_uid is None and (m := _SLURM_UID_RE.search(path)):
             slurm_uid = int(m.group(1))
         parts = [p for p in path.split("/") if p]
         if not slices:
-            found = [
-                p
-                for p in parts
-                if p.endswith(".slice")
-                and p not in _GENERIC_SLICES
-                and not p.startswith("kubepods")
-            ]
-            slices = tuple(reversed(found))
+            slices = tuple(reversed([p for p in parts if is_tenant_slice(p)]))
         if unit is None:
             for p in reversed(parts):
                 if p.endswith(".service") or (
@@ -79,5 +98,10 @@ def parse_cgroup(text: str) -> CgroupIdentity:
                         unit = p
                     break
     return CgroupIdentity(
-        pod_uid=pod_uid, slurm_job=slurm_job, slurm_uid=slurm_uid, slices=slices, unit=unit
+        pod_uid=pod_uid,
+        slurm_job=slurm_job,
+        slurm_uid=slurm_uid,
+        slices=slices,
+        unit=unit,
+        slurm_in_pod=slurm_in_pod,
     )

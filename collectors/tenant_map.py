@@ -8,9 +8,10 @@ A TOML file; every table is optional::
     team-vision = "vc-vision"
     [accounts]      # Slurm account (from an allowed environment variable) -> tenant
     proj123 = "vc-research"
-    [slices]        # systemd slice -> tenant
+    [slices]        # systemd slice (not system, user, machine or kubepods) -> tenant
     "research.slice" = "vc-research"
-    [users]         # Unix user name -> tenant
+    [users]         # numeric uid or Unix user name -> tenant (not for processes in a pod)
+    "1000" = "vc-nlp"
     alice = "vc-nlp"
 
 Example:
@@ -25,6 +26,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dprobe.collectors.cgroup import is_tenant_slice
 from dprobe.errors import UsageError
 from dprobe.text_input import read_text
 
@@ -63,4 +65,11 @@ def load_tenant_map(path: Path | str) -> TenantMap:
         ):
             raise UsageError(f"tenant map {path}: [{name}] must map names to tenant strings")
         tables[name] = {str(k): v for k, v in table.items()}
+    for key in tables["slices"]:
+        if not is_tenant_slice(key):
+            raise UsageError(
+                f"tenant map {path}: [slices] key {key!r} can never match: name one slice "
+                "unit ending in .slice, other than -.slice, system.slice, user.slice, "
+                "machine.slice and the kubepods slices (map pods in [pods] or [namespaces])"
+            )
     return TenantMap(**tables)

@@ -6,20 +6,26 @@ Resolution order for a pid (the conventions users of Kubernetes, Slurm and syste
    kubelet's ``/var/log/pods/<namespace>_<pod>_<uid>`` folders), a Slurm ``job_<id>``,
    systemd slices and the unit;
 2. the operator's mapping file (:mod:`dprobe.collectors.tenant_map`): pod, namespace,
-   slice, then the process's Unix user;
+   slice, then the process's Unix user (numeric uid, then name), this one only for a
+   process that is not in a pod: a container's uid says nothing about its tenant;
 3. only if the operator names them, environment variables of the process (e.g.
    ``SLURM_JOB_ACCOUNT``, mapped through ``[accounts]``, else taken as the tenant when it
    is a plain identifier);
 4. a Kubernetes namespace is the tenant when nothing above matched;
 5. else ``unassigned``.
 
-The job is the pod name (or UID), ``slurm-<id>``, the systemd unit, else ``pid-<pid>``.
-Only these resolved ids ever leave the host: command lines and environment values are
-never exported. Results are cached per (pid, start time), so a recycled pid is resolved
-afresh. A process whose ``stat`` cannot be read (it ended, or a ``hidepid`` ``/proc``,
-``ProtectProc=`` or a security module hides it) raises :class:`ProcessGone`, and so does
-any other failure to attribute one process (logged once, then cached as ``unassigned``):
-the caller reports it unassigned and goes on with the other processes.
+The job is the pod name (or UID), ``slurm-<id>``, the systemd unit, else ``pid-<pid>``;
+for a Slurm job run inside a pod (``slurmd`` in a pod) it is ``slurm-<id>``: the
+innermost of the two names the job. Only these resolved ids ever leave the host: command
+lines and environment values are never exported.
+
+Results are cached per (pid, start time), so a recycled pid is resolved afresh. A
+process in a pod whose kubelet folder is not there yet is resolved again after 1 s, then
+at growing intervals up to 30 s, until the folder appears. User names are cached per uid
+for 10 minutes. A process whose ``stat`` cannot be read (it ended, or a ``hidepid``
+``/proc``, ``ProtectProc=`` or a security module hides it) raises :class:`ProcessGone`,
+and so does any other failure to attribute one process (logged once, then cached as
+``unassigned``): the caller reports it unassigned and goes on with the other processes.
 
 Example:
     >>> import tempfile, pathlib
@@ -54,7 +60,13 @@ from dprobe.schema import UNASSIGNED
 log = logging.getLogger(__name__)
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$")
-_POD_DIR_REFRESH_S = 10.0
+_POD_DIR_MIN_INTERVAL_S = 1.0  # the pod log folder is listed at most this often
+_POD_RETRY_MIN_S = 1.0  # a pod not found there is looked for again after this,
+_POD_RETRY_MAX_S = 30.0  # then after twice as long each time, up to this
+_POD_RETRY_MAX_UIDS = 4096
+_USER_NAME_TTL_S = 600.0
+_USER_NAME_MAX = 4096
+_FOREVER = float("inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +85,39 @@ def _user_name(uid: int) -> str | None:
         return None
 
 
+class _UserNames:
+    """``lookup`` (uid -> user name) with each answer, ``None`` included, kept for
+    ``ttl_s`` seconds, for at most ``max_size`` uids (least recently used go first): a
+    passwd lookup through SSSD or LDAP can block for seconds."""
+
+    def __init__(
+        self,
+        lookup: Callable[[int], str | None],
+        monotonic: Callable[[], float],
+        *,
+        ttl_s: float = _USER_NAME_TTL_S,
+        max_size: int = _USER_NAME_MAX,
+    ) -> None:
+        self._lookup = lookup
+        self._monotonic = monotonic
+        self._ttl_s = ttl_s
+        self._max_size = max_size
+        self._names: OrderedDict[int, tuple[str | None, float]] = OrderedDict()
+
+    def __call__(self, uid: int) -> str | None:
+        now = self._monotonic()
+        hit = self._names.get(uid)
+        if hit is not None and now < hit[1]:
+            self._names.move_to_end(uid)
+            return hit[0]
+        name = self._lookup(uid)
+        self._names[uid] = (name, now + self._ttl_s)
+        self._names.move_to_end(uid)
+        if len(self._names) > self._max_size:
+            self._names.popitem(last=False)
+        return name
+
+
 class TenantResolver:
     """Resolve pids to :class:`Attribution` with a cache per (pid, start time).
 
@@ -81,8 +126,10 @@ class TenantResolver:
         tenant_map: the operator's mapping (empty by default).
         env_vars: environment variable names the operator allows reading, in order.
         pod_log_dir: the kubelet's pod log folder (names namespaces and pods).
-        user_name: uid -> user name (default: the passwd database).
+        user_name: uid -> user name (default: the passwd database); each uid's answer is
+            kept 10 minutes.
         max_cache: bound of the cache (oldest entries go first).
+        monotonic: the clock of the retries and of the user name cache.
     """
 
     def __init__(
@@ -100,12 +147,19 @@ class TenantResolver:
         self.tenant_map = tenant_map or TenantMap()
         self.env_vars = tuple(env_vars)
         self.pod_log_dir = Path(pod_log_dir) if pod_log_dir else None
-        self._user_name = user_name
-        self._max_cache = max_cache
         self._monotonic = monotonic
-        self._cache: OrderedDict[tuple[int, int], Attribution] = OrderedDict()
+        self._user_name = _UserNames(user_name, monotonic)
+        users = self.tenant_map.users
+        self._users_by_uid = {int(k): v for k, v in users.items() if k.isascii() and k.isdigit()}
+        self._users_by_name = len(self._users_by_uid) < len(users)
+        self._max_cache = max_cache
+        # (pid, start time) -> (attribution, monotonic time it is to be resolved again)
+        self._cache: OrderedDict[tuple[int, int], tuple[Attribution, float]] = OrderedDict()
         self._pods: dict[str, tuple[str, str]] = {}
         self._pods_read_at = float("-inf")
+        self._pod_dir_errors: set[str] = set()
+        # pod UID not in the log folder -> (when to look again, the wait before that)
+        self._pod_retry: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
     def resolve(self, pid: int) -> Attribution:
         """Attribution of ``pid``; raises :class:`ProcessGone` if the process has ended, is
@@ -114,21 +168,22 @@ class TenantResolver:
         try:
             key = (pid, self._start_time(pid))
             hit = self._cache.get(key)
-            if hit is not None:
-                return hit
-            result = self._resolve_uncached(pid)
+            if hit is not None and (hit[1] == _FOREVER or self._monotonic() < hit[1]):
+                return hit[0]
+            result, until = self._resolve_uncached(pid)
         except ProcessGone:
             raise
         except Exception as exc:  # one odd process must not end the tick of all others
             log.exception("process %d: attribution failed, reporting it unassigned", pid)
             if key is not None:  # once per process, not at every tick
-                self._remember(key, Attribution(UNASSIGNED, f"pid-{pid}", "unassigned"))
+                failed = Attribution(UNASSIGNED, f"pid-{pid}", "unassigned")
+                self._remember(key, failed, _FOREVER)
             raise ProcessGone(f"process {pid}: attribution failed") from exc
-        self._remember(key, result)
+        self._remember(key, result, until)
         return result
 
-    def _remember(self, key: tuple[int, int], result: Attribution) -> None:
-        self._cache[key] = result
+    def _remember(self, key: tuple[int, int], result: Attribution, until: float) -> None:
+        self._cache[key] = (result, until)
         if len(self._cache) > self._max_cache:
             self._cache.popitem(last=False)
 
@@ -187,33 +242,76 @@ class TenantResolver:
         return found
 
     def _pod(self, uid: str) -> tuple[str, str] | None:
-        """(namespace, pod) of a pod UID from the kubelet's log folder names."""
-        if uid not in self._pods and self.pod_log_dir is not None:
+        """(namespace, pod) of a pod UID from the kubelet's log folder names; the folder
+        is listed again (at most once a second) when ``uid`` is not in the last listing."""
+        found = self._pods.get(uid)
+        if found is None and self.pod_log_dir is not None:
             now = self._monotonic()
-            if now - self._pods_read_at >= _POD_DIR_REFRESH_S:
+            if now - self._pods_read_at >= _POD_DIR_MIN_INTERVAL_S:
                 self._pods_read_at = now
-                try:
-                    names = os.listdir(self.pod_log_dir)
-                except OSError:
-                    names = []
-                for name in names:
-                    parts = name.rsplit("_", 2)
-                    if len(parts) == 3:
-                        self._pods[parts[2]] = (parts[0], parts[1])
-        return self._pods.get(uid)
+                self._read_pod_dir(self.pod_log_dir)
+                found = self._pods.get(uid)
+        return found
+
+    def _read_pod_dir(self, folder: Path) -> None:
+        try:
+            names = os.listdir(folder)
+        except OSError as exc:
+            problem = f"{type(exc).__name__}: {exc.strerror or exc}"
+            if problem not in self._pod_dir_errors:  # once per distinct error
+                self._pod_dir_errors.add(problem)
+                log.warning(
+                    "pod log folder %s cannot be read (%s): the namespaces and names of "
+                    "pods cannot be found, so pods are attributed by their UID only; "
+                    "mount the kubelet's /var/log/pods there or set pod_log_dir",
+                    folder,
+                    problem,
+                )
+            return
+        self._pod_dir_errors.clear()
+        pods: dict[str, tuple[str, str]] = {}
+        for name in names:
+            parts = name.rsplit("_", 2)
+            if len(parts) == 3:
+                pods[parts[2]] = (parts[0], parts[1])
+        self._pods = pods
+
+    def _retry_pod_at(self, uid: str) -> float:
+        """When to resolve again a process of pod ``uid``, not found in the log folder:
+        1 s after the first miss, then twice as long after each, up to 30 s."""
+        now = self._monotonic()
+        last = self._pod_retry.get(uid)
+        if last is not None and now < last[0]:  # another process of the pod set it
+            return last[0]
+        wait = _POD_RETRY_MIN_S if last is None else min(last[1] * 2, _POD_RETRY_MAX_S)
+        self._pod_retry[uid] = (now + wait, wait)
+        self._pod_retry.move_to_end(uid)
+        if len(self._pod_retry) > _POD_RETRY_MAX_UIDS:
+            self._pod_retry.popitem(last=False)
+        return now + wait
 
     # the rules
-    def _resolve_uncached(self, pid: int) -> Attribution:
+    def _resolve_uncached(self, pid: int) -> tuple[Attribution, float]:
+        """The attribution of ``pid`` and until when it holds (monotonic time)."""
         try:
             ident = parse_cgroup(self._read(pid, "cgroup"))
         except PermissionError:
             ident = CgroupIdentity()
-        m = self.tenant_map
         namespace = pod = None
+        until = _FOREVER
         if ident.pod_uid:
             found = self._pod(ident.pod_uid)
             if found:
                 namespace, pod = found
+                self._pod_retry.pop(ident.pod_uid, None)
+            elif self.pod_log_dir is not None:  # its folder may not be there yet
+                until = self._retry_pod_at(ident.pod_uid)
+        return self._apply_rules(pid, ident, namespace, pod), until
+
+    def _apply_rules(
+        self, pid: int, ident: CgroupIdentity, namespace: str | None, pod: str | None
+    ) -> Attribution:
+        m = self.tenant_map
         job = self._job(pid, ident, pod)
 
         candidates: list[tuple[dict[str, str], str | None, str]] = []
@@ -227,16 +325,10 @@ class TenantResolver:
         for table, key, source in candidates:
             if key is not None and key in table:
                 return Attribution(table[key], job, source)
-        uid = ident.slurm_uid
-        if uid is None and m.users:
-            try:
-                uid = self._uid(pid)
-            except PermissionError:
-                uid = None
-        if uid is not None and m.users:
-            user = self._user_name(uid)
-            if user is not None and user in m.users:
-                return Attribution(m.users[user], job, "user")
+        if m.users and not ident.pod_uid:  # a container's uid does not name its tenant
+            tenant = self._user_tenant(pid, ident)
+            if tenant is not None:
+                return Attribution(tenant, job, "user")
         env = self._env(pid)
         for name in self.env_vars:
             value = env.get(name)
@@ -250,9 +342,26 @@ class TenantResolver:
             return Attribution(namespace, job, "namespace")
         return Attribution(UNASSIGNED, job, "unassigned")
 
+    def _user_tenant(self, pid: int, ident: CgroupIdentity) -> str | None:
+        """The ``[users]`` entry of the process's uid: numeric uid first, then name."""
+        uid = ident.slurm_uid
+        if uid is None:
+            try:
+                uid = self._uid(pid)
+            except PermissionError:
+                return None
+        if uid is None:
+            return None
+        tenant = self._users_by_uid.get(uid)
+        if tenant is None and self._users_by_name:
+            user = self._user_name(uid)
+            if user is not None:
+                tenant = self.tenant_map.users.get(user)
+        return tenant
+
     @staticmethod
     def _job(pid: int, ident: CgroupIdentity, pod: str | None) -> str:
-        if ident.pod_uid:
+        if ident.pod_uid and not (ident.slurm_job and ident.slurm_in_pod):
             return pod or ident.pod_uid
         if ident.slurm_job:
             return f"slurm-{ident.slurm_job}"

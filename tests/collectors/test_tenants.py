@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,204 @@ def test_mapping_file_is_read_and_validated(tmp_path: Path) -> None:
         load_tenant_map(bad)
     with pytest.raises(UsageError, match="does not exist"):
         load_tenant_map(tmp_path / "missing.toml")
+
+
+STATIC_UID = "8d3b5e2ad0c2b0a2d6e4c76e7e8e2d02"  # the kubelet's MD5 hash of a static pod
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"0::/kubepods/burstable/pod{STATIC_UID}/0123abcd\n",
+        "0::/kubepods.slice/kubepods-burstable.slice/"
+        f"kubepods-burstable-pod{STATIC_UID}.slice/cri-containerd-ab.scope\n",
+    ],
+)
+def test_static_pod_uids_without_dashes_are_recognised(text) -> None:
+    assert parse_cgroup(text).pod_uid == STATIC_UID
+
+
+def test_a_longer_hex_string_after_pod_is_not_a_static_pod_uid() -> None:
+    assert parse_cgroup(f"0::/system.slice/x-pod{STATIC_UID}ab.scope\n").pod_uid is None
+
+
+def test_static_pod_resolves_to_its_namespace(proc_tree, pod_logs) -> None:
+    proc_tree.add(11, f"0::/kubepods/burstable/pod{STATIC_UID}/0123abcd\n")
+    pod_logs("kube-system", "etcd-node1", STATIC_UID)
+    who = resolver(proc_tree, pod_log_dir=pod_logs.root).resolve(11)
+    assert (who.tenant, who.job, who.source) == ("kube-system", "etcd-node1", "namespace")
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_pod_whose_folder_appears_after_the_last_read_is_attributed_soon(
+    proc_tree, pod_logs
+) -> None:
+    other = "11111111-1111-1111-1111-111111111111"
+    proc_tree.add(10, f"0::/kubepods/burstable/pod{other}/c1\n")
+    proc_tree.add(12, K8S_CGROUPFS_V1)
+    pod_logs("team-a", "trainer-a", other)
+    clock = FakeClock()
+    m = TenantMap(namespaces={"team-vision": "vc-vision"})
+    r = resolver(proc_tree, m, pod_log_dir=pod_logs.root, monotonic=clock)
+    assert r.resolve(10).tenant == "team-a"  # reads the folder at t=0
+    clock.now = 5.0
+    # pod 12 started (its process runs) before the kubelet's folder is there
+    assert r.resolve(12).tenant == "unassigned"
+    pod_logs("team-vision", "trainer-0", UID)
+    clock.now = 7.0  # well before the 10 s a shared refresh period would wait
+    who = r.resolve(12)
+    assert (who.tenant, who.job, who.source) == ("vc-vision", "trainer-0", "namespace")
+    clock.now = 600.0
+    assert r.resolve(12) == who  # found: remembered for good
+
+
+def test_the_pod_folder_is_read_at_most_once_a_second(proc_tree, pod_logs, monkeypatch) -> None:
+    import dprobe.collectors.tenants as tenants
+
+    reads: list[object] = []
+    listdir = tenants.os.listdir
+
+    def counting(path):
+        reads.append(path)
+        return listdir(path)
+
+    monkeypatch.setattr(tenants.os, "listdir", counting)
+    for pid in range(100, 110):  # ten processes of ten pods without a folder
+        proc_tree.add(pid, f"0::/kubepods/burstable/pod{pid:08d}-0000-0000-0000-000000000000/c\n")
+    clock = FakeClock()
+    r = resolver(proc_tree, pod_log_dir=pod_logs.root, monotonic=clock)
+    for t in (0.0, 0.3, 0.6, 0.9):
+        clock.now = t
+        assert {r.resolve(pid).tenant for pid in range(100, 110)} == {"unassigned"}
+    assert len(reads) == 1
+
+
+def test_an_unreadable_pod_folder_is_logged_once(proc_tree, tmp_path, caplog) -> None:
+    proc_tree.add(10, K8S_SYSTEMD)
+    proc_tree.add(11, K8S_SYSTEMD, start_time=5)
+    clock = FakeClock()
+    missing = tmp_path / "not-mounted"
+    r = resolver(proc_tree, pod_log_dir=missing, monotonic=clock)
+    for t in range(0, 120, 5):
+        clock.now = float(t)
+        r.resolve(10), r.resolve(11)
+    warnings = [rec for rec in caplog.records if rec.levelname == "WARNING"]
+    assert len(warnings) == 1
+    assert str(missing) in warnings[0].getMessage()
+    assert "namespaces" in warnings[0].getMessage()
+
+
+def test_a_pod_namespace_beats_the_container_user(proc_tree, pod_logs) -> None:
+    proc_tree.add(10, K8S_CGROUPFS_V1, uid=0)  # a container running as root
+    proc_tree.add(11, LOGIN, uid=0)  # root on the host
+    pod_logs("team-a", "trainer-0", UID)
+    users = TenantMap(users={"root": "vc-ops"})
+    r = resolver(proc_tree, users, pod_log_dir=pod_logs.root, user_name={0: "root"}.get)
+    assert (r.resolve(10).tenant, r.resolve(10).source) == ("team-a", "namespace")
+    assert (r.resolve(11).tenant, r.resolve(11).source) == ("vc-ops", "user")
+    mapped = TenantMap(namespaces={"team-a": "vc-a"}, users={"root": "vc-ops"})
+    r = resolver(proc_tree, mapped, pod_log_dir=pod_logs.root, user_name={0: "root"}.get)
+    assert r.resolve(10).tenant == "vc-a"
+
+
+SLURM_IN_POD = (
+    f"0::/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice/cri-containerd-ab.scope/"
+    "system.slice/slurmstepd.scope/job_5/step_0/user/task_0\n"
+)
+
+
+def test_a_slurm_job_inside_a_pod_is_the_job(proc_tree, pod_logs) -> None:
+    ident = parse_cgroup(SLURM_IN_POD)
+    assert (ident.pod_uid, ident.slurm_job) == (UID, "5")
+    proc_tree.add(10, SLURM_IN_POD)
+    pod_logs("slurm", "slurmd-0", UID)
+    who = resolver(proc_tree, pod_log_dir=pod_logs.root).resolve(10)
+    assert (who.tenant, who.job) == ("slurm", "slurm-5")
+    # a plain pod is still named by the pod
+    proc_tree.add(11, K8S_SYSTEMD)
+    assert resolver(proc_tree, pod_log_dir=pod_logs.root).resolve(11).job == "slurmd-0"
+
+
+def test_users_accept_numeric_uids_before_names(proc_tree) -> None:
+    proc_tree.add(10, LOGIN, uid=1000)
+    proc_tree.add(11, LOGIN, uid=4242, start_time=5)
+    m = TenantMap(users={"1000": "vc-uid", "alice": "vc-name", "4242": "vc-4242"})
+    r = resolver(proc_tree, m, user_name={1000: "alice"}.get)
+    assert (r.resolve(10).tenant, r.resolve(10).source) == ("vc-uid", "user")
+    # a uid the collector's passwd does not know (an image's /etc/passwd)
+    assert r.resolve(11).tenant == "vc-4242"
+
+
+def test_user_names_are_looked_up_once_per_uid_for_a_while(proc_tree) -> None:
+    calls: list[int] = []
+
+    def slow_lookup(uid: int) -> str | None:  # SSSD or LDAP: seconds per call
+        calls.append(uid)
+        return {1000: "alice"}.get(uid)
+
+    for pid in range(10, 20):
+        proc_tree.add(pid, LOGIN, uid=1000 if pid % 2 else 777)
+    clock = FakeClock()
+    m = TenantMap(users={"alice": "vc-nlp"})
+    r = resolver(proc_tree, m, user_name=slow_lookup, monotonic=clock)
+    assert [r.resolve(pid).tenant for pid in (10, 11)] == ["unassigned", "vc-nlp"]
+    for pid in range(12, 20):
+        r.resolve(pid)
+    assert sorted(calls) == [777, 1000]  # unknown uids are remembered too
+    clock.now = 24 * 3600.0  # names can change: looked up again after a while
+    r.retain([])
+    r.resolve(11)
+    assert sorted(calls) == [777, 1000, 1000]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "system.slice",
+        "user.slice",
+        "machine.slice",
+        "-.slice",
+        "kubepods-burstable.slice",
+        "research",
+        "research.service",
+        "research.slice/train.slice",
+    ],
+)
+def test_slices_that_can_never_match_are_refused(tmp_path: Path, key: str) -> None:
+    path = tmp_path / "map.toml"
+    path.write_text(f'[slices]\n"{key}" = "vc-x"\n')
+    with pytest.raises(UsageError, match=re.escape(repr(key))):
+        load_tenant_map(path)
+
+
+def test_a_slice_that_can_match_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "map.toml"
+    path.write_text('[slices]\n"research.slice" = "vc-r"\n"user-1000.slice" = "vc-u"\n')
+    assert load_tenant_map(path).slices == {"research.slice": "vc-r", "user-1000.slice": "vc-u"}
+
+
+def test_a_removed_cgroup_still_names_its_job_and_unit() -> None:
+    # cgroup v2 marks the path of a cgroup removed while the process still runs
+    ident = parse_cgroup("0::/system.slice/slurmstepd.scope/job_4711 (deleted)\n")
+    assert (ident.slurm_job, ident.unit) == ("4711", "slurmstepd.scope")
+    ident = parse_cgroup("0::/research.slice/train-42.service (deleted)\n")
+    assert (ident.slices, ident.unit) == (("research.slice",), "train-42.service")
+
+
+def test_the_user_name_cache_is_bounded() -> None:
+    from dprobe.collectors.tenants import _UserNames
+
+    calls: list[int] = []
+    names = _UserNames(lambda uid: calls.append(uid) or f"u{uid}", lambda: 0.0, max_size=2)
+    assert [names(1), names(2), names(1), names(3)] == ["u1", "u2", "u1", "u3"]
+    assert len(names._names) == 2
+    names(1)  # kept: used more recently than 2
+    names(2)  # dropped when 3 came: looked up again
+    assert calls == [1, 2, 3, 2]
