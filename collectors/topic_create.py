@@ -27,6 +27,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from dprobe import topic_configs
 from dprobe.config import KafkaSettings
+from dprobe.topic_create import TopicCreateError, create_topics
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +56,10 @@ async def ensure_topic(
             new = NewTopic(
                 topic, spec.partitions, spec.replication_factor, topic_configs=spec.configs
             )
-            await admin.create_topics([new])
+            await create_topics(admin, [new])  # one that exists: another client was first
     except TopicAlreadyExistsError:
         return "exists"  # another collector or the worker was first
-    except (KafkaError, OSError, TimeoutError) as exc:
+    except (KafkaError, OSError, TimeoutError, TopicCreateError) as exc:
         log.warning(
             "could not create topic %s (%s): the broker may create it with its own "
             "defaults at the first snapshot; create it with `dprobe topics create`",

@@ -19,6 +19,7 @@ import dataclasses
 import itertools
 import math
 import os
+import re
 import tomllib
 import types
 import typing
@@ -335,6 +336,20 @@ class WorkerSettings:
             )
         if not self.max_clock_skew_s > 0:
             raise ConfigError("worker.max_clock_skew_s must be > 0 seconds")
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", self.app_id):
+            # it names the consumer group and the worker's own topics
+            raise ConfigError(
+                "worker.app_id must be 1 to 200 letters, digits, '.', '_' or '-' "
+                f"(it names Kafka topics): {self.app_id!r}"
+            )
+        if not (self.commit_interval_s > 0 and self.lag_interval_s > 0 and self.source_idle_s >= 0):
+            raise ConfigError(
+                "worker.commit_interval_s and lag_interval_s must be > 0, source_idle_s >= 0"
+            )
+        if self.producer_buffer_messages < 1:
+            raise ConfigError("worker.producer_buffer_messages must be >= 1")
+        if "{" in str(self.data_dir) or "}" in str(self.data_dir):
+            raise ConfigError(f"worker.data_dir may not hold '{{' or '}}': {self.data_dir}")
         if not 0 <= self.planning_checkpoint_s <= 86_400:
             raise ConfigError("worker.planning_checkpoint_s must be within [0, 86400] seconds")
         if not 4_096 <= self.max_state_bytes <= self.max_message_bytes:

@@ -10,18 +10,18 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from dprobe import topic_configs
 from dprobe.config import WorkerSettings
 from dprobe.errors import DprobeError, UsageError
 from dprobe.kafka_auth import connect_error, start_client, watching_auth
 from dprobe.streams.topics import TopicNames
+from dprobe.topic_create import create_topics
 
 log = logging.getLogger(__name__)
 
@@ -120,31 +120,30 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
             new.append(NewTopic(names.planning, 1, s.replication_factor))
         if new:
             log.info("creating topics %s", [t.name for t in new])
-            with contextlib.suppress(TopicAlreadyExistsError):  # another worker won the race
-                await admin.create_topics(new)
+            await create_topics(admin, new)  # one that exists already: another worker won
         partitions = await wait_for_partitions(admin, list(names.external()))
         await check_update_partitions(admin, s, names.updates)
         for topic in (names.samples, names.jobs):
             if partitions.get(topic, s.partitions) < s.partitions:
                 log.warning(
                     "topic %s has %d partition(s), fewer than worker.partitions=%d: at most "
-                    "%d worker(s) share its load; add partitions with kafka-topics.sh "
-                    "--alter --topic %s --partitions %d (hosts then move partition)",
-                    topic, partitions[topic], s.partitions, partitions[topic], topic,
-                    s.partitions,
+                    "%d worker(s) share its load (its partition count is fixed once the "
+                    "worker's tables exist; a pipeline with more needs topics and an app id "
+                    "of its own)",
+                    topic, partitions[topic], s.partitions, partitions[topic],
                 )  # fmt: skip
         # The tables' changelogs too: faust refuses a table write while it does not yet
         # see its changelog's partitions, which happens on a first start right after it
         # creates them itself.
         changelogs = changelog_topics(s, partitions[names.samples])
+        await check_changelog_partitions(admin, s, changelogs, existing)
         todo = [
             NewTopic(t, n, s.replication_factor, topic_configs=topic_configs.COMPACTED)
             for t, n in changelogs.items()
             if t not in existing
         ]
         if todo:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics(todo)
+            await create_topics(admin, todo)
         return partitions
     finally:
         await admin.close()
@@ -171,6 +170,25 @@ async def check_update_partitions(
             f"exist. Start every worker of app id {s.app_id!r} with --partitions {found} "
             f"(DPROBE_WORKER_PARTITIONS, [worker] partitions), or start a new pipeline "
             f"with an app id of its own (--app-id) to use {s.partitions}"
+        )
+
+
+async def check_changelog_partitions(
+    admin: AIOKafkaAdminClient, s: WorkerSettings, wanted: dict[str, int], existing: set[str]
+) -> None:
+    """Refuse to start when a table's existing changelog has another partition count than
+    its table now needs: the hosts table is co-partitioned with the samples topic, so
+    partitions added to that topic would make every write of the new partitions fail."""
+    there = [t for t in wanted if t in existing]
+    found = await wait_for_partitions(admin, there) if there else {}
+    changed = {t: (found[t], wanted[t]) for t in there if found.get(t) and found[t] != wanted[t]}
+    if changed:
+        what = ", ".join(f"{t} has {a} partition(s), needs {b}" for t, (a, b) in changed.items())
+        raise PartitionsChangedError(
+            f"the worker's tables no longer match their topics ({what}): the samples and "
+            f"jobs topics' partition counts are fixed once app id {s.app_id!r} has run. "
+            "Put them back, or start a new pipeline with an app id of its own (--app-id) "
+            "and new topics (a topic prefix of its own)"
         )
 
 

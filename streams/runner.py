@@ -14,6 +14,7 @@ import faust
 from prometheus_client import CollectorRegistry
 
 from dprobe.config import WorkerSettings
+from dprobe.errors import UsageError
 from dprobe.sinks.consumer_lag import ConsumerLag
 from dprobe.sinks.metrics_server import MetricsServer
 from dprobe.sinks.worker_metrics import WorkerCollector
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 def run_worker(s: WorkerSettings, *, loglevel: str = "INFO") -> int:
     """Create missing topics, build the app and run it; returns the exit code."""
     loop = asyncio.get_event_loop()
+    _make_data_dir(s)
     registry = CollectorRegistry()
     server = _serve_metrics(s, registry)  # a busy port is said before Kafka is tried
     try:
@@ -52,6 +54,18 @@ def run_worker(s: WorkerSettings, *, loglevel: str = "INFO") -> int:
     finally:
         server.stop()
     return 0
+
+
+def _make_data_dir(s: WorkerSettings) -> None:
+    """Create the local state folder with its parents (faust creates only the last part);
+    one that cannot be created or written is a usage error (exit 2) naming it."""
+    try:
+        s.data_dir.mkdir(parents=True, exist_ok=True)
+        probe = s.data_dir / ".dprobe-write-check"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"worker.data_dir {s.data_dir}: {exc.strerror or exc}") from None
 
 
 def _serve_metrics(s: WorkerSettings, registry: CollectorRegistry) -> MetricsServer:

@@ -66,6 +66,11 @@ def test_settings_are_frozen() -> None:
         ({"DPROBE_WORKER_CAPACITY_GPUS": "-8"}, "capacity_gpus"),
         ({"DPROBE_WORKER_NODE_GPUS": "0"}, "node_gpus"),
         ({"DPROBE_WORKER_CAPACITY_GPUS": "4"}, "node_gpus"),
+        ({"DPROBE_WORKER_APP_ID": "a b/c"}, "app_id"),
+        ({"DPROBE_WORKER_LAG_INTERVAL_S": "0"}, "lag_interval_s"),
+        ({"DPROBE_WORKER_COMMIT_INTERVAL_S": "0"}, "commit_interval_s"),
+        ({"DPROBE_WORKER_PRODUCER_BUFFER_MESSAGES": "0"}, "producer_buffer_messages"),
+        ({"DPROBE_WORKER_DATA_DIR": "/tmp/{x}"}, "data_dir"),
     ],
 )
 def test_invalid_values_name_the_setting(env: dict[str, str], needle: str) -> None:

@@ -10,7 +10,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterable, Sequence, Set
 from typing import Any
 
@@ -96,7 +95,9 @@ async def ensure_topics(
     """Create the ``topics`` that do not exist yet (``settings.partitions`` each; those in
     ``compacted`` with one partition and compaction: cluster reports); return them."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
+    from aiokafka.errors import KafkaConnectionError
+
+    from dprobe.topic_create import create_topics
 
     admin = AIOKafkaAdminClient(**settings.kafka.client_kwargs())
     await start_client(admin.start, admin.close, settings.kafka, KafkaConnectionError)
@@ -111,8 +112,7 @@ async def ensure_topics(
                 else NewTopic(t, settings.partitions, settings.replication_factor)
                 for t in missing
             ]
-            with contextlib.suppress(TopicAlreadyExistsError):  # another client was faster
-                await admin.create_topics(new)
+            await create_topics(admin, new)  # one that exists: another client was faster
         return missing
     finally:
         await admin.close()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import io
 import json
 import math
@@ -209,17 +208,17 @@ async def _partitions(kafka: KafkaSettings, topic: str) -> list[int] | None:
 
 async def _create(kafka: KafkaSettings, topic: str, replication: int) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
+    from aiokafka.errors import KafkaConnectionError
 
     from dprobe import topic_configs
     from dprobe.kafka_auth import start_client
+    from dprobe.topic_create import create_topics
 
     admin = AIOKafkaAdminClient(**kafka.client_kwargs())
     await start_client(admin.start, admin.close, kafka, KafkaConnectionError)
     try:
         new = NewTopic(topic, 1, replication, topic_configs=topic_configs.COMPACTED)
-        with contextlib.suppress(TopicAlreadyExistsError):  # another publisher won the race
-            await admin.create_topics([new])
+        await create_topics(admin, [new])  # one that exists: another publisher won the race
     finally:
         await admin.close()
 

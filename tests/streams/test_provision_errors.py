@@ -1,0 +1,69 @@
+"""A worker that cannot get the topics it needs says why and exits 2 before it runs: a
+topic the broker refuses to create, a table changelog whose partition count no longer
+matches its topic, a state folder it cannot create."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+
+from dprobe.config import KafkaSettings, WorkerSettings
+from dprobe.errors import UsageError
+from dprobe.streams.provision import PartitionsChangedError, changelog_topics, ensure_topics
+from dprobe.streams.runner import _make_data_dir
+from dprobe.streams.topics import TopicNames
+from dprobe.topic_create import TopicCreateError
+from tests.conftest import KafkaHelper
+
+
+def _settings(kafka: KafkaHelper, tmp_path: Path, **kw) -> WorkerSettings:  # type: ignore[no-untyped-def]
+    prefix = kafka.unique("prov") + "."
+    s = WorkerSettings(
+        app_id=kafka.unique("prov-workers"),
+        partitions=2,
+        data_dir=tmp_path,
+        kafka=KafkaSettings(bootstrap=kafka.bootstrap, topic_prefix=prefix),
+        **kw,
+    )
+    names = TopicNames.from_settings(s)
+    kafka.created += [*names.external(), names.updates, names.planning]
+    kafka.created += list(changelog_topics(s, 2))
+    return s
+
+
+@pytest.mark.integration
+async def test_a_topic_the_broker_refuses_is_an_error_naming_it(kafka, tmp_path: Path) -> None:
+    s = _settings(kafka, tmp_path, replication_factor=3)  # one broker here
+    with pytest.raises(TopicCreateError, match=r"samples: InvalidReplicationFactorError"):
+        await ensure_topics(s)
+
+
+@pytest.mark.integration
+async def test_samples_partitions_changed_under_the_tables_is_refused(
+    kafka, tmp_path: Path
+) -> None:
+    s = _settings(kafka, tmp_path)
+    await ensure_topics(s)  # the first start: samples and its changelog with 2 partitions
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    await admin.start()
+    try:
+        from aiokafka.admin import NewPartitions
+
+        await admin.create_partitions({f"{s.kafka.topic_prefix}samples": NewPartitions(4)})
+    finally:
+        await admin.close()
+    with pytest.raises(
+        PartitionsChangedError, match=r"hosts-changelog has 2 partition\(s\), needs 4"
+    ):
+        await ensure_topics(s)
+
+
+def test_the_state_folder_is_made_with_its_parents(tmp_path: Path) -> None:
+    s = WorkerSettings(data_dir=tmp_path / "a" / "b" / "c")
+    _make_data_dir(s)
+    assert (tmp_path / "a" / "b" / "c").is_dir()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match=r"worker.data_dir .*file/x"):
+        _make_data_dir(WorkerSettings(data_dir=tmp_path / "file" / "x"))
