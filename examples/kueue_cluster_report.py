@@ -7,9 +7,12 @@ reports them: each queue's ``nominalQuota`` of ``nvidia.com/gpu`` (summed over i
 flavors, or only ``--flavor``), as the quota of its tenant (``--queue-map
 vc-a=team-a,...``, the same map as ``kueue_quota_consumer.py``; by default a queue's
 tenant has its name), and their sum as the capacity the tenants share (the cohort's pool;
-``--cohort`` keeps only its queues). The list is complete: a tenant with no queue holds
-nothing. Nothing here talks to a cluster or to Kafka: review the line, then pipe it to
-``sh`` (e.g. from a CronJob every few minutes, and after every quota change).
+``--cohort`` keeps only its queues: ``spec.cohortName`` in Kueue's v1beta2 API,
+``spec.cohort`` in v1beta1). The list is complete: a tenant with no queue holds nothing.
+So a queue whose quota cannot be read (not a whole number of GPUs) is not left out: the
+adapter names it and exits with status 1, printing nothing. Nothing here talks to a
+cluster or to Kafka: review the line, then pipe it to ``sh`` (e.g. from a CronJob every
+few minutes, and after every quota change).
 
 Usage:
     kubectl get clusterqueues -o json | \\
@@ -29,9 +32,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import shlex
 import sys
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 log = logging.getLogger("kueue_cluster_report")
@@ -39,16 +44,48 @@ log = logging.getLogger("kueue_cluster_report")
 GPU = "nvidia.com/gpu"
 
 
-def gpus_of(quantity: Any) -> int:
+# Kubernetes quantity grammar: <signedNumber><suffix>, the suffix binary SI (Ki...),
+# decimal SI (m, "", k, M...) or a decimal exponent (e3, E-2).
+_QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+|[mkMGTPE]?)")
+_SUFFIX: dict[str, int | Fraction] = {"": 1, "m": Fraction(1, 1000)}
+_SUFFIX |= {s: 1000 ** (i + 1) for i, s in enumerate("kMGTPE")}
+_SUFFIX |= {f"{s}i": 1024 ** (i + 1) for i, s in enumerate("KMGTPE")}
+
+
+def quantity(value: Any) -> Fraction:
+    """A Kubernetes quantity (``16``, ``"1k"``, ``"2Ki"``, ``"500m"``, ``"1e3"``), exactly.
+
+    >>> [str(quantity(q)) for q in (16, "1k", "2Ki", "500m", "1e3", "1.5")]
+    ['16', '1000', '2048', '1/2', '1000', '3/2']
+    """
+    match = _QUANTITY.fullmatch(str(value).strip())  # True, None, "inf": no match
+    if match is None:
+        raise ValueError(f"not a quantity: {value!r}")
+    number, suffix = match.groups()
+    if suffix[:1] in ("e", "E") and len(suffix) > 1:
+        exponent = int(suffix[1:])
+        if abs(exponent) > 30:
+            raise ValueError(f"quantity out of range: {value!r}")
+        return Fraction(number) * Fraction(10) ** exponent
+    return Fraction(number) * _SUFFIX[suffix]
+
+
+def gpus_of(value: Any) -> int:
     """A Kubernetes quantity of GPUs (an extended resource: whole numbers) as an int.
 
-    >>> gpus_of(16), gpus_of("8")
-    (16, 8)
+    >>> gpus_of(16), gpus_of("8"), gpus_of("1k"), gpus_of("2000m"), gpus_of("1e2")
+    (16, 8, 1000, 2, 100)
     """
-    text = str(quantity).strip()
-    if not text.isdigit():
-        raise ValueError(f"not a whole number of GPUs: {quantity!r}")
-    return int(text)
+    amount = quantity(value)
+    if amount < 0 or amount.denominator != 1:
+        raise ValueError(f"not a whole number of GPUs: {value!r}")
+    return int(amount)
+
+
+def cohort_of(cluster_queue: Mapping[str, Any]) -> str | None:
+    """The cohort of a ClusterQueue: ``spec.cohortName`` (v1beta2) or ``spec.cohort``."""
+    spec = cluster_queue.get("spec", {})
+    return spec.get("cohortName") or spec.get("cohort") or None
 
 
 def queue_quotas(
@@ -58,17 +95,19 @@ def queue_quotas(
     cohort: str | None = None,
     flavor: str | None = None,
     resource: str = GPU,
+    skipped: list[str] | None = None,
 ) -> dict[str, int]:
     """Tenant -> GPU nominalQuota of its ClusterQueue(s), from a ClusterQueueList.
 
     Queues outside ``cohort`` (when given) are left out; a queue whose quota is not a whole
-    number is skipped with a warning. Two queues of one tenant add up.
+    number is skipped with a warning and its name appended to ``skipped`` (when given).
+    Two queues of one tenant add up.
     """
     out: dict[str, int] = {}
     for cq in queues.get("items", ()):
         name = cq.get("metadata", {}).get("name", "")
         spec = cq.get("spec", {})
-        if not name or (cohort is not None and spec.get("cohort") != cohort):
+        if not name or (cohort is not None and cohort_of(cq) != cohort):
             continue
         total = 0
         try:
@@ -81,6 +120,8 @@ def queue_quotas(
                             total += gpus_of(res.get("nominalQuota", 0))
         except ValueError as exc:
             log.warning("ClusterQueue %s skipped: %s", name, exc)
+            if skipped is not None:
+                skipped.append(name)
             continue
         tenant = tenant_of.get(name, name)
         out[tenant] = out.get(tenant, 0) + total
@@ -120,7 +161,17 @@ def main(argv: list[str] | None = None) -> int:
             queues = json.load(sys.stdin)
     except (OSError, ValueError) as exc:
         p.error(f"cannot read the ClusterQueue list: {exc}")
-    quotas = queue_quotas(queues, tenant_of=tenant_of, cohort=args.cohort, flavor=args.flavor)
+    skipped: list[str] = []
+    quotas = queue_quotas(
+        queues, tenant_of=tenant_of, cohort=args.cohort, flavor=args.flavor, skipped=skipped
+    )
+    if skipped:
+        # The report is complete: a queue left out would tell the planner its tenant holds 0.
+        log.error(
+            "no report: the quota of ClusterQueue(s) %s could not be read; fix them and run again",
+            ", ".join(skipped),
+        )
+        return 1
     if not quotas:
         p.error("no ClusterQueue with GPU quota found (check --cohort and --flavor)")
     print(publish_line(quotas, source=args.source))

@@ -1,30 +1,56 @@
-"""Turn dprobe ScalingEvents into Kueue ClusterQueue ``nominalQuota`` patches (printed).
+"""Apply dprobe ScalingEvents to Kueue: each move sets one ClusterQueue's GPU nominalQuota.
 
-Each event sets the GPU ``nominalQuota`` of its tenant's ClusterQueue to the event's
-``target_quota_gpus``. A plan is applied only as a whole and in plan order
+Each event sets the ``nominalQuota`` of ``nvidia.com/gpu`` in one ResourceFlavor
+(``--flavor``) of its tenant's ClusterQueue to the event's ``target_quota_gpus``. Nothing
+else changes: other flavors, other resources (CPU, memory), ``borrowingLimit`` and
+``lendingLimit`` stay as they are, except that a ``lendingLimit`` above the new
+``nominalQuota`` is lowered to it (Kueue refuses a ``lendingLimit`` above the
+``nominalQuota``). Kueue declares ``spec.resourceGroups`` an atomic list, so a merge patch
+would replace all of it; instead each change reads the ClusterQueue (``kubectl get
+clusterqueue NAME -o json``) and writes a JSON patch (RFC 6902) that changes that one
+entry after testing the ``resourceVersion`` it read: a change made in between makes the
+patch fail instead of being overwritten.
+
+Plans are applied whole and in plan order
 (:class:`~dprobe.sinks.plan_order.PlanAssembler`): events are buffered by ``plan_id``
-until all ``plan_size`` of them are in, then the plan's patches are printed, quota given
-back first (scale_down), then quota granted (scale_up), so the cohort never holds more
-than before; a plan older than one already applied changes only the tenants no newer
-plan has set, so each queue ends at its newest target. Duplicate ``event_id`` s are
-dropped. Patches carry absolute targets, so
-applying one twice (after a restart) is harmless. Nothing here talks to a cluster: pipe
-the printed ``kubectl`` lines into ``sh`` when you trust them.
+until all ``plan_size`` of them are in; then quota is given back first (scale_down) and
+granted after (scale_up), so the cohort never holds more than before. Duplicate
+``event_id`` s are dropped. Targets are absolute, so applying a plan twice is harmless.
 
-The patch is a JSON merge patch, and merge patches replace lists whole: it sets the
-ClusterQueue's ``resourceGroups`` to one group covering only ``nvidia.com/gpu`` in one
-flavor (``--flavor``). That fits ClusterQueues that hold GPU quota only; for queues that
-also cover CPU or memory, extend :func:`cluster_queue_patch` with their full groups.
+Tenants map to ClusterQueues through ``--queue-map vc-a=team-a,...``; ``--known-queues
+team-c,...`` lists ClusterQueues named like their tenant. A plan that names a tenant with
+neither is refused whole: nothing of it runs, and the consumer stops with exit status 1,
+because later plans build on it (skipping it could raise the total above the capacity).
+Fix the map and run again.
+
+Modes:
+
+- ``--stdin``: reads events as JSON lines and prints a shell script, one ``set -e`` block
+  per plan with one ``--set-quota`` call of this script per move, donors first. Piped to
+  ``sh``, the first failure stops the rest, the receivers of that plan included: quota is
+  then missing until you fix the cause and run the script again, never created.
+- Kafka (the default): with ``--apply`` it applies each plan itself and commits the
+  offsets only once the plan's changes all succeeded and no plan is half-received; a
+  failure stops it with exit status 1 and nothing committed, so the next run applies that
+  plan again. Without ``--apply`` it prints the script and commits nothing.
+- ``--set-quota QUEUE=GPUS``: one change, as the printed script calls it.
 
 Usage:
-    python examples/kueue_quota_consumer.py --bootstrap 127.0.0.1:9092 \\
+    python examples/kueue_quota_consumer.py --bootstrap 127.0.0.1:9092 --apply \\
         --queue-map vc-a=team-a,vc-b=team-b --flavor a100
     dprobe events --json --from-beginning --timeout 5 | \\
-        python examples/kueue_quota_consumer.py --stdin
+        python examples/kueue_quota_consumer.py --stdin --known-queues vc-a,vc-b | sh
 
-Example:
-    >>> print(kubectl_line("team-a", cluster_queue_patch(16, flavor="a100")))
-    kubectl patch clusterqueue team-a --type=merge -p '{"spec":{"resourceGroups":[{"coveredResources":["nvidia.com/gpu"],"flavors":[{"name":"a100","resources":[{"name":"nvidia.com/gpu","nominalQuota":16}]}]}]}}'
+Example (a ClusterQueue with 16 GPUs, 12 of them lendable, set to 8):
+    >>> cq = {"metadata": {"name": "team-a", "resourceVersion": "41"}, "spec": {
+    ...     "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [{
+    ...         "name": "a100", "resources": [{"name": "nvidia.com/gpu",
+    ...         "nominalQuota": "16", "lendingLimit": "12"}]}]}]}}
+    >>> for op in quota_patch(cq, 8, flavor="a100"):
+    ...     print(op)
+    {'op': 'test', 'path': '/metadata/resourceVersion', 'value': '41'}
+    {'op': 'replace', 'path': '/spec/resourceGroups/0/flavors/0/resources/0/nominalQuota', 'value': 8}
+    {'op': 'replace', 'path': '/spec/resourceGroups/0/flavors/0/resources/0/lendingLimit', 'value': 8}
 """  # noqa: E501
 
 from __future__ import annotations
@@ -33,10 +59,14 @@ import argparse
 import asyncio
 import json
 import logging
+import re
 import shlex
+import subprocess
 import sys
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, NamedTuple, TextIO
 
 from dprobe.schema import ScalingEvent, SchemaError, decode_scaling_event
 from dprobe.sinks.plan_order import PlanAssembler
@@ -45,42 +75,180 @@ log = logging.getLogger("kueue_quota_consumer")
 
 GPU = "nvidia.com/gpu"
 DEFAULT_FLAVOR = "default-flavor"
+SCRIPT = Path(__file__).resolve()
 
 
-def cluster_queue_patch(target_gpus: float, *, flavor: str, resource: str = GPU) -> dict[str, Any]:
-    """JSON merge patch setting the ClusterQueue's GPU ``nominalQuota`` to ``target_gpus``.
+class PlanRefused(Exception):
+    """A plan that cannot be applied whole (a tenant without ClusterQueue, a bad target)."""
 
-    GPUs are an extended resource: whole numbers only (``ValueError`` otherwise).
 
-    >>> cluster_queue_patch(8.0, flavor="h100")["spec"]["resourceGroups"][0]["flavors"]
-    [{'name': 'h100', 'resources': [{'name': 'nvidia.com/gpu', 'nominalQuota': 8}]}]
+class ApplyError(Exception):
+    """A change that did not happen (kubectl failed, the ClusterQueue changed meanwhile)."""
+
+
+# Kubernetes quantity grammar: <signedNumber><suffix>, the suffix binary SI (Ki...),
+# decimal SI (m, "", k, M...) or a decimal exponent (e3, E-2). Same as kueue_cluster_report.
+_QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+|[mkMGTPE]?)")
+_SUFFIX: dict[str, int | Fraction] = {"": 1, "m": Fraction(1, 1000)}
+_SUFFIX |= {s: 1000 ** (i + 1) for i, s in enumerate("kMGTPE")}
+_SUFFIX |= {f"{s}i": 1024 ** (i + 1) for i, s in enumerate("KMGTPE")}
+
+
+def quantity(value: Any) -> Fraction:
+    """A Kubernetes quantity (``16``, ``"1k"``, ``"2Ki"``, ``"500m"``, ``"1e3"``), exactly.
+
+    >>> [str(quantity(q)) for q in (16, "1k", "2Ki", "500m", "1e3", "1.5")]
+    ['16', '1000', '2048', '1/2', '1000', '3/2']
     """
-    if target_gpus < 0 or not float(target_gpus).is_integer():
-        raise ValueError(f"{resource} quota must be a whole, non-negative number: {target_gpus}")
-    quota = {"name": resource, "nominalQuota": int(target_gpus)}
-    group = {"coveredResources": [resource], "flavors": [{"name": flavor, "resources": [quota]}]}
-    return {"spec": {"resourceGroups": [group]}}
+    match = _QUANTITY.fullmatch(str(value).strip())  # True, None, "inf": no match
+    if match is None:
+        raise ValueError(f"not a quantity: {value!r}")
+    number, suffix = match.groups()
+    if suffix[:1] in ("e", "E") and len(suffix) > 1:
+        exponent = int(suffix[1:])
+        if abs(exponent) > 30:
+            raise ValueError(f"quantity out of range: {value!r}")
+        return Fraction(number) * Fraction(10) ** exponent
+    return Fraction(number) * _SUFFIX[suffix]
 
 
-def kubectl_line(cluster_queue: str, patch: Mapping[str, Any]) -> str:
-    """The ``kubectl patch`` command applying ``patch`` to ``cluster_queue`` (shell-quoted)."""
+def whole_gpus(target: float, resource: str = GPU) -> int:
+    """GPUs are an extended resource: whole, non-negative numbers only (``ValueError``)."""
+    if target < 0 or not float(target).is_integer():
+        raise ValueError(f"{resource} quota must be a whole, non-negative number: {target}")
+    return int(target)
+
+
+def quota_patch(
+    cluster_queue: Mapping[str, Any], gpus: int, *, flavor: str, resource: str = GPU
+) -> list[dict[str, Any]]:
+    """JSON patch setting ``resource``'s ``nominalQuota`` in ``flavor`` to ``gpus``.
+
+    Only that entry changes (and its ``lendingLimit``, lowered to ``gpus`` when above). The
+    first operation tests the ``resourceVersion`` read, or, without one, the old values.
+    ``[]`` when the ClusterQueue already holds ``gpus``; ``ValueError`` when it has no
+    quota of ``resource`` in ``flavor`` (add it by hand: every flavor of a resource group
+    must list the group's resources).
+    """
+    name = cluster_queue.get("metadata", {}).get("name", "?")
+    groups = cluster_queue.get("spec", {}).get("resourceGroups") or ()
+    for g, group in enumerate(groups):
+        for f, fl in enumerate(group.get("flavors") or ()):
+            if fl.get("name") != flavor:
+                continue
+            for r, res in enumerate(fl.get("resources") or ()):
+                if res.get("name") == resource:
+                    path = f"/spec/resourceGroups/{g}/flavors/{f}/resources/{r}"
+                    return _entry_patch(cluster_queue, path, res, gpus)
+    raise ValueError(f"ClusterQueue {name} has no {resource} quota in flavor {flavor}")
+
+
+def _entry_patch(
+    cluster_queue: Mapping[str, Any], path: str, entry: Mapping[str, Any], gpus: int
+) -> list[dict[str, Any]]:
+    changes: list[dict[str, Any]] = []
+    guard: list[dict[str, Any]] = []
+    nominal = entry.get("nominalQuota", 0)
+    if quantity(nominal) != gpus:
+        changes.append({"op": "replace", "path": f"{path}/nominalQuota", "value": gpus})
+    guard.append({"op": "test", "path": f"{path}/nominalQuota", "value": nominal})
+    lending = entry.get("lendingLimit")
+    if lending is not None:
+        if quantity(lending) > gpus:
+            changes.append({"op": "replace", "path": f"{path}/lendingLimit", "value": gpus})
+        guard.append({"op": "test", "path": f"{path}/lendingLimit", "value": lending})
+    if not changes:
+        return []
+    version = cluster_queue.get("metadata", {}).get("resourceVersion")
+    if version:
+        guard = [{"op": "test", "path": "/metadata/resourceVersion", "value": version}]
+    return guard + changes
+
+
+def _kubectl(kubectl: Sequence[str], *args: str) -> str:
+    cmd = [*kubectl, *args]
+    try:
+        done = subprocess.run(
+            cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ApplyError(f"{shlex.join(cmd[:4])}: {exc}") from exc
+    if done.returncode != 0:
+        raise ApplyError(f"{shlex.join(cmd[:4])} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def set_quota(
+    queue: str,
+    gpus: int,
+    *,
+    flavor: str,
+    kubectl: Sequence[str] = ("kubectl",),
+    resource: str = GPU,
+) -> bool:
+    """Read ClusterQueue ``queue`` and set its quota to ``gpus``; ``False``: it had it.
+
+    ``ApplyError`` when kubectl fails, which includes a ClusterQueue changed between the
+    read and the write.
+    """
+    try:
+        cluster_queue = json.loads(_kubectl(kubectl, "get", "clusterqueue", queue, "-o", "json"))
+        patch = quota_patch(cluster_queue, gpus, flavor=flavor, resource=resource)
+    except ValueError as exc:
+        raise ApplyError(str(exc)) from exc
+    if not patch:
+        return False
     body = json.dumps(patch, separators=(",", ":"))
-    return f"kubectl patch clusterqueue {shlex.quote(cluster_queue)} --type=merge -p {shlex.quote(body)}"  # noqa: E501
+    _kubectl(kubectl, "patch", "clusterqueue", queue, "--type=json", "-p", body)
+    return True
 
 
-def plan_commands(
-    events: Iterable[ScalingEvent], *, queue_for: Mapping[str, str], flavor: str
-) -> list[str]:
-    """``kubectl`` lines for one balanced plan: scale_down first, then scale_up.
+class Move(NamedTuple):
+    queue: str
+    gpus: int
+    event: ScalingEvent
 
-    ``queue_for`` maps tenant -> ClusterQueue; a tenant not in it keeps its own name.
+
+def plan_moves(
+    events: Iterable[ScalingEvent],
+    *,
+    queue_for: Mapping[str, str],
+    known_queues: Collection[str] = (),
+) -> list[Move]:
+    """The moves of one plan, quota given back (scale_down) first.
+
+    A tenant's ClusterQueue is its ``queue_for`` entry, else its own name when that is in
+    ``known_queues``. ``PlanRefused`` when a tenant has neither, or a target is not whole
+    GPUs: the plan is then not applied at all.
     """
     ordered = sorted(events, key=lambda e: (e.delta_gpus > 0, e.tenant))
-    return [
-        kubectl_line(queue_for.get(e.tenant, e.tenant), cluster_queue_patch(e.target_quota_gpus,
-                     flavor=flavor, resource=e.resource))
-        for e in ordered
-    ]  # fmt: skip
+    plan_id = ordered[0].plan_id if ordered else "?"
+    missing = sorted(
+        {e.tenant for e in ordered if e.tenant not in queue_for and e.tenant not in known_queues}
+    )
+    if missing:
+        raise PlanRefused(
+            f"plan {plan_id} refused, nothing of it applied: no ClusterQueue for tenant(s) "
+            f"{', '.join(missing)} (add them to --queue-map, or to --known-queues where the "
+            "ClusterQueue has the tenant's name)"
+        )
+    try:
+        return [
+            Move(queue_for.get(e.tenant, e.tenant), whole_gpus(e.target_quota_gpus, e.resource), e)
+            for e in ordered
+        ]
+    except ValueError as exc:
+        raise PlanRefused(f"plan {plan_id} refused, nothing of it applied: {exc}") from exc
+
+
+def set_quota_command(move: Move, *, flavor: str, kubectl: Sequence[str] = ("kubectl",)) -> str:
+    """The shell line applying ``move`` (a ``--set-quota`` call of this script)."""
+    argv = [sys.executable, str(SCRIPT), "--flavor", flavor]
+    if list(kubectl) != ["kubectl"]:
+        argv += ["--kubectl", shlex.join(kubectl)]
+    if move.event.resource != GPU:
+        argv += ["--resource", move.event.resource]
+    return shlex.join([*argv, "--set-quota", f"{move.queue}={move.gpus}"])
 
 
 def parse_queue_map(text: str) -> dict[str, str]:
@@ -98,12 +266,28 @@ def parse_queue_map(text: str) -> dict[str, str]:
     return out
 
 
-class Printer:
-    """Feeds raw records to a :class:`PlanAssembler` and prints each balanced plan."""
+class PlanRunner:
+    """Feeds raw records to a :class:`PlanAssembler`; prints or applies each whole plan.
 
-    def __init__(self, plans: PlanAssembler, queue_for: Mapping[str, str], flavor: str) -> None:
-        self.plans, self.queue_for, self.flavor = plans, queue_for, flavor
-        self.applied = 0
+    :meth:`feed` raises :class:`PlanRefused` or :class:`ApplyError` when a plan cannot
+    be applied; the caller stops there.
+    """
+
+    def __init__(
+        self,
+        plans: PlanAssembler,
+        *,
+        queue_for: Mapping[str, str],
+        flavor: str,
+        known_queues: Collection[str] = (),
+        apply: bool = False,
+        kubectl: Sequence[str] = ("kubectl",),
+        out: TextIO | None = None,
+    ) -> None:
+        self.plans, self.queue_for, self.known_queues = plans, queue_for, known_queues
+        self.flavor, self.apply, self.kubectl = flavor, apply, kubectl
+        self.out = out if out is not None else sys.stdout
+        self.done = 0
 
     def feed(self, raw: bytes) -> None:
         try:
@@ -111,21 +295,37 @@ class Printer:
         except SchemaError as exc:
             log.warning("skipping an invalid event: %s", exc)
             return
-        events = self.plans.add(event)
-        if not events:
-            return
-        try:
-            lines = plan_commands(events, queue_for=self.queue_for, flavor=self.flavor)
-        except ValueError as exc:
-            log.warning("plan %s not applied: %s", event.plan_id, exc)
-            return
-        moves = ", ".join(f"{e.tenant} {e.delta_gpus:+g}" for e in events)
-        print(f"# plan {event.plan_id}: {moves}", *lines, sep="\n", flush=True)
-        self.applied += 1
+        self.run(self.plans.add(event))
+
+    def run(self, released: list[ScalingEvent]) -> None:
+        """Apply (or print) the plans ``released`` holds, one after another in plan order."""
+        plans: dict[str, list[ScalingEvent]] = {}
+        for e in released:
+            plans.setdefault(e.plan_id, []).append(e)
+        for plan_id, events in plans.items():
+            self._run_plan(plan_id, events)
+
+    def _run_plan(self, plan_id: str, events: list[ScalingEvent]) -> None:
+        moves = plan_moves(events, queue_for=self.queue_for, known_queues=self.known_queues)
+        summary = ", ".join(f"{m.event.tenant} {m.event.delta_gpus:+g}" for m in moves)
+        print(f"# plan {plan_id}: {summary}", file=self.out, flush=True)
+        if self.apply:
+            for m in moves:
+                changed = set_quota(
+                    m.queue, m.gpus, flavor=self.flavor, kubectl=self.kubectl,
+                    resource=m.event.resource,
+                )  # fmt: skip
+                state = "set to" if changed else "already"
+                print(f"# clusterqueue {m.queue}: {state} {m.gpus}", file=self.out, flush=True)
+        else:
+            lines = [set_quota_command(m, flavor=self.flavor, kubectl=self.kubectl) for m in moves]
+            print("set -e", *lines, sep="\n", file=self.out, flush=True)
+        self.done += 1
 
 
-async def consume(args: argparse.Namespace, printer: Printer) -> None:
-    """Read the topic; commit only when no plan is half-received (all read was handled)."""
+async def consume(args: argparse.Namespace, runner: PlanRunner) -> None:
+    """Read the topic. With ``--apply``, commit once every plan read is applied (none is
+    half-received); without it, never commit."""
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(
@@ -138,16 +338,38 @@ async def consume(args: argparse.Namespace, printer: Printer) -> None:
     )
     await consumer.start()
     try:
-        while args.max_plans is None or printer.applied < args.max_plans:
+        while args.max_plans is None or runner.done < args.max_plans:
             batch = await consumer.getmany(timeout_ms=1000)
             for records in batch.values():
                 for record in records:
-                    printer.feed(record.value)
-            printer.plans.expire()
-            if batch and printer.plans.pending_plans == 0:
+                    runner.feed(record.value)  # raises when a plan fails: nothing committed
+            runner.run(runner.plans.release_ready())  # plans an expired older one held back
+            if batch and runner.apply and runner.plans.pending_plans == 0:
                 await consumer.commit()
     finally:
         await consumer.stop()
+
+
+def _set_quotas(args: argparse.Namespace, kubectl: list[str]) -> int:
+    """``--set-quota`` mode: each QUEUE=GPUS in order; stop at the first failure."""
+    for item in args.set_quota:
+        queue, sep, gpus = item.partition("=")
+        error = None
+        try:
+            target = whole_gpus(float(gpus), args.resource) if sep and queue else None
+            if target is None:
+                error = f"expected CLUSTERQUEUE=GPUS, got {item!r}"
+            else:
+                changed = set_quota(
+                    queue, target, flavor=args.flavor, kubectl=kubectl, resource=args.resource
+                )
+        except (ValueError, ApplyError) as exc:
+            error = str(exc)
+        if error is not None:
+            log.error("clusterqueue %s not changed: %s", queue, error)
+            return 1
+        log.info("clusterqueue %s: %s %s", queue, "set to" if changed else "already", target)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,33 +378,61 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topic", default="dprobe.scaling-events")
     p.add_argument("--group", default="kueue-quota-consumer")
     p.add_argument("--from-beginning", action="store_true")
-    p.add_argument("--queue-map", default="", help="TENANT=CLUSTERQUEUE,... (default: same name)")
+    p.add_argument("--queue-map", default="", help="TENANT=CLUSTERQUEUE,...")
+    p.add_argument(
+        "--known-queues", default="", help="CLUSTERQUEUE,... named like their tenant"
+    )  # fmt: skip
     p.add_argument("--flavor", default=DEFAULT_FLAVOR, help="Kueue ResourceFlavor of the GPUs")
+    p.add_argument("--resource", default=GPU, help="the resource --set-quota sets")
+    p.add_argument("--kubectl", default="kubectl", help="e.g. 'kubectl --context prod'")
+    p.add_argument("--apply", action="store_true", help="apply plans (Kafka: and commit them)")
     p.add_argument("--plan-timeout", type=float, default=300.0, help="drop unbalanced plans (s)")
     p.add_argument("--max-plans", type=int, help="stop after this many plans")
     p.add_argument("--stdin", action="store_true", help="read JSON lines from stdin, not Kafka")
+    p.add_argument(
+        "--set-quota", action="append", metavar="CLUSTERQUEUE=GPUS", help="set one quota, exit"
+    )  # fmt: skip
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
+    kubectl = shlex.split(args.kubectl)
+    if args.set_quota:
+        return _set_quotas(args, kubectl)
     try:
         queue_for = parse_queue_map(args.queue_map)
     except ValueError as exc:
         p.error(str(exc))
-    printer = Printer(PlanAssembler(max_age_s=args.plan_timeout), queue_for, args.flavor)
-    if args.stdin:
-        for line in sys.stdin.buffer:
-            if line.strip():
-                printer.feed(line.strip())
-    else:
-        try:
-            asyncio.run(consume(args, printer))
-        except KeyboardInterrupt:
-            log.info("interrupted")
-    plans = printer.plans
-    log.info(
-        "%d plans printed, %d duplicates dropped, %d plans incomplete or expired",
-        printer.applied, plans.duplicates, plans.expired + plans.pending_plans,
+    known = {q.strip() for q in args.known_queues.split(",") if q.strip()}
+    if not queue_for and not known:
+        p.error("give --queue-map and/or --known-queues: which ClusterQueue is whose")
+    runner = PlanRunner(
+        PlanAssembler(max_age_s=args.plan_timeout), queue_for=queue_for, flavor=args.flavor,
+        known_queues=known, apply=args.apply, kubectl=kubectl,
     )  # fmt: skip
-    return 0
+    stopped: Exception | None = None
+    try:
+        if args.stdin:
+            for line in sys.stdin.buffer:
+                if line.strip():
+                    runner.feed(line.strip())
+        else:
+            if not args.apply:
+                log.info("printing plans only, committing nothing (--apply to apply them)")
+            asyncio.run(consume(args, runner))
+    except (PlanRefused, ApplyError) as exc:
+        stopped = exc
+    except KeyboardInterrupt:
+        log.info("interrupted")
+    if stopped is not None:
+        log.error("%s; stopped, nothing after it applied", stopped)
+        if not args.apply:  # the printed script stops there too
+            print(f"# stopped: {stopped}\nexit 1", flush=True)
+    plans = runner.plans
+    log.info(
+        "%d plans %s, %d duplicates dropped, %d plans incomplete or expired",
+        runner.done, "applied" if args.apply else "printed", plans.duplicates,
+        plans.expired + plans.pending_plans,
+    )  # fmt: skip
+    return 0 if stopped is None else 1
 
 
 if __name__ == "__main__":

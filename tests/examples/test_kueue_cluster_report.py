@@ -72,6 +72,9 @@ QUEUES = {
 }
 
 
+READABLE = {**QUEUES, "items": [q for q in QUEUES["items"] if q["metadata"]["name"] != "team-c"]}
+
+
 def _reference(flavor: str | None) -> dict[str, int]:
     """What the fixture holds, summed by hand."""
     return {"vc-a": 16 + (8 if flavor is None else 0), "team-b": 32}
@@ -89,6 +92,61 @@ def test_the_printed_line_reports_each_queue_and_their_sum(flavor: str | None) -
     assert report.complete and report.source == "kueue"
 
 
+@pytest.mark.parametrize(
+    ("quantity", "gpus"),
+    [
+        (16, 16), ("8", 8), ("+4", 4), ("0", 0), ("1k", 1000), ("0.5k", 500), ("1M", 10**6),
+        ("2Ki", 2048), ("1Mi", 2**20), ("2000m", 2), ("1e3", 1000), ("1E2", 100),
+        ("120e-1", 12), ("16.0", 16), ("1.", 1), (" 8 ", 8),
+    ],
+)  # fmt: skip
+def test_gpu_quantities_in_every_kubernetes_form(quantity: object, gpus: int) -> None:
+    assert kr.gpus_of(quantity) == gpus
+
+
+@pytest.mark.parametrize(
+    "quantity", ["1.5", "500m", "-1", "1e-1", "abc", "", "1e", "1Kb", "1 k", True, None, "inf"]
+)
+def test_what_is_not_a_whole_number_of_gpus_is_refused(quantity: object) -> None:
+    with pytest.raises(ValueError, match=r"whole number|not a quantity"):
+        kr.gpus_of(quantity)
+
+
+def test_the_cohort_is_read_from_cohort_name_too() -> None:
+    v1beta2 = _cq("team-d", "gpu-pool", {"a100": "1k"})
+    v1beta2["spec"]["cohortName"] = v1beta2["spec"].pop("cohort")
+    queues = {"items": [*QUEUES["items"], v1beta2]}
+    quotas = kr.queue_quotas(queues, tenant_of={}, cohort="gpu-pool", flavor="a100")
+    assert quotas == {"team-a": 16, "team-b": 32, "team-d": 1000}
+
+
+def test_a_queue_it_cannot_read_stops_the_complete_report() -> None:
+    skipped: list[str] = []
+    kr.queue_quotas(QUEUES, tenant_of={}, cohort="gpu-pool", skipped=skipped)
+    assert skipped == ["team-c"]
+    res = subprocess.run(
+        [sys.executable, str(PATH), "--cohort", "gpu-pool"],
+        input=json.dumps(QUEUES),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 1
+    assert res.stdout == ""  # no report: the planner would take team-c's tenant for 0
+    assert "team-c" in res.stderr
+    ok = subprocess.run(
+        [sys.executable, str(PATH), "--cohort", "gpu-pool"],
+        input=json.dumps(READABLE),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("dprobe cluster publish --source kueue --complete --capacity 56 ")
+
+
 def test_docstring_examples() -> None:
     assert doctest.testmod(kr).failed == 0
 
@@ -101,7 +159,7 @@ def test_piped_to_a_shell_it_publishes_the_report(kafka_bootstrap: str, tmp_path
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     line = subprocess.run(
         [sys.executable, str(PATH), "--cohort", "gpu-pool", "--queue-map", "vc-a=team-a"],
-        input=json.dumps(QUEUES),
+        input=json.dumps(READABLE),
         capture_output=True,
         text=True,
         check=True,

@@ -1,21 +1,29 @@
-"""The Kueue example: event -> ClusterQueue merge patch, whole plans only, no duplicates."""
+"""The Kueue example: event -> a JSON patch of one ClusterQueue quota entry, whole plans
+only, donors first, no duplicates; a failure stops what comes after it."""
 
 from __future__ import annotations
 
+import argparse
+import copy
 import doctest
 import importlib.util
+import io
 import json
+import os
 import shlex
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import pytest
 
 from dprobe.schema import Forecast, ModelInfo, ScalingEvent, encode
+from tests.examples.fake_kubectl import apply_json_patch
 
 PATH = Path(__file__).resolve().parents[2] / "examples" / "kueue_quota_consumer.py"
+FAKE_KUBECTL = Path(__file__).resolve().parent / "fake_kubectl.py"
 
 
 def _load() -> ModuleType:
@@ -30,7 +38,16 @@ def _load() -> ModuleType:
 kq = _load()
 
 
-def ev(eid: str, tenant: str, current: float, target: float, plan: str = "p1") -> ScalingEvent:
+def ev(
+    eid: str,
+    tenant: str,
+    current: float,
+    target: float,
+    plan: str = "p1",
+    *,
+    size: int = 0,
+    seq: int = 0,
+) -> ScalingEvent:
     return ScalingEvent(
         event_id=eid,
         plan_id=plan,
@@ -45,49 +62,143 @@ def ev(eid: str, tenant: str, current: float, target: float, plan: str = "p1") -
         reason="r",
         message="m",
         model=ModelInfo(name="m", version="1"),
+        plan_size=size,
+        plan_seq=seq,
     )
 
 
-def _patch_of(line: str) -> tuple[str, dict]:
-    words = shlex.split(line)
-    assert words[:3] == ["kubectl", "patch", "clusterqueue"]
-    assert words[4:6] == ["--type=merge", "-p"]
-    return words[3], json.loads(words[6])
-
-
-def test_patch_sets_the_gpu_nominal_quota_of_the_flavor() -> None:
-    patch = kq.cluster_queue_patch(16.0, flavor="a100")
-    assert patch == {
+def cluster_queue(name: str, gpus: int = 16, *, version: str | None = "41") -> dict[str, Any]:
+    """A ClusterQueue with CPU and memory quota, two GPU flavors, borrowing and lending."""
+    metadata: dict[str, Any] = {"name": name}
+    if version is not None:
+        metadata["resourceVersion"] = version
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "ClusterQueue",
+        "metadata": metadata,
         "spec": {
+            "cohort": "gpu-pool",
+            "namespaceSelector": {},
             "resourceGroups": [
                 {
-                    "coveredResources": ["nvidia.com/gpu"],
+                    "coveredResources": ["cpu", "memory"],
+                    "flavors": [
+                        {
+                            "name": "default-flavor",
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": "64"},
+                                {"name": "memory", "nominalQuota": "256Gi"},
+                            ],
+                        }
+                    ],
+                },
+                {
+                    "coveredResources": ["cpu", "nvidia.com/gpu"],
                     "flavors": [
                         {
                             "name": "a100",
-                            "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 16}],
-                        }
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": "96", "borrowingLimit": "32"},
+                                {
+                                    "name": "nvidia.com/gpu",
+                                    "nominalQuota": str(gpus),
+                                    "borrowingLimit": "8",
+                                    "lendingLimit": "12",
+                                },
+                            ],
+                        },
+                        {
+                            "name": "h100",
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": "96"},
+                                {
+                                    "name": "nvidia.com/gpu",
+                                    "nominalQuota": "8",
+                                    "borrowingLimit": "4",
+                                    "lendingLimit": "4",
+                                },
+                            ],
+                        },
                     ],
-                }
-            ]
-        }
+                },
+            ],
+        },
     }
-    assert isinstance(
-        patch["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"], int
+
+
+def _gpu(cq: dict[str, Any], flavor: str) -> dict[str, Any]:
+    (entry,) = [
+        res
+        for group in cq["spec"]["resourceGroups"]
+        for fl in group["flavors"]
+        if fl["name"] == flavor
+        for res in fl["resources"]
+        if res["name"] == "nvidia.com/gpu"
+    ]
+    return entry
+
+
+def _expected(cq: dict[str, Any], flavor: str, **changes: Any) -> dict[str, Any]:
+    out = copy.deepcopy(cq)
+    _gpu(out, flavor).update(changes)
+    return out
+
+
+def test_the_patch_changes_only_the_gpu_quota_of_the_flavor() -> None:
+    cq = cluster_queue("team-a")
+    patch = kq.quota_patch(cq, 24, flavor="a100")
+    assert patch[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "41"}
+    after = apply_json_patch(copy.deepcopy(cq), patch)
+    # CPU, memory, the other flavor, borrowingLimit and lendingLimit all stay
+    assert after == _expected(cq, "a100", nominalQuota=24)
+
+
+@pytest.mark.parametrize(("flavor", "gpus"), [("a100", 8), ("h100", 2), ("a100", 0)])
+def test_a_lending_limit_above_the_new_quota_is_lowered_to_it(flavor: str, gpus: int) -> None:
+    cq = cluster_queue("team-a")
+    after = apply_json_patch(copy.deepcopy(cq), kq.quota_patch(cq, gpus, flavor=flavor))
+    assert after == _expected(cq, flavor, nominalQuota=gpus, lendingLimit=gpus)
+
+
+def test_a_change_made_after_the_read_makes_the_patch_fail() -> None:
+    cq = cluster_queue("team-a")
+    patch = kq.quota_patch(cq, 8, flavor="a100")
+    meanwhile = copy.deepcopy(cq)
+    meanwhile["metadata"]["resourceVersion"] = "42"
+    with pytest.raises(ValueError, match="resourceVersion"):
+        apply_json_patch(meanwhile, patch)
+    # without a resourceVersion, the old values are what is tested
+    bare = cluster_queue("team-a", version=None)
+    patch = kq.quota_patch(bare, 8, flavor="a100")
+    moved = copy.deepcopy(bare)
+    _gpu(moved, "a100")["nominalQuota"] = "20"
+    with pytest.raises(ValueError, match="test failed"):
+        apply_json_patch(moved, patch)
+    assert apply_json_patch(copy.deepcopy(bare), patch) == _expected(
+        bare, "a100", nominalQuota=8, lendingLimit=8
     )
+
+
+def test_no_patch_when_the_quota_is_already_set_and_a_missing_flavor_is_an_error() -> None:
+    cq = cluster_queue("team-a")
+    assert kq.quota_patch(cq, 16, flavor="a100") == []
+    with pytest.raises(ValueError, match=r"no nvidia\.com/gpu quota in flavor v100"):
+        kq.quota_patch(cq, 16, flavor="v100")
 
 
 @pytest.mark.parametrize("bad", [2.5, -8.0])
 def test_fractional_or_negative_gpu_quota_is_refused(bad: float) -> None:
     with pytest.raises(ValueError, match="whole"):
-        kq.cluster_queue_patch(bad, flavor="f")
+        kq.whole_gpus(bad)
+    with pytest.raises(kq.PlanRefused, match="whole"):
+        kq.plan_moves([ev("e1", "vc-a", 8, bad)], queue_for={"vc-a": "team-a"})
 
 
-def test_kubectl_line_round_trips_through_a_shell_and_quotes_names() -> None:
-    line = kq.kubectl_line("team a", {"spec": {"x": "it's"}})
-    name, patch = _patch_of(line)
-    assert name == "team a"
-    assert patch == {"spec": {"x": "it's"}}
+def test_set_quota_command_round_trips_through_a_shell() -> None:
+    move = kq.Move("team a", 16, ev("e1", "vc-a", 8, 16))
+    words = shlex.split(kq.set_quota_command(move, flavor="a100"))
+    assert words[:2] == [sys.executable, str(PATH)]
+    assert words[2:] == ["--flavor", "a100", "--set-quota", "team a=16"]
 
 
 def test_a_plan_is_released_only_when_balanced_and_scale_downs_come_first() -> None:
@@ -98,14 +209,14 @@ def test_a_plan_is_released_only_when_balanced_and_scale_downs_come_first() -> N
     done = plans.add(ev("e3", "vc-c", 8, 0))
     assert [e.event_id for e in done] == ["e1", "e2", "e3"]
     assert plans.duplicates == 1 and plans.pending_plans == 0
-    lines = kq.plan_commands(done, queue_for={"vc-a": "team-a"}, flavor="default-flavor")
-    queues = [_patch_of(line)[0] for line in lines]
-    assert queues == ["vc-b", "vc-c", "team-a"]  # quota given back before quota granted
-    quotas = [
-        _patch_of(line)[1]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
-        for line in lines
-    ]
-    assert [q["nominalQuota"] for q in quotas] == [8, 0, 24]
+    moves = kq.plan_moves(done, queue_for={"vc-a": "team-a"}, known_queues={"vc-b", "vc-c"})
+    assert [(m.queue, m.gpus) for m in moves] == [("vc-b", 8), ("vc-c", 0), ("team-a", 24)]
+
+
+def test_a_tenant_without_cluster_queue_refuses_the_whole_plan() -> None:
+    plan = [ev("e1", "vc-a", 8, 16), ev("e2", "vc-x", 16, 8), ev("e3", "vc-y", 8, 8)]
+    with pytest.raises(kq.PlanRefused, match=r"plan p1 refused.*vc-x, vc-y"):
+        kq.plan_moves(plan, queue_for={"vc-a": "team-a"}, known_queues={"vc-b"})
 
 
 def test_plans_are_kept_apart_and_a_stale_half_plan_expires() -> None:
@@ -126,28 +237,237 @@ def test_queue_map_parsing() -> None:
         kq.parse_queue_map("vc-a")
 
 
-def test_stdin_mode_prints_runnable_kubectl_lines_for_whole_plans() -> None:
-    lines = [
-        encode(ev("e1", "vc-a", 8, 16)),
-        b"{garbage",
-        encode(ev("e1", "vc-a", 8, 16)),
-        encode(ev("x1", "vc-x", 4, 8, plan="half")),  # its other half never comes
-        encode(ev("e2", "vc-b", 16, 8)),
-    ]
-    res = subprocess.run(
-        [sys.executable, str(PATH), "--stdin", "--queue-map", "vc-b=team-b", "--flavor", "h100"],
-        input=b"\n".join(lines) + b"\n",
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
+# --- against a stand-in kubectl -------------------------------------------------------
+
+
+def fake_cluster(tmp_path: Path, queues: dict[str, int]) -> tuple[Path, dict[str, str]]:
+    """ClusterQueues ``name -> a100 GPUs`` behind a fake ``kubectl`` first on PATH."""
+    state = tmp_path / "kube"
+    state.mkdir()
+    for name, gpus in queues.items():
+        (state / f"{name}.json").write_text(json.dumps(cluster_queue(name, gpus)))
+    (state / "calls.log").write_text("")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "kubectl"
+    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {FAKE_KUBECTL} "$@"\n')
+    shim.chmod(0o755)
+    env = {**os.environ, "FAKE_KUBE_DIR": str(state)}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    return state, env
+
+
+def _calls(state: Path) -> list[str]:
+    return (state / "calls.log").read_text().splitlines()
+
+
+def _stored(state: Path, name: str) -> dict[str, Any]:
+    return json.loads((state / f"{name}.json").read_text())
+
+
+def test_set_quota_reads_then_patches_and_a_concurrent_change_fails(tmp_path: Path) -> None:
+    state, env = fake_cluster(tmp_path, {"team-a": 16})
+    cmd = [sys.executable, str(PATH), "--flavor", "a100", "--set-quota", "team-a=8"]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert res.returncode == 0, res.stderr
-    out = res.stdout.decode().splitlines()
-    assert out[0] == "# plan p1: vc-a +8, vc-b -8"
-    assert [_patch_of(line)[0] for line in out[1:]] == ["team-b", "vc-a"]
+    assert _calls(state) == ["get team-a", "patch team-a"]
+    expected = _expected(cluster_queue("team-a", 16), "a100", nominalQuota=8, lendingLimit=8)
+    expected["metadata"]["resourceVersion"] = "42"
+    assert _stored(state, "team-a") == expected
+    # someone changes the queue between our read and our write: refused, not overwritten
+    race = {**env, "FAKE_KUBE_RACE": "1"}
+    cmd[-1] = "team-a=4"
+    res = subprocess.run(cmd, env=race, capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 1
+    assert "not changed" in res.stderr and "resourceVersion" in res.stderr
+    assert _gpu(_stored(state, "team-a"), "a100")["nominalQuota"] == 8
+
+
+PLANS = [
+    ev("e1", "vc-a", 16, 24, size=3, seq=1),
+    ev("e2", "vc-b", 16, 12, size=3, seq=1),
+    ev("e2", "vc-b", 16, 12, size=3, seq=1),  # duplicate
+    ev("e3", "vc-c", 16, 12, size=3, seq=1),
+    ev("f1", "vc-a", 24, 20, plan="p2", size=2, seq=2),
+    ev("f2", "vc-b", 12, 16, plan="p2", size=2, seq=2),
+]
+
+
+def _script(
+    events: list[ScalingEvent], *args: str, extra: bytes = b""
+) -> subprocess.CompletedProcess:
+    stdin = b"\n".join(encode(e) for e in events) + b"\n" + extra
+    cmd = [sys.executable, str(PATH), "--stdin", "--flavor", "a100", *args]
+    return subprocess.run(cmd, input=stdin, capture_output=True, timeout=60, check=False)
+
+
+MAP = ("--queue-map", "vc-a=team-a", "--known-queues", "vc-b,vc-c")
+
+
+def test_the_printed_script_applies_whole_plans_donors_first(tmp_path: Path) -> None:
+    res = _script(PLANS, *MAP, extra=b"{garbage\n")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.decode()
+    assert out.splitlines()[:2] == ["# plan p1: vc-b -4, vc-c -4, vc-a +8", "set -e"]
     err = res.stderr.decode()
     assert "invalid event" in err
-    assert "1 plans printed, 1 duplicates dropped, 1 plans incomplete or expired" in err
+    assert "2 plans printed, 1 duplicates dropped, 0 plans incomplete or expired" in err
+    state, env = fake_cluster(tmp_path, {"team-a": 16, "vc-b": 16, "vc-c": 16})
+    sh = subprocess.run(
+        ["sh"], input=out, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert sh.returncode == 0, sh.stderr
+    patched = [c.split()[1] for c in _calls(state) if c.startswith("patch")]
+    assert patched == ["vc-b", "vc-c", "team-a", "team-a", "vc-b"]
+    assert {q: _gpu(_stored(state, q), "a100")["nominalQuota"] for q in patched} == {
+        "team-a": 20,
+        "vc-b": 16,
+        "vc-c": 12,
+    }
+    # the rest of each queue is as it was
+    for q in ("team-a", "vc-b", "vc-c"):
+        stored = _stored(state, q)
+        assert _gpu(stored, "h100") == _gpu(cluster_queue(q), "h100")
+        assert stored["spec"]["resourceGroups"][0] == cluster_queue(q)["spec"]["resourceGroups"][0]
+        assert _gpu(stored, "a100")["borrowingLimit"] == "8"
+
+
+def test_a_failing_change_stops_the_rest_of_the_script(tmp_path: Path) -> None:
+    res = _script(PLANS, *MAP)
+    assert res.returncode == 0, res.stderr
+    state, env = fake_cluster(tmp_path, {"team-a": 16, "vc-b": 16, "vc-c": 16})
+    env["FAKE_KUBE_FAIL"] = "vc-c"
+    sh = subprocess.run(
+        ["sh"],
+        input=res.stdout.decode(),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert sh.returncode != 0
+    # the first donor gave back, the second failed: the receiver was not raised, p2 not run
+    assert _calls(state) == ["get vc-b", "patch vc-b", "get vc-c", "patch vc-c"]
+    assert _gpu(_stored(state, "team-a"), "a100")["nominalQuota"] == "16"
+
+
+def test_a_plan_naming_an_unmapped_tenant_is_refused_and_stops_the_consumer() -> None:
+    events = [
+        ev("e1", "vc-a", 8, 16, size=2, seq=1),
+        ev("e2", "vc-x", 16, 8, size=2, seq=1),  # no ClusterQueue for vc-x
+        ev("f1", "vc-a", 16, 12, plan="p2", size=2, seq=2),
+        ev("f2", "vc-b", 8, 12, plan="p2", size=2, seq=2),
+    ]
+    res = _script(events, "--queue-map", "vc-a=team-a", "--known-queues", "vc-b")
+    assert res.returncode == 1
+    err = res.stderr.decode()
+    assert "plan p1 refused" in err and "vc-x" in err
+    out = res.stdout.decode()
+    assert "--set-quota" not in out  # nothing of p1, nothing after it
+    assert out.splitlines()[-1] == "exit 1"
+
+
+def test_without_any_queue_mapping_it_does_not_start() -> None:
+    res = _script([ev("e1", "vc-a", 8, 16)])
+    assert res.returncode == 2
+    assert b"--queue-map" in res.stderr
+
+
+# --- Kafka mode, against a stand-in consumer ------------------------------------------
+
+
+class FakeConsumer:
+    """Returns one prepared batch per ``getmany``; records what happened, in order."""
+
+    batches: list[list[ScalingEvent]] = []
+    timeline: list[str] = []
+
+    def __init__(self, *topics: str, **config: Any) -> None:
+        self.pending = list(type(self).batches)
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        self.timeline.append("stop")
+
+    async def getmany(self, timeout_ms: int) -> dict[Any, list[Any]]:
+        if not self.pending:
+            return {}
+        return {"tp": [SimpleNamespace(value=encode(e)) for e in self.pending.pop(0)]}
+
+    async def commit(self) -> None:
+        self.timeline.append("commit")
+
+
+@pytest.fixture
+def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> type[FakeConsumer]:
+    FakeConsumer.timeline = []
+    monkeypatch.setitem(sys.modules, "aiokafka", SimpleNamespace(AIOKafkaConsumer=FakeConsumer))
+    return FakeConsumer
+
+
+def _runner(apply: bool, monkeypatch: pytest.MonkeyPatch, fail: str = "") -> Any:
+    def set_quota(queue: str, gpus: int, **_: Any) -> bool:
+        if queue == fail:
+            raise kq.ApplyError(f"clusterqueue {queue}: refused")
+        FakeConsumer.timeline.append(f"set {queue}={gpus}")
+        return True
+
+    monkeypatch.setattr(kq, "set_quota", set_quota)
+    return kq.PlanRunner(
+        kq.PlanAssembler(),
+        queue_for={"vc-a": "team-a"},
+        known_queues={"vc-b", "vc-c"},
+        flavor="a100",
+        apply=apply,
+        out=io.StringIO(),
+    )
+
+
+ARGS = argparse.Namespace(
+    topic="t", bootstrap="b", group="g", from_beginning=True, max_plans=2
+)  # fmt: skip
+BATCHES = [
+    [ev("e1", "vc-a", 16, 24, size=3, seq=1), ev("e2", "vc-b", 16, 12, size=3, seq=1)],
+    [ev("e3", "vc-c", 16, 12, size=3, seq=1)],
+    [ev("f1", "vc-a", 24, 20, plan="p2", size=2, seq=2)],
+    [ev("f2", "vc-b", 12, 16, plan="p2", size=2, seq=2)],
+]
+
+
+async def test_kafka_mode_commits_only_after_a_plan_is_applied(
+    fake_kafka: type[FakeConsumer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_kafka.batches = BATCHES
+    runner = _runner(True, monkeypatch)
+    await kq.consume(ARGS, runner)
+    assert fake_kafka.timeline == [
+        # nothing committed while p1 is half-received
+        "set vc-b=12", "set vc-c=12", "set team-a=24", "commit",
+        "set team-a=20", "set vc-b=16", "commit", "stop",
+    ]  # fmt: skip
+
+
+async def test_kafka_mode_commits_nothing_when_a_change_fails(
+    fake_kafka: type[FakeConsumer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_kafka.batches = BATCHES
+    runner = _runner(True, monkeypatch, fail="vc-c")
+    with pytest.raises(kq.ApplyError):
+        await kq.consume(ARGS, runner)
+    assert fake_kafka.timeline == ["set vc-b=12", "stop"]
+
+
+async def test_kafka_mode_without_apply_prints_and_commits_nothing(
+    fake_kafka: type[FakeConsumer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_kafka.batches = BATCHES
+    runner = _runner(False, monkeypatch)
+    await kq.consume(ARGS, runner)
+    assert runner.done == 2
+    assert fake_kafka.timeline == ["stop"]
 
 
 def test_docstring_examples_run() -> None:
@@ -156,7 +476,7 @@ def test_docstring_examples_run() -> None:
 
 
 @pytest.mark.integration
-async def test_kafka_mode_prints_whole_plans_and_commits_them(kafka) -> None:
+async def test_kafka_mode_applies_whole_plans_and_commits_them(kafka, tmp_path: Path) -> None:
     from aiokafka import AIOKafkaProducer
 
     topic = await kafka.create_topic("scaling-events", partitions=2)
@@ -171,11 +491,15 @@ async def test_kafka_mode_prints_whole_plans_and_commits_them(kafka) -> None:
     async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
         for partition, value in records:
             await producer.send_and_wait(topic, value, partition=partition)
+    queues = {"team-a": 8, "vc-b": 16, "vc-c": 4, "vc-d": 8, "vc-e": 4}
+    state, env = fake_cluster(tmp_path, queues)
 
     def run(*extra: str) -> subprocess.CompletedProcess:
         cmd = [sys.executable, str(PATH), "--bootstrap", kafka.bootstrap, "--topic", topic,
-               "--group", group, "--from-beginning", *extra]  # fmt: skip
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=False)
+               "--group", group, "--from-beginning", "--apply", "--flavor", "a100",
+               "--queue-map", "vc-a=team-a", "--known-queues", "vc-b,vc-c,vc-d,vc-e",
+               *extra]  # fmt: skip
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=90, check=False)
 
     res = run("--max-plans", "2")
     assert res.returncode == 0, res.stderr
@@ -183,10 +507,8 @@ async def test_kafka_mode_prints_whole_plans_and_commits_them(kafka) -> None:
         "p1": {"vc-a +8", "vc-b -8"},
         "p2": {"vc-a -4", "vc-c +4"},
     }
-    assert (
-        sum(line.startswith("kubectl patch clusterqueue") for line in res.stdout.splitlines()) == 4
-    )
-    # everything was applied and committed: a restart of the same group prints nothing new
+    assert _gpu(_stored(state, "team-a"), "a100")["nominalQuota"] == 12
+    # everything was applied and committed: a restart of the same group applies nothing old
     async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
         await producer.send_and_wait(topic, encode(ev("g1", "vc-d", 8, 4, plan="p3")), partition=0)
         await producer.send_and_wait(topic, encode(ev("g2", "vc-e", 4, 8, plan="p3")), partition=1)
@@ -203,3 +525,26 @@ def _plans(stdout: str) -> dict[str, set[str]]:
             plan, _, moves = line.removeprefix("# plan ").partition(": ")
             out[plan] = set(moves.split(", "))
     return out
+
+
+def test_plans_released_together_run_one_after_another_in_plan_order() -> None:
+    # plan 2 completes first and waits for plan 1: both go out with plan 1's last event,
+    # and each runs as its own block (vc-a ends at plan 2's target)
+    out = io.StringIO()
+    runner = kq.PlanRunner(
+        kq.PlanAssembler(), queue_for={}, known_queues={"vc-a", "vc-b", "vc-c"},
+        flavor="a100", out=out,
+    )  # fmt: skip
+    p1 = [
+        ev("a1", "vc-a", 8, 16, "p1", size=2, seq=1),
+        ev("b1", "vc-b", 16, 8, "p1", size=2, seq=1),
+    ]
+    p2 = [
+        ev("a2", "vc-a", 16, 8, "p2", size=2, seq=2),
+        ev("c2", "vc-c", 8, 16, "p2", size=2, seq=2),
+    ]
+    for e in (p1[0], *p2, p1[1]):
+        runner.feed(encode(e))
+    plans = [line for line in out.getvalue().splitlines() if line.startswith("# plan")]
+    assert plans == ["# plan p1: vc-b -8, vc-a +8", "# plan p2: vc-a -8, vc-c +8"]
+    assert runner.done == 2

@@ -1,10 +1,13 @@
-"""The scaling-events consumer printed in the README, run as written against a real broker:
-each event printed once (duplicates dropped by id), a record that is not an event
-skipped with its offset, and the group's progress committed."""
+"""The scaling-events consumer printed in the README, run as written: duplicates dropped by
+id, a record that is not an event skipped with its offset, each plan applied once all of
+its events are in (quota given back first), and the group's progress committed only
+when no plan is half-received (against a stand-in consumer, and on a real broker)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import queue
 import subprocess
 import sys
@@ -31,6 +34,77 @@ def test_the_readme_block_is_the_consumer_it_describes() -> None:
     code = readme_consumer()
     for needle in ('"dprobe.scaling-events"', '"127.0.0.1:9092"', 'group_id="quota-controller"'):
         assert needle in code
+
+
+# A stand-in for aiokafka: yields the records of FAKE_RECORDS (hex values), prints each
+# commit with the position reached, and "stop".
+FAKE_AIOKAFKA = """
+import json, os
+from types import SimpleNamespace
+
+
+class AIOKafkaConsumer:
+    def __init__(self, *topics, **config):
+        with open(os.environ["FAKE_RECORDS"]) as fh:
+            self.records = [bytes.fromhex(h) for h in json.load(fh)]
+        self.position = 0
+
+    async def start(self):
+        pass
+
+    async def stop(self):
+        print("stop")
+
+    async def _records(self):
+        for offset, value in enumerate(self.records):
+            self.position = offset + 1
+            yield SimpleNamespace(offset=offset, value=value)
+
+    def __aiter__(self):
+        return self._records()
+
+    async def commit(self):
+        print(f"commit {self.position}")
+"""
+
+
+def test_the_readme_consumer_applies_whole_plans_and_commits_after_them(tmp_path: Path) -> None:
+    records = [
+        encode(ev("e1", "vc-a", 8, 16, size=3, seq=1)),
+        encode(ev("e1", "vc-a", 8, 16, size=3, seq=1)),  # the same event again
+        b"not an event",
+        encode(ev("e2", "vc-b", 16, 12, size=3, seq=1)),
+        encode(ev("e3", "vc-c", 8, 4, size=3, seq=1)),
+        encode(ev("f1", "vc-a", 16, 12, plan="p2")),  # no plan_size: balanced when complete
+        encode(ev("f2", "vc-b", 12, 16, plan="p2")),
+    ]
+    (tmp_path / "records.json").write_text(json.dumps([r.hex() for r in records]))
+    (tmp_path / "aiokafka").mkdir()
+    (tmp_path / "aiokafka" / "__init__.py").write_text(FAKE_AIOKAFKA)
+    (tmp_path / "consumer.py").write_text(readme_consumer())
+    env = {**os.environ, "FAKE_RECORDS": str(tmp_path / "records.json")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    res = subprocess.run(
+        [sys.executable, str(tmp_path / "consumer.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.splitlines()
+    assert out[0].startswith("skipping offset 2: ")
+    assert out[1:] == [
+        "p1 vc-b 16.0 -> 12.0",  # quota given back first
+        "p1 vc-c 8.0 -> 4.0",
+        "p1 vc-a 8.0 -> 16.0",
+        "commit 5",  # nothing committed while p1 was half-received
+        "p2 vc-a 16.0 -> 12.0",
+        "p2 vc-b 12.0 -> 16.0",
+        "commit 7",
+        "stop",
+    ]
 
 
 def _run_until(cmd: list[str], lines: int, timeout_s: float) -> tuple[list[str], str]:
@@ -61,7 +135,7 @@ def _run_until(cmd: list[str], lines: int, timeout_s: float) -> tuple[list[str],
 
 
 @pytest.mark.integration
-async def test_the_readme_consumer_prints_each_event_once(kafka, tmp_path: Path) -> None:
+async def test_the_readme_consumer_applies_each_plan_once(kafka, tmp_path: Path) -> None:
     from aiokafka import AIOKafkaProducer
 
     topic = await kafka.create_topic("scaling-events", partitions=1)
@@ -84,11 +158,11 @@ async def test_the_readme_consumer_prints_each_event_once(kafka, tmp_path: Path)
 
     out, err = _run_until([sys.executable, str(script)], lines=3, timeout_s=60)
     assert len(out) == 3, (out, err)
-    assert out[0] == "vc-a scale_up 8.0 -> 16.0 r", (out, err)
-    assert out[1].startswith("skipping offset 2: "), (out, err)
-    assert out[2] == "vc-b scale_down 16.0 -> 8.0 r", (out, err)
-    # it committed what it printed: the same group started again prints nothing old
+    assert out[0].startswith("skipping offset 2: "), (out, err)
+    assert out[1:] == ["p1 vc-b 16.0 -> 8.0", "p1 vc-a 8.0 -> 16.0"], (out, err)
+    # it committed what it applied: the same group started again applies nothing old
     async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
-        await producer.send_and_wait(topic, encode(ev("e3", "vc-c", 4, 8)))
-    again, err = _run_until([sys.executable, str(script)], lines=1, timeout_s=60)
-    assert again == ["vc-c scale_up 4.0 -> 8.0 r"], (again, err)
+        await producer.send_and_wait(topic, encode(ev("e3", "vc-c", 4, 8, plan="p2")))
+        await producer.send_and_wait(topic, encode(ev("e4", "vc-d", 8, 4, plan="p2")))
+    again, err = _run_until([sys.executable, str(script)], lines=2, timeout_s=60)
+    assert again == ["p2 vc-d 8.0 -> 4.0", "p2 vc-c 4.0 -> 8.0"], (again, err)
