@@ -125,7 +125,10 @@ async def replay(
                 delta = shift_to_end_now(rec.ts, clk.now(), speed, span_s)
             rec = shifted(original, delta)
         await pacer.wait(rec.ts)
-        pending.append(await sink.send(topics[rec.kind], value=rec.value, key=rec.key))
+        try:
+            pending.append(await sink.send(topics[rec.kind], value=rec.value, key=rec.key))
+        except Exception as exc:  # a Kafka error at send (no metadata, refused, too large)
+            raise ReplayError(f"sending to {topics[rec.kind]} failed: {exc!r}") from exc
         stats.records += 1
         stats.by_kind[rec.kind] = stats.by_kind.get(rec.kind, 0) + 1
         if stats.first_ts is None:

@@ -105,7 +105,10 @@ def demand_records(
                     ts=pt.ts,
                     source="replay",
                     capacity_gpus=float(capacity),
-                    quotas={pt.tenant: float(st.quota)},
+                    # every quota so far: one key, a compacted topic keeps only the last
+                    quotas={
+                        t.name: float(t.quota) for t in tenants.values() if t.quota is not None
+                    },
                 )
             )
         hosts = math.ceil(need / lay.gpus_per_host)

@@ -63,12 +63,19 @@ async def replay_to_kafka(
     span_s: float = 0.0,
     clock: Clock | None = None,
     on_record: Callable[[ReplayRecord], None] | None = None,
+    on_existing: Callable[[list[str]], None] | None = None,
 ) -> ReplayStats:
-    """Replay ``records`` into Kafka; every record is delivered when this returns."""
+    """Replay ``records`` into Kafka; every record is delivered when this returns.
+    ``on_existing`` is told, before the first record, which topics existed already."""
     from aiokafka import AIOKafkaProducer
     from aiokafka.errors import KafkaConnectionError
 
-    await ensure_topics(settings, sorted(set(topics.values())), compacted={topics["cluster"]})
+    wanted = sorted(set(topics.values()))
+    missing = await ensure_topics(
+        settings, wanted, compacted={topics["cluster"]}, samples=topics["samples"]
+    )
+    if on_existing is not None:
+        on_existing([t for t in wanted if t not in missing])
     producer = AIOKafkaProducer(**producer_config(settings))
     await start_client(producer.start, producer.stop, settings.kafka, KafkaConnectionError)
     try:
@@ -90,13 +97,19 @@ async def replay_to_kafka(
 
 
 async def ensure_topics(
-    settings: ReplaySettings, topics: Sequence[str], *, compacted: Set[str] = frozenset()
+    settings: ReplaySettings,
+    topics: Sequence[str],
+    *,
+    compacted: Set[str] = frozenset(),
+    samples: str = "",
 ) -> list[str]:
     """Create the ``topics`` that do not exist yet (``settings.partitions`` each; those in
-    ``compacted`` with one partition and compaction: cluster reports); return them."""
+    ``compacted`` with one partition and compaction: cluster reports; ``samples`` with the
+    broker's time as record time, as the worker creates it); return them."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import KafkaConnectionError
 
+    from dprobe import topic_configs
     from dprobe.topic_create import create_topics
 
     admin = AIOKafkaAdminClient(**settings.kafka.client_kwargs())
@@ -109,7 +122,12 @@ async def ensure_topics(
                     t, 1, settings.replication_factor, topic_configs={"cleanup.policy": "compact"}
                 )
                 if t in compacted
-                else NewTopic(t, settings.partitions, settings.replication_factor)
+                else NewTopic(
+                    t,
+                    settings.partitions,
+                    settings.replication_factor,
+                    topic_configs=dict(topic_configs.SAMPLES) if t == samples else {},
+                )
                 for t in missing
             ]
             await create_topics(admin, new)  # one that exists: another client was faster

@@ -175,11 +175,14 @@ def run(args: argparse.Namespace) -> int:
             "events and dashboards will show that time; --shift-to-now moves it to now",
             file=sys.stderr,
         )
-    if s.into_live_topics:
+    live = sorted(t for k, t in topics.items() if t == s.kafka.topic(k))
+    if live:
+        are = "is a live topic" if len(live) == 1 else "are live topics"
         print(
-            "warning: these are the live topics: workers already past this data's event "
-            "time drop it as late (dprobe_late_partials_total); replay into a prefix of its "
-            "own (the default, dprobe-replay.) to evaluate history",
+            f"warning: {', '.join(live)} {are}"
+            ": workers already past this data's "
+            "event time drop it as late (dprobe_late_partials_total); replay into a prefix "
+            "of its own (the default, dprobe-replay.) to evaluate history",
             file=sys.stderr,
         )
     bar = tqdm(
@@ -191,7 +194,21 @@ def run(args: argparse.Namespace) -> int:
         dynamic_ncols=True,
     )
 
+    reached: list[float] = []
+
+    def on_existing(existing: list[str]) -> None:
+        others = [t for t in existing if t not in live]
+        if others:
+            print(
+                f"note: {', '.join(others)} already existed: a worker that has read them "
+                "takes this data's event times as late or its hosts' seqs as duplicates if "
+                "it saw them before; replay history once per prefix (--prefix), or with "
+                "--shift-to-now, and read it with a fresh --app-id",
+                file=sys.stderr,
+            )
+
     def on_record(rec: ReplayRecord) -> None:
+        reached[:] = [rec.ts]
         bar.update(1)
         if bar.n % 250 == 1:  # show how far in event time the replay is
             bar.set_postfix_str(time.strftime("%Y-%m-%d %H:%M", time.gmtime(rec.ts)), refresh=False)
@@ -205,8 +222,18 @@ def run(args: argparse.Namespace) -> int:
                 shift_to_now=args.shift_to_now,
                 span_s=span_s,
                 on_record=on_record,
+                on_existing=on_existing,
             )
         )
+    except KeyboardInterrupt:
+        bar.close()
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(reached[0])) if reached else "-"
+        print(
+            f"dprobe replay: interrupted after {bar.n} records sent (event time {when} UTC); "
+            "those sent are delivered",
+            file=sys.stderr,
+        )
+        return 130
     finally:
         bar.close()
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(stats.by_kind.items())) or "nothing"

@@ -127,7 +127,8 @@ def test_replays_write_to_their_own_topics_unless_told_to_go_live(
         check=False,
     )
     assert went_live.returncode == 0, went_live.stderr
-    assert "warning: these are the live topics" in went_live.stderr
+    assert "are live topics: workers already past" in went_live.stderr
+    assert "already existed" not in went_live.stderr  # fresh topics
     raws = asyncio.run(consume(kafka_bootstrap, f"{live}samples", until=2, timeout_s=30))
     assert sorted(schema.decode_snapshot(r).ts for r in raws) == [0.0, 60.0]
 
@@ -173,3 +174,27 @@ def test_a_fast_shifted_replay_stamps_no_snapshot_after_its_record(
     last_ts, last_record = pairs[-1]
     assert last_record - last_ts < 5.0  # it ends about now
     assert pairs[-1][0] - pairs[0][0] == 3600.0  # every time moved by the same amount
+
+
+def test_a_topic_override_into_a_live_topic_is_warned_about(tmp_path: Path) -> None:
+    f = tmp_path / "demand.csv"
+    f.write_text("ts,tenant,demand_gpus\n0,a,2\n60,a,3\n")
+    args = ("--bootstrap", "127.0.0.1:1", "replay", str(f), "--format", "demand-csv")
+    res = _dprobe(*args, "--topic", "samples=dprobe.samples", "--no-progress")
+    assert res.returncode == 2  # nothing listens there; the warning came first
+    assert "warning: dprobe.samples is a live topic" in res.stderr
+    res = _dprobe(*args, "--topic", "samples=my.samples", "--no-progress")
+    assert "live topic" not in res.stderr
+
+
+async def test_a_send_that_fails_at_once_is_a_replay_error() -> None:
+    from dprobe.traces.replay import ReplayError, replay
+    from dprobe.traces.replay_record import ReplayRecord
+
+    class Refusing:
+        async def send(self, topic: str, value: bytes, key: bytes | None = None):  # type: ignore[no-untyped-def]
+            raise RuntimeError("MessageSizeTooLargeError")
+
+    rec = ReplayRecord(kind="samples", ts=0.0, key=b"h", value=b"{}")
+    with pytest.raises(ReplayError, match=r"sending to t failed: .*MessageSizeTooLarge"):
+        await replay([rec], Refusing(), {"samples": "t"})

@@ -110,12 +110,13 @@ def test_quotas_become_cluster_reports_when_they_change(tmp_path: Path) -> None:
     recs = list(open_source(tmp_path, "helios-vc")[0])
     reports = [schema.decode_cluster_report(r.value) for r in recs if r.kind == "cluster"]
     t0 = reports[0].ts
-    # reference: a report at each change of a VC's total_gpu_num; capacity = the latest
-    # quotas of the VCs seen so far, summed
+    # reference: a report at each change of a VC's total_gpu_num, with the latest quota of
+    # every VC seen so far (one key on a compacted topic: the last report must hold them
+    # all); capacity = those quotas summed
     assert [(r.ts - t0, r.quotas, r.capacity_gpus) for r in reports] == [
         (0.0, {"vcA": 16.0}, 16.0),
-        (60.0, {"vcB": 8.0}, 24.0),
-        (120.0, {"vcA": 24.0}, 32.0),
+        (60.0, {"vcA": 16.0, "vcB": 8.0}, 24.0),
+        (120.0, {"vcA": 24.0, "vcB": 8.0}, 32.0),
     ]
     assert {r.key for r in recs if r.kind == "cluster"} == {b"replay"}
     no_quota = tmp_path / "d.csv"
