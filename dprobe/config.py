@@ -301,6 +301,8 @@ class WorkerSettings:
     data_dir: Path = field(default_factory=lambda: _cache_dir("worker"))
     metrics_addr: str = "127.0.0.1"
     metrics_port: int = 9402
+    # /healthz answers 503 once the event loop has not run for this long (a hung worker)
+    health_stale_s: float = 60.0
     max_message_bytes: int = 1_048_576
     max_clock_skew_s: float = 300.0  # a snapshot this far ahead of its Kafka record: dead letter
     # bounded state: every stored value stays under max_state_bytes (docs/worker.md)
@@ -346,6 +348,8 @@ class WorkerSettings:
             raise ConfigError(
                 "worker.commit_interval_s and lag_interval_s must be > 0, source_idle_s >= 0"
             )
+        if not self.health_stale_s >= 5:
+            raise ConfigError("worker.health_stale_s must be >= 5 seconds")
         if self.producer_buffer_messages < 1:
             raise ConfigError("worker.producer_buffer_messages must be >= 1")
         if "{" in str(self.data_dir) or "}" in str(self.data_dir):

@@ -1,5 +1,8 @@
 """Serve one injected Prometheus registry on ``http://ADDR:PORT/metrics`` (a daemon thread),
-and ``/healthz`` (``ok``: the process is up and serving) for liveness probes.
+and ``/healthz`` for liveness probes: ``ok`` (200) while the process serves and its
+``health`` check, if any, finds nothing wrong; else 503 with the reason. A
+:class:`Heartbeat` is such a check: it fails when the event loop has not run for a while
+(a blocked or hung loop), which a thread answering HTTP alone would never notice.
 
 Shared by the collector (port 9401) and the stream worker (port 9402). Loopback by
 default: exposing metrics beyond the host is an explicit choice (``addr="0.0.0.0"``).
@@ -14,9 +17,12 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import threading
+import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -40,6 +46,39 @@ class _QuietHandler(WSGIRequestHandler):
         return None
 
 
+class Heartbeat:
+    """Beats on an asyncio loop; :meth:`problem` says when it has been silent too long.
+
+    >>> clock = [0.0]
+    >>> beat = Heartbeat(stale_s=60, clock=lambda: clock[0])
+    >>> beat.problem() is None
+    True
+    >>> clock[0] = 61.0
+    >>> beat.problem()
+    'the event loop has not run for 61 s (limit 60 s)'
+    """
+
+    def __init__(self, stale_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if not stale_s > 0:
+            raise ValueError("stale_s must be > 0")
+        self.stale_s = stale_s
+        self.clock = clock
+        self.at = clock()
+
+    async def run(self, every_s: float = 1.0) -> None:
+        """Beat every ``every_s`` seconds until cancelled."""
+        while True:
+            self.at = self.clock()
+            await asyncio.sleep(every_s)
+
+    def problem(self) -> str | None:
+        """None while the loop beats; else why the process is not healthy."""
+        silent = self.clock() - self.at
+        if silent <= self.stale_s:
+            return None
+        return f"the event loop has not run for {silent:.0f} s (limit {self.stale_s:g} s)"
+
+
 class MetricsServer:
     """Serves ``registry`` on ``http://addr:port/metrics`` from a daemon thread.
 
@@ -48,9 +87,15 @@ class MetricsServer:
     """
 
     def __init__(
-        self, registry: CollectorRegistry, addr: str = "127.0.0.1", port: int = 9401
+        self,
+        registry: CollectorRegistry,
+        addr: str = "127.0.0.1",
+        port: int = 9401,
+        *,
+        health: Callable[[], str | None] | None = None,
     ) -> None:
         self.registry = registry
+        self.health = health
         self.addr = addr
         self.port = port
         self._server: Any = None
@@ -70,8 +115,10 @@ class MetricsServer:
 
         def serve(environ: dict[str, Any], start_response: Any) -> Any:
             if environ.get("PATH_INFO") == "/healthz":  # liveness, not the metrics
-                start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
-                return [b"ok\n"]
+                problem = self.health() if self.health is not None else None
+                status = "200 OK" if problem is None else "503 Service Unavailable"
+                start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+                return [f"{problem or 'ok'}\n".encode()]
             return app(environ, start_response)
 
         server_class = _Server6 if ":" in self.addr else ThreadingWSGIServer

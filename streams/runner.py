@@ -8,6 +8,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import faust
@@ -16,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from dprobe.config import WorkerSettings
 from dprobe.errors import UsageError
 from dprobe.sinks.consumer_lag import ConsumerLag
-from dprobe.sinks.metrics_server import MetricsServer
+from dprobe.sinks.metrics_server import Heartbeat, MetricsServer
 from dprobe.sinks.worker_metrics import WorkerCollector
 from dprobe.streams.app import WorkerApp, build_app
 from dprobe.streams.provision import ensure_topics
@@ -30,10 +31,13 @@ def run_worker(s: WorkerSettings, *, loglevel: str = "INFO") -> int:
     loop = asyncio.get_event_loop()
     _make_data_dir(s)
     registry = CollectorRegistry()
-    server = _serve_metrics(s, registry)  # a busy port is said before Kafka is tried
+    heartbeat = Heartbeat(stale_s=s.health_stale_s)
+    beating = loop.create_task(heartbeat.run())  # runs as long as the loop: faust's too
+    server = _serve_metrics(s, registry, heartbeat)  # a busy port is said before Kafka
     try:
         partitions = loop.run_until_complete(ensure_topics(s))
     except BaseException:
+        _stop(beating)
         server.stop()
         raise
     names = TopicNames.from_settings(s)
@@ -52,8 +56,16 @@ def run_worker(s: WorkerSettings, *, loglevel: str = "INFO") -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     finally:
+        _stop(beating)
         server.stop()
     return 0
+
+
+def _stop(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` unless it is done (faust may have closed the loop already)."""
+    if not task.done():
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing runs it
+            task.cancel()
 
 
 def _make_data_dir(s: WorkerSettings) -> None:
@@ -68,9 +80,12 @@ def _make_data_dir(s: WorkerSettings) -> None:
         raise UsageError(f"worker.data_dir {s.data_dir}: {exc.strerror or exc}") from None
 
 
-def _serve_metrics(s: WorkerSettings, registry: CollectorRegistry) -> MetricsServer:
-    """/metrics (and /healthz) of this worker, serving ``registry``."""
-    server = MetricsServer(registry, s.metrics_addr, s.metrics_port)
+def _serve_metrics(
+    s: WorkerSettings, registry: CollectorRegistry, heartbeat: Heartbeat
+) -> MetricsServer:
+    """/metrics of this worker, serving ``registry``, and /healthz (503 once the event
+    loop has been silent for ``health_stale_s``)."""
+    server = MetricsServer(registry, s.metrics_addr, s.metrics_port, health=heartbeat.problem)
     port = server.serve()
     log.info("serving /metrics on http://%s:%s/metrics", s.metrics_addr, port)
     return server

@@ -1,0 +1,42 @@
+"""/healthz answers 503 with the reason once the process's event loop has been silent for
+too long (a hung worker), which a liveness probe then restarts; 200 ``ok`` otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import urllib.error
+import urllib.request
+
+from prometheus_client import CollectorRegistry
+
+from dprobe.sinks.metrics_server import Heartbeat, MetricsServer
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+async def test_a_blocked_event_loop_makes_healthz_fail() -> None:
+    beat = Heartbeat(stale_s=0.5)
+    beating = asyncio.create_task(beat.run(every_s=0.05))
+    with MetricsServer(CollectorRegistry(), port=0, health=beat.problem) as server:
+        url = server.url.replace("/metrics", "/healthz")
+        await asyncio.sleep(0.2)
+        assert await asyncio.to_thread(_get, url) == (200, "ok\n")
+        time.sleep(1.0)  # noqa: ASYNC251 - the loop is blocked on purpose: no beat
+        status, body = _get(url)  # asked from this (blocked) thread: the server's answers
+        assert status == 503 and re.search(r"event loop has not run for \d+ s", body)
+        await asyncio.sleep(0.2)  # the loop runs again
+        assert await asyncio.to_thread(_get, url) == (200, "ok\n")
+    beating.cancel()
+
+
+def test_without_a_check_healthz_says_ok() -> None:
+    with MetricsServer(CollectorRegistry(), port=0) as server:
+        assert _get(server.url.replace("/metrics", "/healthz")) == (200, "ok\n")
