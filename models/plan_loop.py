@@ -20,8 +20,10 @@ is planned as idle (its nodes can be lent). Quotas the loop only guessed that no
 a smaller capacity shrink in proportion to what each holds, in whole nodes, to what the
 reported quotas leave.
 A checkpoint saved under other cluster settings (``capacity_gpus``, ``node_gpus``,
-``initial_quotas``) keeps its forecaster but not its quotas: the settings win, and the
-loop says what changed in :attr:`PlanLoop.settings_changed`.
+``initial_quotas``) keeps its forecaster but not its quotas; one saved by another model
+(its registered name) keeps the quotas but not the forecaster, which starts fresh (another
+model's state would not fit it). The settings win, and the loop says what changed in
+:attr:`PlanLoop.settings_changed`.
 
 The same windows for each end and the same starting state give the same plans and the
 same ``event_id``s, so a worker that restarts from its last checkpoint and replays the
@@ -288,7 +290,11 @@ class PlanLoop:
             "capacity": self._capacity,
             "reported": sorted(self._reported),
             "cluster_settings": self._cluster_settings(),
+            "forecaster_name": self._forecaster_name(),
         }
+
+    def _forecaster_name(self) -> str:
+        return str(getattr(self.forecaster, "name", type(self.forecaster).__name__))
 
     def _cluster_settings(self) -> dict[str, Any]:
         """The settings saved quotas depend on: a checkpoint made under others loses them."""
@@ -302,7 +308,10 @@ class PlanLoop:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         import msgspec
 
-        self.forecaster.load_state_dict(state["forecaster"])
+        saved_model = state.get("forecaster_name")
+        other_model = saved_model is not None and saved_model != self._forecaster_name()
+        if not other_model:  # another model's state would not fit this one: it starts fresh
+            self.forecaster.load_state_dict(state["forecaster"])
         self.planner.load_state_dict(state["planner"])
         self._learned = dict(state["learned"])
         self._last = {t: msgspec.convert(w, TenantWindow) for t, w in state["last"].items()}
@@ -327,6 +336,10 @@ class PlanLoop:
             self._quotas = dict(self.settings.initial_quotas)
             self._capacity = None
             self._reported = set()
+        if other_model:
+            change = f"model {saved_model!r} -> {self._forecaster_name()!r}"
+            self.settings_changed = ", ".join(c for c in (self.settings_changed, change) if c)
+            self._forecasts, self._outstanding, self._errors = {}, {}, {}
 
     def save(self, path: Path) -> None:
         """Checkpoint to ``path`` atomically (temporary file, fsync, rename)."""

@@ -232,8 +232,9 @@ class Planning:
         log.info("forecaster and planner resumed from %s", where)
         if self.loop.settings_changed:
             log.warning(
-                "settings changed since %s was saved (%s): the settings win; quotas start "
-                "again from them and from the scheduler's next report",
+                "settings changed since %s was saved (%s): the settings win; new cluster "
+                "settings restart the quotas from them and from the scheduler's next "
+                "report, a new model starts learning afresh",
                 where,
                 self.loop.settings_changed,
             )

@@ -306,7 +306,11 @@ class Calibrated:
     def _tenant_fit(self, st: dict[str, Any]) -> list[list[float]] | None:
         """Per horizon ``[a, b, c]``, or None while there is nothing to calibrate with."""
         out = []
+        step = st.get("step")
         for i, (resid, spread, _, act) in enumerate(st["matured"]):
+            if step and round(self.horizons_s[i] / step) < 1:
+                out.append([1.0, 0.0, 0.0])  # shorter than a window: never scored, as is
+                continue
             pool = self._pool_fit[i]
             n = len(resid)
             if pool is None and n < self.min_scores:
@@ -422,6 +426,7 @@ class Calibrated:
                     "pool_edge": self._pool_edge,
                     "pool_at": self._pool_at,
                     "levels": self._levels,
+                    "horizons_s": [float(h) for h in self.horizons_s],
                     "version": STATE_VERSION,
                 }
             ),
@@ -437,6 +442,13 @@ class Calibrated:
             self._reset()
             return
         cal = copy.deepcopy(state["calibration"])
+        saved = cal.get("horizons_s")
+        if saved is not None and [float(h) for h in saved] != [float(h) for h in self.horizons_s]:
+            # calibrated for other horizons (the planning lead changed): what the inner
+            # model learned still holds; the calibration starts again for these horizons
+            self.inner.load_state_dict(state["inner"])
+            self._reset()
+            return
         if len(cal["levels"]) != len(self.horizons_s):
             raise ValueError("calibration state does not fit horizons_s")
         old = cal.get("version", 1) < STATE_VERSION

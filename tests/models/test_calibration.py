@@ -212,8 +212,28 @@ def test_an_uncalibrated_state_loads_with_fresh_calibration() -> None:
     m = Calibrated(LastValue())
     m.load_state_dict(plain.state_dict())
     assert m.forecast("a", [STEP]) == plain.forecast("a", [STEP])  # nothing matured yet
-    with pytest.raises(ValueError, match="horizons_s"):
-        Calibrated(LastValue(), horizons_s=(STEP,)).load_state_dict(m.state_dict())
+    # calibrated for other horizons (the planning lead changed): the inner model's state
+    # is kept, the calibration starts again
+    for n in range(30, 90):
+        m.learn_one(win("a", n, float(n % 4)))
+    assert m.fitted("a")
+    other = Calibrated(LastValue(), horizons_s=(STEP,))
+    other.load_state_dict(m.state_dict())
+    assert other.inner.state_dict() == m.inner.state_dict()
+    assert other.fitted("a") == {} and other.tenants() == []
+
+
+def test_a_horizon_shorter_than_a_window_leaves_the_others_calibrated() -> None:
+    # a horizon under half a window can never be scored; the 1-hour one must still calibrate
+    both = Calibrated(LastValue(), horizons_s=(0.4 * STEP, 6 * STEP))
+    alone = Calibrated(LastValue(), horizons_s=(6 * STEP,))
+    for n in range(400):
+        w = win("a", n, float((n * 7) % 11))
+        both.learn_one(w)
+        alone.learn_one(w)
+    assert both.fitted("a")[6 * STEP] == alone.fitted("a")[6 * STEP]
+    assert both.forecast("a", [6 * STEP]) == alone.forecast("a", [6 * STEP])
+    assert both.forecast("a", [6 * STEP]) != both.inner.forecast("a", [6 * STEP])
 
 
 def _brute_fit(resid, spread, act, pairs, level):

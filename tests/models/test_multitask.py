@@ -204,3 +204,20 @@ def test_combination_settings_are_validated() -> None:
         MultiTaskForecaster(combine_step_weights=())
     with pytest.raises(ValueError, match="halflife"):
         MultiTaskForecaster(combine_halflife=0.0)
+
+
+@pytest.mark.parametrize("field", ["pending", "quota"])
+def test_a_nan_input_of_one_tenant_cannot_poison_the_others(field: str) -> None:
+    m = _model()
+    for a, b in zip(_square("vc-a", 200, 10.0, 40.0), _square("vc-b", 200, 5.0, 20.0), strict=True):
+        m.learn_one(a)
+        m.learn_one(b)
+    bad = win("vc-a", 200, 10.0, **{field: float("nan")})
+    m.learn_one(bad)
+    for i in range(201, 260):  # training goes on with the NaN window in its history
+        m.learn_one(win("vc-a", i, 10.0))
+        m.learn_one(win("vc-b", i, 5.0))
+    for tenant in ("vc-a", "vc-b"):
+        out = m.forecast(tenant, [STEP, 6 * STEP])
+        assert all(np.isfinite(v) for pair in out.values() for v in pair), (tenant, out)
+    assert all(torch.isfinite(p).all() for p in m._ema.parameters())

@@ -153,3 +153,23 @@ def test_reports_survive_a_checkpoint(tmp_path: Path) -> None:
     back = _loop(capacity=64)
     assert back.load(path) and back.settings_changed is None
     assert back.capacity_gpus == 24 and back.quotas() == loop.quotas()
+
+
+def test_a_checkpoint_of_another_model_keeps_the_quotas_and_starts_the_model_fresh(
+    tmp_path: Path,
+) -> None:
+    from dprobe.models.forecast.registry import make_forecaster
+
+    old = _loop(capacity=64)
+    for k in range(1, 4):
+        _step(old, k * W, {"a": (8.0, 0.0), "b": (40.0, 0.0)})
+    path = tmp_path / "plan-loop.ckpt"
+    old.save(path)
+    settings = PlanLoopSettings(capacity_gpus=64, horizon_s=W)
+    new = PlanLoop(make_forecaster("holt-winters"), settings)
+    assert new.load(path)
+    assert new.settings_changed == "model 'last-value' -> 'holt-winters'"
+    assert new.quotas() == old.quotas()  # what the scheduler holds is still true
+    assert new.forecaster.state_dict() == make_forecaster("holt-winters").state_dict()
+    events = _step(new, 4 * W, {"a": (8.0, 0.0), "b": (40.0, 0.0)})  # plans, no KeyError
+    assert sum(e.delta_gpus for e in events) == 0
