@@ -26,6 +26,21 @@ A crash before 3 leaves files whose offsets were never committed. When a partiti
 assigned, files of it that start at or after its committed offset are deleted before
 anything is read, and the records are read and written again; a file named by the same
 offsets is simply overwritten. So every record is in exactly one file once committed.
+What was noted in 1 for a partition is forgotten whenever it is revoked or assigned:
+it is read again from its committed offset, never committed from memory.
+
+Failures:
+
+- the archive folder is checked at :meth:`Archiver.start` (created, a probe file written
+  and removed): :class:`~dprobe.errors.UsageError` naming it when that fails;
+- a flush that cannot write a file (disk full, ...) stops the archiver: nothing is
+  committed, :meth:`Archiver.poll` and :meth:`Archiver.run` raise the error
+  (:class:`~dprobe.sinks.parquet_archive.ArchiveWriteError` for an ``OSError``), also when
+  it happened in the flush of a rebalance, and :meth:`Archiver.stop` does not flush again;
+- a commit that fails because the group is rebalancing, the subscription just changed, or
+  the coordinator cannot be reached is logged (one warning until a commit succeeds) and
+  tried again at the next flush; the files stay, and a restart before then reads the
+  records again and overwrites them.
 
 Example:
     >>> from pathlib import Path
@@ -46,7 +61,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CommitFailedError, KafkaConnectionError
+from aiokafka.errors import (
+    CommitFailedError,
+    IllegalStateError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+)
 
 from dprobe.clock import Clock, SystemClock
 from dprobe.config import ArchiveSettings
@@ -95,11 +116,16 @@ class Archiver(AsyncService):
         self._end_at: dict[TopicPartition, int] = {}  # what --until-end reads up to
         self._started = False
         self._stopped = False
+        self._failure: Exception | None = None  # a failed flush: the archiver is stopping
+        self._commit_failing = False
 
     async def start(self) -> None:
-        """Join the consumer group (partitions arrive at the first :meth:`poll`)."""
+        """Check the archive folder, then join the consumer group (partitions arrive at the
+        first :meth:`poll`). :class:`~dprobe.errors.UsageError` when the folder cannot be
+        created or written to."""
         if self._started:
             return
+        await asyncio.to_thread(self.writer.check_writable)
         self._started = True
         self.consumer = AIOKafkaConsumer(
             **self.settings.kafka.client_kwargs(),
@@ -119,9 +145,13 @@ class Archiver(AsyncService):
         consumer.subscribe(pattern=topic_pattern(self.kinds), listener=_Rebalance(self))
 
     async def poll(self, timeout_ms: int = 500) -> int:
-        """Read one batch, buffer it, flush+commit when a threshold is met; records read."""
+        """Read one batch, buffer it, flush+commit when a threshold is met; records read.
+
+        Raises the error of a flush that failed (here or at a rebalance)."""
         assert self.consumer is not None, "call start() first"
+        self._raise_failure()
         batches = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=10_000)
+        self._raise_failure()  # a flush at a rebalance during getmany
         n = 0
         for tp, records in batches.items():
             kind = self.kinds[tp.topic]
@@ -158,20 +188,65 @@ class Archiver(AsyncService):
         return bool(self._next) and self.clock.monotonic() - self._last_flush >= s.flush_interval_s
 
     async def flush(self) -> None:
-        """Steps 2 and 3 of the commit order: write every buffer durably, then commit."""
+        """Steps 2 and 3 of the commit order: write every buffer durably, then commit.
+
+        A write that fails stops the archiver: the error is raised now and by every later
+        :meth:`poll` and :meth:`flush`, and nothing is committed. A commit that fails for a
+        passing reason (see the module's docstring) is tried again at the next flush; any
+        other commit error stops the archiver too."""
         async with self._lock:
-            if self.writer.buffered_records:
-                paths = await asyncio.to_thread(self.writer.flush)
-                log.debug("archived %d file(s)", len(paths))
-            if self._next and self.consumer is not None:
-                offsets, self._next = dict(self._next), {}
-                try:
-                    await self.consumer.commit(offsets)
-                except CommitFailedError as exc:
-                    # Partitions moved to another member; it deletes and rewrites the
-                    # uncommitted files, so nothing is lost or doubled.
-                    log.warning("offset commit failed after a rebalance: %s", exc)
+            self._raise_failure()
+            try:
+                await self._write_and_commit()
+            except Exception as exc:
+                self._failure = exc
+                raise
             self._last_flush = self.clock.monotonic()
+
+    async def _write_and_commit(self) -> None:
+        if self.writer.buffered_records:
+            paths = await asyncio.to_thread(self.writer.flush)
+            log.debug("archived %d file(s)", len(paths))
+        if self._next and self.consumer is not None:
+            offsets, self._next = dict(self._next), {}
+            try:
+                await self.consumer.commit(offsets)
+            except KafkaError as exc:
+                if not _commit_retriable(exc):
+                    raise
+                self._commit_later(offsets, exc)
+            else:
+                if self._commit_failing:
+                    self._commit_failing = False
+                    log.info("offsets committed again")
+
+    def _commit_later(self, offsets: dict[TopicPartition, int], exc: KafkaError) -> None:
+        """Keep ``offsets`` for the next flush (unless newer ones were noted meanwhile, or
+        a rebalance forgets them first); warn once until a commit succeeds."""
+        for tp, offset in offsets.items():
+            self._next.setdefault(tp, offset)
+        if self._commit_failing:
+            log.debug("offsets still not committed: %s", exc)
+            return
+        self._commit_failing = True
+        log.warning(
+            "offsets not committed (%s); the files are kept and the commit is tried again "
+            "at the next flush",
+            _one_line(exc),
+        )
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def _forget(self, partitions: Iterable[TopicPartition]) -> None:
+        """Drop what was read from ``partitions`` and not committed (noted offsets and
+        buffered rows): they are read again from their committed offsets."""
+        for tp in partitions:
+            self._next.pop(tp, None)
+            kind = self.kinds.get(tp.topic)
+            if kind is not None:
+                self.writer.discard(kind, tp.partition)
 
     async def caught_up(self) -> bool:
         """True when every assigned partition has been read to the end it had when this
@@ -214,16 +289,27 @@ class Archiver(AsyncService):
                 break
 
     async def stop(self) -> None:
-        """Flush, commit and leave the group. Idempotent."""
+        """Flush, commit and leave the group. Idempotent. After a failed flush it only
+        leaves the group (the buffered rows are not written, their offsets not committed);
+        the failure itself is raised by :meth:`poll`/:meth:`run`."""
         if self._stopped or not self._started:
             self._stopped = True
             return
         self._stopped = True
         try:
-            await self.flush()
+            if self._failure is None:
+                await self.flush()
         finally:
             if self.consumer is not None:
                 await self.consumer.stop()
+        if self._failure is not None:
+            log.info(
+                "archive stopped after a failed flush: %d records in %d file(s) before it; "
+                "the records since the last commit are read again at the next start",
+                self.writer.records_written,
+                self.writer.files_written,
+            )
+            return
         log.info(
             "archive stopped: %d records in %d file(s); %d invalid record(s) not archived",
             self.writer.records_written,
@@ -239,20 +325,36 @@ class Archiver(AsyncService):
                 stacklevel=1,
             )
 
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Flush (and commit) before the partitions go; then forget what was read from
+        them. A failed flush is recorded, not raised: the rebalance goes on, and the next
+        :meth:`poll` raises it."""
+        try:
+            await self.flush()
+        except Exception:  # noqa: BLE001 - recorded by flush; the next poll raises it
+            pass
+        finally:
+            async with self._lock:
+                self._forget(revoked)
+
     async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
-        """Delete files of the assigned partitions that were never committed."""
+        """Forget what was read and not committed (``assigned`` is the whole new
+        assignment), and delete files of the assigned partitions that were never
+        committed: every partition is read again from its committed offset."""
         assert self.consumer is not None
-        missing = []
-        for tp in assigned:
-            committed = await self.consumer.committed(tp)
-            if committed is None:
-                missing.append(tp)
-            else:
-                self.writer.remove_uncommitted(self.kinds[tp.topic], tp.partition, committed)
-        if missing:
-            starts = await self.consumer.beginning_offsets(missing)
-            for tp in missing:
-                self.writer.remove_uncommitted(self.kinds[tp.topic], tp.partition, starts[tp])
+        async with self._lock:
+            self._forget(set(self._next) | assigned)
+            missing = []
+            for tp in assigned:
+                committed = await self.consumer.committed(tp)
+                if committed is None:
+                    missing.append(tp)
+                else:
+                    self.writer.remove_uncommitted(self.kinds[tp.topic], tp.partition, committed)
+            if missing:
+                starts = await self.consumer.beginning_offsets(missing)
+                for tp in missing:
+                    self.writer.remove_uncommitted(self.kinds[tp.topic], tp.partition, starts[tp])
 
 
 def topic_pattern(topics: Iterable[str]) -> str:
@@ -263,6 +365,21 @@ def topic_pattern(topics: Iterable[str]) -> str:
     [True, True, False]
     """
     return "^(?:" + "|".join(re.escape(t) for t in sorted(topics)) + ")$"
+
+
+def _commit_retriable(exc: KafkaError) -> bool:
+    """A commit error that passes: a rebalance took the partitions (``CommitFailedError``),
+    the subscription changed and nothing is assigned yet (``IllegalStateError``), or the
+    coordinator timed out or is unreachable (``KafkaTimeoutError``, a retriable error)."""
+    passing = CommitFailedError | IllegalStateError | KafkaTimeoutError
+    return exc.retriable or isinstance(exc, passing)
+
+
+def _one_line(exc: Exception) -> str:
+    """``IllegalStateError: No partitions assigned``: the error's name and text on one line."""
+    name = type(exc).__name__
+    text = " ".join(str(exc).split())
+    return text if text.startswith(name) else f"{name}: {text}".rstrip(": ")
 
 
 def _decode(kind: str, value: bytes | None) -> HostSnapshot | JobEvent | ClusterReport:
@@ -280,7 +397,7 @@ class _Rebalance(ConsumerRebalanceListener):
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         if revoked:
-            await self.archiver.flush()
+            await self.archiver._on_revoked(set(revoked))
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         await self.archiver._on_assigned(set(assigned))

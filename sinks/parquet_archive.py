@@ -11,8 +11,14 @@ therefore produces the same name and overwrites instead of duplicating; and
 :meth:`remove_uncommitted` deletes files whose offsets were never committed, so a restart
 that cuts its buffers differently cannot leave two files with the same records. Each
 file is written to a hidden ``.tmp`` file, fsynced, renamed into place and its folder
-fsynced: a reader sees a whole file or none. Files are zstd-compressed and their string
-columns dictionary-encoded.
+fsynced: a reader sees a whole file or none. A folder created on the way (kind, date,
+hour) is fsynced into its parent before the file is written, so a power loss cannot drop
+the folder of a file whose offsets were committed. Files are zstd-compressed and their
+string columns dictionary-encoded.
+
+A file that cannot be written (disk full, folder not writable) raises
+:class:`ArchiveWriteError`, which names it; :meth:`ArchiveWriter.check_writable` finds an
+unusable folder before anything is read.
 
 Example:
     >>> import tempfile
@@ -28,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -39,6 +46,7 @@ from typing import Any, Final
 
 import pyarrow.parquet as pq
 
+from dprobe.errors import DprobeError, UsageError
 from dprobe.sinks.archive_schema import DICTIONARY_COLUMNS, KINDS, table_of
 
 log = logging.getLogger(__name__)
@@ -47,6 +55,26 @@ NAME_RE: Final = re.compile(
     r"^(?P<kind>[a-z]+)-p(?P<partition>\d+)-o(?P<first>\d+)-o(?P<last>\d+)\.parquet$"
 )
 ROW_OVERHEAD_BYTES: Final = 96  # estimated per-row cost besides key and value
+
+
+class ArchiveWriteError(DprobeError, OSError):
+    """An archive file could not be written (an :class:`OSError` such as ENOSPC or EACCES).
+
+    Not retriable by the archive: its offsets are not committed, and a restart reads the
+    records again. ``filename`` is the file, ``errno``/``strerror`` the cause.
+
+    >>> str(ArchiveWriteError(28, "No space left on device", "a/b.parquet"))
+    'cannot write a/b.parquet: No space left on device'
+    """
+
+    def __str__(self) -> str:
+        return f"cannot write {self.filename}: {self.strerror}"
+
+    @classmethod
+    def of(cls, path: Path, exc: OSError) -> ArchiveWriteError:
+        """The error for ``path``, from the :class:`OSError` that stopped its write."""
+        text = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
+        return cls(exc.errno, text, str(path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +144,35 @@ class ArchiveWriter:
         self.buffered_records += 1
         self.buffered_bytes += _row_bytes(row)
 
+    def check_writable(self) -> None:
+        """Create the archive folder (with its parents) and write and remove a probe file
+        in it; :class:`~dprobe.errors.UsageError` naming the folder when that fails.
+
+        >>> import tempfile
+        >>> ArchiveWriter(Path(tempfile.mkdtemp()) / "new" / "archive").check_writable()
+        """
+        probe = self.out_dir / f".dprobe-write-probe-{os.getpid()}"
+        try:
+            self._make_dirs(self.out_dir)
+            with open(probe, "wb") as fh:
+                fh.write(b"dprobe")
+                fh.flush()
+                if self.fsync:
+                    os.fsync(fh.fileno())
+            probe.unlink()
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                probe.unlink(missing_ok=True)
+            raise UsageError(
+                f"archive folder {self.out_dir} is not writable: {exc.strerror or exc}"
+            ) from None
+
     def flush(self) -> list[Path]:
         """Write every buffer to its file (atomically, durably) and empty the buffers.
 
         Returns the paths written. When it raises, buffers written so far are gone and the
         rest are kept; offsets must not be committed then (files are rewritten on retry).
+        An :class:`OSError` is raised as :class:`ArchiveWriteError` naming the file.
         """
         written: list[Path] = []
         for key in sorted(self._buffers, key=lambda k: (k[0], k[1], str(k[2]))):
@@ -131,7 +183,10 @@ class ArchiveWriter:
                 / rel
                 / file_name(kind, partition, rows[0]["offset"], rows[-1]["offset"])
             )
-            self._write_atomic(path, kind, rows)
+            try:
+                self._write_atomic(path, kind, rows)
+            except OSError as exc:
+                raise ArchiveWriteError.of(path, exc) from exc
             del self._buffers[key]
             self.buffered_records -= len(rows)
             self.buffered_bytes -= sum(map(_row_bytes, rows))
@@ -140,8 +195,19 @@ class ArchiveWriter:
             written.append(path)
         return written
 
+    def _make_dirs(self, folder: Path) -> None:
+        """Create ``folder`` and its missing parents, fsyncing each new one into its parent."""
+        missing = []
+        while not folder.exists() and folder.parent != folder:
+            missing.append(folder)
+            folder = folder.parent
+        for new in reversed(missing):
+            new.mkdir(exist_ok=True)
+            if self.fsync:
+                _fsync_dir(new.parent)
+
     def _write_atomic(self, path: Path, kind: str, rows: list[dict[str, Any]]) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self._make_dirs(path.parent)
         tmp = path.with_name(f".{path.name}.tmp")
         table = table_of(kind, rows)
         try:
@@ -180,15 +246,23 @@ class ArchiveWriter:
                 log.warning("%s straddles committed offset %d; kept", f.path, committed)
         for tmp in (self.out_dir / kind).glob(f"date=*/hour=*/.{kind}-p{partition}-*.tmp"):
             tmp.unlink(missing_ok=True)
-        for key in [k for k in self._buffers if k[0] == kind and k[1] == partition]:
-            rows = self._buffers.pop(key)
-            self.buffered_records -= len(rows)
-            self.buffered_bytes -= sum(map(_row_bytes, rows))
+        self.discard(kind, partition)
         if removed:
             log.info(
                 "removed %d uncommitted archive file(s) of %s p%d", len(removed), kind, partition
             )
         return removed
+
+    def discard(self, kind: str, partition: int) -> int:
+        """Drop the buffered rows of ``kind``/``partition`` (they will be read again, here
+        or by the partition's new owner); the number of rows dropped."""
+        dropped = 0
+        for key in [k for k in self._buffers if k[0] == kind and k[1] == partition]:
+            rows = self._buffers.pop(key)
+            dropped += len(rows)
+            self.buffered_records -= len(rows)
+            self.buffered_bytes -= sum(map(_row_bytes, rows))
+        return dropped
 
 
 def _row_bytes(row: dict[str, Any]) -> int:

@@ -6,6 +6,9 @@ restart overwrites instead of duplicating. Offsets are committed only once the f
 on disk. Invalid records are counted, not archived. A topic that does not exist yet is
 not created; it is archived once it appears. Stop with SIGTERM or Ctrl-C (buffers are
 flushed first); --until-end stops once everything present has been archived.
+A folder that cannot be created or written to exits 2 at start; a file that cannot be
+written (disk full) stops the archive with exit 1, its records left uncommitted for the
+next run; a commit Kafka refuses for the moment is retried at the next flush.
 Without --out the folder is the setting [archive] out_dir (env DPROBE_ARCHIVE_OUT_DIR),
 else ./archive.
 

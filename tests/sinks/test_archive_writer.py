@@ -303,3 +303,35 @@ def test_row_of_rejects_a_cluster_report_for_another_topic() -> None:
     report = schema.decode_cluster_report(REPORT_PARTIAL)
     with pytest.raises(ValueError, match="does not belong"):
         row_of("jobs", report, key=None, value=b"{}", partition=0, offset=0, timestamp_ms=None)
+
+
+def test_every_folder_created_is_fsynced_into_its_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[Path] = []
+    real = parquet_archive._fsync_dir
+
+    def record(path: Path) -> None:
+        synced.append(Path(path))
+        real(path)
+
+    monkeypatch.setattr(parquet_archive, "_fsync_dir", record)
+    out = tmp_path / "archive"
+    w = ArchiveWriter(out)
+    _add_job(w, _job(T0, "a"), partition=0, offset=0)
+    (path,) = w.flush()
+    hour = path.parent
+    date = hour.parent
+    # each new folder's entry in its parent (archive/, jobs/, date=, hour=), then the file's
+    assert synced == [tmp_path, out, out / "jobs", date, hour]
+
+    synced.clear()
+    _add_job(w, _job(T0 + 3600, "b"), partition=0, offset=1)  # a new hour, same date
+    (later,) = w.flush()
+    assert synced == [date, later.parent]
+
+
+def test_check_writable_creates_the_folder_and_leaves_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "a" / "archive"
+    ArchiveWriter(out).check_writable()
+    assert out.is_dir() and not list(out.iterdir())
