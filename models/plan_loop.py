@@ -184,9 +184,10 @@ class PlanLoop:
             self._forecasts[t] = {h: (p50, p90)}
             self._outstanding.setdefault(t, {})[at + h] = (h, p50)
             quota = self._quotas.setdefault(t, 0)
-            # nodes with the tenant's work on them are busy: at least one per host seen,
-            # however few GPUs its jobs hold (they are not packed onto the fewest nodes)
-            busy = max(ceil_to_node(max(w.running_gpus, 0.0), node), w.hosts * node)
+            # busy: the whole nodes its running GPUs fill (an assumption: a quota is a GPU
+            # count, as in Kueue or Volcano, whose jobs the scheduler packs; where a quota
+            # is a pool of physical nodes, a node any job runs on cannot be lent)
+            busy = ceil_to_node(max(w.running_gpus, 0.0), node)
             states.append(
                 TenantState(
                     tenant=t,
