@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import math
 import zlib
 from collections import deque
 from collections.abc import Sequence
@@ -68,7 +67,7 @@ from dprobe.models.forecast.features import TenantHistory, n_features, origin_fe
 from dprobe.models.forecast.job_aware import JobAware, job_features, n_job_features
 from dprobe.models.forecast.mmoe_net import N_TREND_CLASSES, MMoENet, pinball
 from dprobe.models.forecast.replay import ReplayBuffer
-from dprobe.models.forecast.target import demand_of, first_windows
+from dprobe.models.forecast.target import demand_of, first_windows, gpus_or_zero
 
 MMOE_JOBS = "dprobe-mmoe-jobs"  # the name of the model with job-aware inputs
 DAY_S = 86_400.0
@@ -275,10 +274,10 @@ class MultiTaskForecaster:
         n = round(float(window.window_end) / hist.step_s)
         if n <= hist.last_idx:
             return  # late or repeated window: ignored
-        quota = _finite_positive(getattr(window, "quota_gpus", None))
+        quota = gpus_or_zero(getattr(window, "quota_gpus", None)) or None
         demand = demand_of(window)
         # a NaN input would reach the network and, through training, every tenant's model
-        hist.add(n, demand, pending=_finite_positive(window.pending_gpus) or 0.0, quota=quota)
+        hist.add(n, demand, pending=gpus_or_zero(window.pending_gpus), quota=quota)
         steps = self._steps_of(hist.step_s)
         x, y, scale = origin_features(
             hist, k_lags=self.k_lags, horizon_steps=steps, utc_offset_s=self.utc_offset_s
@@ -575,16 +574,3 @@ def load_checkpoint(model: MultiTaskForecaster, path: str | Path) -> None:
 
 def _settings(model: MultiTaskForecaster) -> dict[str, Any]:
     return {k: v for k, v in vars(model).items() if not k.startswith("_")}
-
-
-def _finite_positive(value: Any) -> float | None:
-    """``value`` as a float when it is finite and above 0, else None.
-
-    >>> _finite_positive(3), _finite_positive(float("nan")), _finite_positive(None)
-    (3.0, None, None)
-    """
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) and x > 0 else None

@@ -24,12 +24,17 @@ from typing import Any
 
 def demand_of(window: Any) -> float:
     """GPU demand of one window: running + pending GPUs (NaN/negative parts count as 0)."""
-    total = 0.0
-    for part in (window.running_gpus, window.pending_gpus):
-        value = float(part or 0.0)
-        if math.isfinite(value) and value > 0:
-            total += value
-    return total
+    return gpus_or_zero(window.running_gpus) + gpus_or_zero(window.pending_gpus)
+
+
+def gpus_or_zero(value: Any) -> float:
+    """A GPU count as a float; None, NaN, infinite or negative counts as 0.
+
+    >>> gpus_or_zero(3), gpus_or_zero(float("nan")), gpus_or_zero(None), gpus_or_zero(-2)
+    (3.0, 0.0, 0.0, 0.0)
+    """
+    x = float(value or 0.0)
+    return x if math.isfinite(x) and x > 0 else 0.0
 
 
 def window_step_s(window: Any, default: float = 600.0) -> float:
