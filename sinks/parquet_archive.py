@@ -34,7 +34,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -46,7 +45,8 @@ from typing import Any, Final
 
 import pyarrow.parquet as pq
 
-from dprobe.errors import DprobeError, UsageError
+from dprobe.errors import DprobeError
+from dprobe.folders import check_writable
 from dprobe.sinks.archive_schema import DICTIONARY_COLUMNS, KINDS, table_of
 
 log = logging.getLogger(__name__)
@@ -151,21 +151,7 @@ class ArchiveWriter:
         >>> import tempfile
         >>> ArchiveWriter(Path(tempfile.mkdtemp()) / "new" / "archive").check_writable()
         """
-        probe = self.out_dir / f".dprobe-write-probe-{os.getpid()}"
-        try:
-            self._make_dirs(self.out_dir)
-            with open(probe, "wb") as fh:
-                fh.write(b"dprobe")
-                fh.flush()
-                if self.fsync:
-                    os.fsync(fh.fileno())
-            probe.unlink()
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                probe.unlink(missing_ok=True)
-            raise UsageError(
-                f"archive folder {self.out_dir} is not writable: {exc.strerror or exc}"
-            ) from None
+        check_writable(self.out_dir, "archive folder", make=self._make_dirs, fsync=self.fsync)
 
     def flush(self) -> list[Path]:
         """Write every buffer to its file (atomically, durably) and empty the buffers.

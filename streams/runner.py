@@ -15,7 +15,7 @@ import faust
 from prometheus_client import CollectorRegistry
 
 from dprobe.config import WorkerSettings
-from dprobe.errors import UsageError
+from dprobe.folders import check_writable
 from dprobe.sinks.consumer_lag import ConsumerLag
 from dprobe.sinks.metrics_server import Heartbeat, MetricsServer
 from dprobe.sinks.worker_metrics import WorkerCollector
@@ -71,13 +71,7 @@ def _stop(task: asyncio.Task[None]) -> None:
 def _make_data_dir(s: WorkerSettings) -> None:
     """Create the local state folder with its parents (faust creates only the last part);
     one that cannot be created or written is a usage error (exit 2) naming it."""
-    try:
-        s.data_dir.mkdir(parents=True, exist_ok=True)
-        probe = s.data_dir / ".dprobe-write-check"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"worker.data_dir {s.data_dir}: {exc.strerror or exc}") from None
+    check_writable(s.data_dir, "worker.data_dir")
 
 
 def _serve_metrics(
