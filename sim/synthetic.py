@@ -22,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import csv
 import gzip
 import math
 import statistics
@@ -34,9 +33,9 @@ from typing import IO
 import numpy as np
 
 from dprobe.errors import UsageError
-from dprobe.text_input import bounded_lines
-from dprobe.traces.demand_series import MAX_TENANT_GPUS, parse_ts
+from dprobe.traces.demand_series import gpu_count, parse_ts
 from dprobe.traces.jobs_csv import JobRecord
+from dprobe.traces.row_input import at_line, csv_rows, shown
 
 
 @dataclass(frozen=True)
@@ -76,86 +75,59 @@ COLUMNS = (
 )
 
 
-def _shown(text: str) -> str:
-    """A field for an error line, cut short (a line may be a megabyte long)."""
-    return repr(text) if len(text) <= 40 else f"{text[:40]!r}..."
-
-
-def _gpus(text: str, column: str, name: str, line: int) -> float:
-    """A GPU count of the series: finite, within [0, MAX_TENANT_GPUS] (the replay's bound)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise UsageError(f"{name}:{line}: {column}: not a number: {_shown(text)}") from None
-    if not (math.isfinite(value) and 0 <= value <= MAX_TENANT_GPUS):
-        raise UsageError(
-            f"{name}:{line}: {column}: must be a number within [0, {MAX_TENANT_GPUS}], "
-            f"got {_shown(text)}"
-        )
-    return value
-
-
 def read_vc_series(fh: IO[str], name: str = "<series>", node_gpus: int = 8) -> VcSeries:
     """Size, hourly mean demand and large-job share of one Helios VC minute series.
 
     A row that is not a Helios minute (a missing field, a count that is not finite or
     below 0, a time before the previous row's) is a :class:`UsageError` naming ``name``
     and the line."""
-    reader = csv.reader(bounded_lines(fh, name=name))
+    rows = csv_rows(fh, name=name)
+    fail = at_line(name)
     totals, hours, big, allg = [], [], 0.0, 0.0
     acc, n, hour, last = 0.0, 0, None, None
-    try:
-        header = next(reader, None)
-        if header is None:
-            raise UsageError(f"{name}:1: empty file (no header)")
-        header = [h.strip().lower() for h in header]
-        header[0] = header[0].removeprefix("\ufeff")
-        missing = [c for c in COLUMNS if c not in header]
-        if missing:
-            raise UsageError(
-                f"{name}:1: header lacks column(s) {', '.join(missing)} "
-                f"(found: {', '.join(header)})"
-            )
-        at = [header.index(c) for c in COLUMNS]
-        for row in reader:
-            line = reader.line_num
-            if not row:  # a blank line
-                continue
-            if len(row) != len(header):
-                raise UsageError(f"{name}:{line}: expected {len(header)} fields, found {len(row)}")
-            text = row[at[0]]
-            try:
-                ts = parse_ts(text)
-            except (ValueError, OverflowError):
-                raise UsageError(f"{name}:{line}: time: not a date-time: {_shown(text)}") from None
-            # Rows must be in time order, as the real Helios files are (one row a minute):
-            # an earlier minute is rejected, not sorted, since such a file is damaged or not
-            # a Helios series, and sorting would hide that (a repeated minute is taken).
-            if last is not None and ts < last[0]:
-                raise UsageError(
-                    f"{name}:{line}: time {_shown(text)} is before the previous row's "
-                    f"({_shown(last[1])})"
-                )
-            last = (ts, text)
-            running, pending, total, run8, pend8 = (
-                _gpus(row[i], c, name, line) for i, c in zip(at[1:], COLUMNS[1:], strict=True)
-            )
-            # Not checked per row: running above total (a VC that borrows beyond its own
-            # GPUs, which a cluster with lending would record), and the >= 8-GPU columns
-            # against running/pending (a few minutes of the real series count more of
-            # them; checked over the series below).
-            d = running + pending
-            h = ts // 3600
-            if h != hour and n:
-                hours.append(acc / n)
-                acc, n = 0.0, 0
-            hour = h
-            acc, n = acc + d, n + 1
-            totals.append(total)
-            big += run8 + pend8
-            allg += d
-    except csv.Error as exc:
-        raise UsageError(f"{name}:{reader.line_num}: not a CSV row ({exc})") from None
+    first = next(rows, None)
+    if first is None:
+        raise UsageError(f"{name}:1: empty file (no header)")
+    header = [h.strip().lower() for h in first[1]]
+    missing = [c for c in COLUMNS if c not in header]
+    if missing:
+        raise UsageError(
+            f"{name}:1: header lacks column(s) {', '.join(missing)} (found: {', '.join(header)})"
+        )
+    at = [header.index(c) for c in COLUMNS]
+    for line, row in rows:
+        if not row:  # a blank line
+            continue
+        if len(row) != len(header):
+            raise fail(f"expected {len(header)} fields, found {len(row)}", line)
+        text = row[at[0]]
+        try:
+            ts = parse_ts(text)
+        except (ValueError, OverflowError):
+            raise fail(f"time: not a date-time: {shown(text)}", line) from None
+        # Rows must be in time order, as the real Helios files are (one row a minute): an
+        # earlier minute is rejected, not sorted, since such a file is damaged or not a
+        # Helios series, and sorting would hide that (a repeated minute is taken).
+        if last is not None and ts < last[0]:
+            raise fail(f"time {shown(text)} is before the previous row's ({shown(last[1])})", line)
+        last = (ts, text)
+        running, pending, total, run8, pend8 = (
+            gpu_count(row[i], c, line, fail) for i, c in zip(at[1:], COLUMNS[1:], strict=True)
+        )
+        # Not checked per row: running above total (a VC that borrows beyond its own GPUs,
+        # which a cluster with lending would record), and the >= 8-GPU columns against
+        # running/pending (a few minutes of the real series count more of them; checked
+        # over the series below).
+        d = running + pending
+        h = ts // 3600
+        if h != hour and n:
+            hours.append(acc / n)
+            acc, n = 0.0, 0
+        hour = h
+        acc, n = acc + d, n + 1
+        totals.append(total)
+        big += run8 + pend8
+        allg += d
     if n:
         hours.append(acc / n)
     if not totals:

@@ -40,8 +40,10 @@ from dprobe.traces.row_input import (
     MAX_EPOCH_S,
     MAX_TENANT_CHARS,
     MIN_EPOCH_S,
+    ErrorAt,
     csv_rows,
     open_text,
+    shown,
     too_long,
 )
 
@@ -121,15 +123,24 @@ def parse_ts(text: str) -> float:
 
 
 def _gpus(text: str, column: str, path: Path, line: int) -> float:
+    return gpu_count(text, column, line, lambda m, n: TraceFormatError(m, path=path, line=n))
+
+
+def gpu_count(text: str, column: str, line: int, error: ErrorAt) -> float:
+    """A GPU count of a trace row: finite, within [0, :data:`MAX_TENANT_GPUS`]; else
+    ``error(message, line)`` naming the column and the (cut short) field.
+
+    >>> from dprobe.traces.row_input import at_line
+    >>> gpu_count("8", "running_gpu_num", 2, at_line("vcA.csv"))
+    8.0
+    """
     try:
         value = float(text)
     except ValueError:
-        raise TraceFormatError(f"{column}: not a number: {text!r}", path=path, line=line) from None
+        raise error(f"{column}: not a number: {shown(text)}", line) from None
     if not math.isfinite(value) or not 0 <= value <= MAX_TENANT_GPUS:
-        raise TraceFormatError(
-            f"{column}: must be a number within [0, {MAX_TENANT_GPUS}], got {text!r}",
-            path=path,
-            line=line,
+        raise error(
+            f"{column}: must be a number within [0, {MAX_TENANT_GPUS}], got {shown(text)}", line
         )
     return value
 

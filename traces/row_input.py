@@ -92,6 +92,15 @@ def _checked(lines: Iterable[str] | IO[str], name: str, fail: ErrorAt) -> Iterat
         yield line
 
 
+def shown(text: str) -> str:
+    """A field for an error line, cut short (a line may be a megabyte long).
+
+    >>> shown("12"), shown("9" * 50)
+    ("'12'", "'9999999999999999999999999999999999999999'...")
+    """
+    return repr(text) if len(text) <= 40 else f"{text[:40]!r}..."
+
+
 def replay_host(tenant: str, index: int) -> str:
     """The name of a replayed tenant's synthetic host ``index``.
 
