@@ -41,8 +41,10 @@ from dprobe.traces.row_input import (
     MAX_TENANT_CHARS,
     MIN_EPOCH_S,
     ErrorAt,
+    OnBad,
     csv_rows,
     open_text,
+    parsed_rows,
     shown,
     too_long,
 )
@@ -146,11 +148,16 @@ def gpu_count(text: str, column: str, line: int, error: ErrorAt) -> float:
 
 
 def _rows(
-    path: Path, required: Iterable[str], *, fold_case: bool = False
+    path: Path,
+    required: Iterable[str],
+    *,
+    fold_case: bool = False,
+    on_bad: OnBad | None = None,
 ) -> Iterator[tuple[int, dict[str, str]]]:
     """(line number, row) for every data row; checks the header names ``required``.
 
     ``fold_case`` lower-cases the header first (Helios files spell ``Time`` or ``time``).
+    A bad row raises, or with ``on_bad`` is passed to it and skipped.
     """
     try:
         fh = open_text(path)
@@ -158,7 +165,10 @@ def _rows(
         raise TraceFormatError(f"cannot open: {exc.strerror or exc}", path=path) from None
     with fh:
         rows = csv_rows(
-            fh, name=str(path), error=lambda msg, n: TraceFormatError(msg, path=path, line=n)
+            fh,
+            name=str(path),
+            error=lambda msg, n: TraceFormatError(msg, path=path, line=n),
+            on_bad=on_bad,
         )
         try:
             _, header = next(rows, (1, None))
@@ -172,22 +182,29 @@ def _rows(
                     path=path,
                     line=1,
                 )
-            for line, row in rows:
+
+            def fields(line: int, row: list[str]) -> tuple[int, dict[str, str]] | None:
                 if not row or (len(row) == 1 and not row[0].strip()):
-                    continue
+                    return None
                 if len(row) != len(header):
                     raise TraceFormatError(
                         f"expected {len(header)} fields, found {len(row)}", path=path, line=line
                     )
-                yield line, dict(zip(header, row, strict=True))
+                return line, dict(zip(header, row, strict=True))
+
+            yield from parsed_rows(rows, fields, on_bad)
         except (EOFError, gzip.BadGzipFile) as exc:
             raise TraceFormatError(f"unreadable: {exc}", path=path) from None
 
 
-def read_demand_csv(path: str | Path) -> Iterator[DemandPoint]:
-    """Points of a ``demand-csv`` file (``ts,tenant,demand_gpus[,quota_gpus]``)."""
+def read_demand_csv(path: str | Path, *, on_bad: OnBad | None = None) -> Iterator[DemandPoint]:
+    """Points of a ``demand-csv`` file (``ts,tenant,demand_gpus[,quota_gpus]``).
+
+    A bad row raises; with ``on_bad`` it is passed to it (``FILE:LINE: why``) and skipped.
+    """
     p = Path(path)
-    for line, row in _rows(p, ("ts", "tenant", "demand_gpus")):
+
+    def point(line: int, row: dict[str, str]) -> DemandPoint:
         try:
             ts = parse_ts(row["ts"])
         except ValueError as exc:
@@ -199,7 +216,7 @@ def read_demand_csv(path: str | Path) -> Iterator[DemandPoint]:
             raise TraceFormatError(problem, path=p, line=line)
         quota_text = row.get("quota_gpus", "").strip()
         quota = _gpus(quota_text, "quota_gpus", p, line) if quota_text else None
-        yield DemandPoint(
+        return DemandPoint(
             ts=ts,
             tenant=tenant,
             running_gpus=_gpus(row["demand_gpus"], "demand_gpus", p, line),
@@ -208,6 +225,9 @@ def read_demand_csv(path: str | Path) -> Iterator[DemandPoint]:
             path=str(p),
             line=line,
         )
+
+    rows = _rows(p, ("ts", "tenant", "demand_gpus"), on_bad=on_bad)
+    return parsed_rows(rows, point, on_bad)
 
 
 def tenant_of(path: str | Path) -> str:
@@ -223,19 +243,23 @@ def tenant_of(path: str | Path) -> str:
     return name
 
 
-def read_helios_vc(path: str | Path) -> Iterator[DemandPoint]:
-    """Points of one Helios per-VC minute CSV; tenant = file stem."""
+def read_helios_vc(path: str | Path, *, on_bad: OnBad | None = None) -> Iterator[DemandPoint]:
+    """Points of one Helios per-VC minute CSV; tenant = file stem.
+
+    A bad row raises; with ``on_bad`` it is passed to it (``FILE:LINE: why``) and skipped.
+    """
     p = Path(path)
     tenant = tenant_of(p)
     if problem := too_long(tenant, "tenant (the file name)", MAX_TENANT_CHARS):
         raise TraceFormatError(problem, path=p)
-    for line, row in _rows(p, ("time", "running_gpu_num", "pending_gpu_num"), fold_case=True):
+
+    def point(line: int, row: dict[str, str]) -> DemandPoint:
         try:
             ts = parse_ts(row["time"])
         except ValueError as exc:
             raise TraceFormatError(f"time: {exc}", path=p, line=line) from None
         quota_text = row.get("total_gpu_num", "").strip()
-        yield DemandPoint(
+        return DemandPoint(
             ts=ts,
             tenant=tenant,
             running_gpus=_gpus(row["running_gpu_num"], "running_gpu_num", p, line),
@@ -244,6 +268,9 @@ def read_helios_vc(path: str | Path) -> Iterator[DemandPoint]:
             path=str(p),
             line=line,
         )
+
+    rows = _rows(p, ("time", "running_gpu_num", "pending_gpu_num"), fold_case=True, on_bad=on_bad)
+    return parsed_rows(rows, point, on_bad)
 
 
 def trace_files(path: str | Path, fmt: TraceFormat) -> list[Path]:
@@ -265,12 +292,14 @@ def trace_files(path: str | Path, fmt: TraceFormat) -> list[Path]:
     return files
 
 
-def read_file(path: str | Path, fmt: TraceFormat) -> Iterator[DemandPoint]:
-    """Points of one file of format ``fmt``, in file order."""
+def read_file(
+    path: str | Path, fmt: TraceFormat, *, on_bad: OnBad | None = None
+) -> Iterator[DemandPoint]:
+    """Points of one file of format ``fmt``, in file order (``on_bad``: skip bad rows)."""
     if fmt == "demand-csv":
-        return read_demand_csv(path)
+        return read_demand_csv(path, on_bad=on_bad)
     if fmt == "helios-vc":
-        return read_helios_vc(path)
+        return read_helios_vc(path, on_bad=on_bad)
     raise UsageError(f"unknown trace format {fmt!r} (choose from {', '.join(FORMATS)})")
 
 

@@ -37,8 +37,10 @@ from dprobe.traces.row_input import (
     MAX_ID_CHARS,
     MAX_LABEL_CHARS,
     MAX_TENANT_CHARS,
+    OnBad,
     csv_rows,
     open_text,
+    parsed_rows,
     too_long,
 )
 
@@ -68,9 +70,16 @@ MAX_VC_NODES = 100_000
 
 
 def iter_jobs(
-    source: str | Path | IO[str], *, time_unit_s: float = DEFAULT_TIME_UNIT_S
+    source: str | Path | IO[str],
+    *,
+    time_unit_s: float = DEFAULT_TIME_UNIT_S,
+    on_bad: OnBad | None = None,
 ) -> Iterator[JobRecord]:
-    """Yield the jobs of ``source`` (a path or an open text file) in file order."""
+    """Yield the jobs of ``source`` (a path or an open text file) in file order.
+
+    A bad row raises; with ``on_bad`` it is passed to it (``FILE:LINE: why``) and skipped,
+    and the rows after it are still checked against the jobs read (a duplicate job id).
+    """
     if isinstance(source, str | Path):
         path = Path(source)
         try:
@@ -79,11 +88,11 @@ def iter_jobs(
             raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
         with fh:
             try:
-                yield from _iter(fh, str(path), time_unit_s)
+                yield from _iter(fh, str(path), time_unit_s, on_bad)
             except OSError as exc:
                 raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
     else:
-        yield from _iter(source, getattr(source, "name", "<jobs-csv>"), time_unit_s)
+        yield from _iter(source, getattr(source, "name", "<jobs-csv>"), time_unit_s, on_bad)
 
 
 def read_jobs(
@@ -93,10 +102,10 @@ def read_jobs(
     return sorted(iter_jobs(source, time_unit_s=time_unit_s), key=lambda j: j.submit_s)
 
 
-def _iter(fh: IO[str], name: str, unit: float) -> Iterator[JobRecord]:
+def _iter(fh: IO[str], name: str, unit: float, on_bad: OnBad | None) -> Iterator[JobRecord]:
     if not (unit > 0 and math.isfinite(unit)):
         raise UsageError(f"time unit must be > 0 seconds, got {unit}")
-    rows = csv_rows(fh, name=name)
+    rows = csv_rows(fh, name=name, on_bad=on_bad)
     _, header = next(rows, (1, None))
     if header is None:
         raise UsageError(f"{name}:1: empty file, expected a jobs-csv header")
@@ -109,10 +118,11 @@ def _iter(fh: IO[str], name: str, unit: float) -> Iterator[JobRecord]:
     if missing:
         raise UsageError(f"{name}:1: missing column(s) {', '.join(missing)} (jobs-csv header)")
     model_col = cols.get("model_name")
-    seen: set[str] = set()
-    for line, row in rows:
+    seen: set[str] = set()  # the job ids of the rows accepted so far
+
+    def job(line: int, row: list[str]) -> JobRecord | None:
         if not row or all(not c.strip() for c in row):
-            continue
+            return None
         if len(row) < len(header):
             raise UsageError(f"{name}:{line}: {len(row)} fields, the header has {len(header)}")
         job_id = row[cols["job_id"]].strip()
@@ -129,7 +139,6 @@ def _iter(fh: IO[str], name: str, unit: float) -> Iterator[JobRecord]:
             raise UsageError(f"{name}:{line}: {problem}")
         if job_id in seen:
             raise UsageError(f"{name}:{line}: duplicate job_id {job_id!r}")
-        seen.add(job_id)
         gpus = _number(row[cols["num_gpu"]], "num_gpu", name, line)
         if gpus != int(gpus) or not 0 <= gpus <= MAX_JOB_GPUS:
             raise UsageError(
@@ -150,7 +159,8 @@ def _iter(fh: IO[str], name: str, unit: float) -> Iterator[JobRecord]:
                 f"{name}:{line}: the job ends at {submit * scale + duration * scale:g} s, "
                 f"after the last time the schema allows ({MAX_TIME_S:g} s)"
             )
-        yield JobRecord(
+        seen.add(job_id)
+        return JobRecord(
             job_id=job_id,
             tenant=tenant,
             num_gpu=int(gpus),
@@ -159,6 +169,8 @@ def _iter(fh: IO[str], name: str, unit: float) -> Iterator[JobRecord]:
             model_name=model,
             line=line,
         )
+
+    yield from parsed_rows(rows, job, on_bad)
 
 
 def _number(text: str, col: str, name: str, line: int) -> float:

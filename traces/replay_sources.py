@@ -37,7 +37,6 @@ from dprobe.traces.demand_series import DemandPoint, TraceFormatError, read_file
 from dprobe.traces.jobs_csv import DEFAULT_TIME_UNIT_S, iter_jobs
 from dprobe.traces.replay_demand import DemandLayout, demand_records
 from dprobe.traces.replay_jobs import jobs_records
-from dprobe.traces.replay_lenient import skip_bad_rows
 from dprobe.traces.replay_record import ReplayRecord
 
 FORMATS: Final = ("dprobe-parquet", "demand-csv", "helios-vc", "jobs-csv")
@@ -56,33 +55,16 @@ def open_source(
     if fmt == "dprobe-parquet":
         files = archive_files(path)
         return read_archive(path, files), count_records(files)
+    skip = None if strict else on_bad  # readers skip bad rows only when given on_bad
     if fmt in ("demand-csv", "helios-vc"):
         streams = [
-            _in_time_order(
-                skip_bad_rows(
-                    lambda src: read_file(src, fmt),  # type: ignore[arg-type]
-                    f,
-                    lambda pt: pt.line,
-                    on_bad,
-                    strict=strict,
-                ),
-                on_bad,
-                strict,
-            )
+            _in_time_order(read_file(f, fmt, on_bad=skip), on_bad, strict)  # type: ignore[arg-type]
             for f in trace_files(path, fmt)  # type: ignore[arg-type]
         ]
         points = heapq.merge(*streams, key=lambda pt: pt.ts)
         return demand_records(points, layout), None
     if fmt == "jobs-csv":
-        jobs = list(
-            skip_bad_rows(
-                lambda src: iter_jobs(src, time_unit_s=time_unit_s),
-                path,
-                lambda j: j.line,
-                on_bad,
-                strict=strict,
-            )
-        )
+        jobs = list(iter_jobs(path, time_unit_s=time_unit_s, on_bad=skip))
         return jobs_records(jobs, layout), None
     raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
 

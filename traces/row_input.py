@@ -35,7 +35,7 @@ import gzip
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Final, get_args
+from typing import IO, Final, TypeVar, get_args
 
 from dprobe.errors import UsageError
 from dprobe.schema import EpochS, Id, Label
@@ -43,6 +43,12 @@ from dprobe.text_input import bounded_lines
 
 ErrorAt = Callable[[str, int], UsageError]
 """Makes the error of a bad line from a message and a line number."""
+
+OnBad = Callable[[str], None]
+"""Takes the message (``FILE:LINE: why``) of a bad row that a lenient read skips."""
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 MAX_ID_CHARS: Final[int] = get_args(Id)[1].max_length  # tenant, job, host names: 256
 MAX_LABEL_CHARS: Final[int] = get_args(Label)[1].max_length  # model names: 256
@@ -65,31 +71,75 @@ def at_line(name: str) -> ErrorAt:
 
 
 def csv_rows(
-    lines: Iterable[str] | IO[str], *, name: str, error: ErrorAt | None = None
+    lines: Iterable[str] | IO[str],
+    *,
+    name: str,
+    error: ErrorAt | None = None,
+    on_bad: OnBad | None = None,
 ) -> Iterator[tuple[int, list[str]]]:
     """``(line number, fields)`` of every CSV record of ``lines`` (an open text file or
     lines), the header included; a blank line is ``[]``. A bad line raises ``error``
-    (default :func:`at_line`) naming it. A record over several lines has its last line's
-    number."""
+    (default :func:`at_line`) naming it; with ``on_bad``, a bad line after the header is
+    passed to it as a message and skipped instead (a line too long still raises). A record
+    over several lines has its last line's number."""
     fail = error or at_line(name)
-    reader = csv.reader(_checked(lines, name, fail))
+    reader = csv.reader(_checked(lines, name, fail, on_bad))
     while True:
         try:
             row = next(reader)
         except StopIteration:
             return
         except csv.Error as exc:
-            raise fail(f"not valid CSV ({exc})", reader.line_num) from None
+            bad = fail(f"not valid CSV ({exc})", reader.line_num)
+            if on_bad is None or reader.line_num <= 1:
+                raise bad from None
+            on_bad(str(bad))
+            continue
         yield reader.line_num, row
 
 
-def _checked(lines: Iterable[str] | IO[str], name: str, fail: ErrorAt) -> Iterator[str]:
+def _checked(
+    lines: Iterable[str] | IO[str], name: str, fail: ErrorAt, on_bad: OnBad | None
+) -> Iterator[str]:
     for n, text in enumerate(bounded_lines(lines, name=name), start=1):
         line = text.removeprefix("\ufeff") if n == 1 else text
         bad = _UNDECODED.search(line)
         if bad:
-            raise fail(f"not UTF-8 text (byte 0x{ord(bad[0]) - 0xDC00:02x})", n)
+            err = fail(f"not UTF-8 text (byte 0x{ord(bad[0]) - 0xDC00:02x})", n)
+            if on_bad is None or n == 1:
+                raise err
+            on_bad(str(err))
+            line = "\n"  # a blank line in its place keeps the line numbers
         yield line
+
+
+def parsed_rows(
+    rows: Iterable[tuple[int, R]],
+    parse: Callable[[int, R], T | None],
+    on_bad: OnBad | None = None,
+) -> Iterator[T]:
+    """``parse(line, row)`` of every row, ``None`` left out. A row ``parse`` refuses (a
+    ``UsageError``) raises, or with ``on_bad`` is passed to it and skipped, so one pass
+    reads a file with any number of bad rows.
+
+    >>> def number(line, text):
+    ...     if not text.isdigit():
+    ...         raise UsageError(f"d.csv:{line}: not a number: {text!r}")
+    ...     return int(text)
+    >>> bad = []
+    >>> list(parsed_rows([(2, "4"), (3, "x"), (4, "5")], number, bad.append)), bad
+    ([4, 5], ["d.csv:3: not a number: 'x'"])
+    """
+    for line, row in rows:
+        try:
+            item = parse(line, row)
+        except UsageError as exc:
+            if on_bad is None:
+                raise
+            on_bad(str(exc))
+            continue
+        if item is not None:
+            yield item
 
 
 def shown(text: str) -> str:

@@ -320,3 +320,43 @@ def test_a_fleet_whose_gpu_names_the_schema_refuses_is_an_error() -> None:
     recs = demand_records([point], DemandLayout(gpus_per_host=4096))
     with pytest.raises(UsageError, match="more than the schema's 256"):
         list(itertools.islice(recs, 3))
+
+
+def test_a_file_with_many_bad_rows_is_read_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Skipping a bad row does not read the file again: every third row of 3,000 is bad,
+    the file is opened once, and every good row comes through in file order."""
+    import dprobe.traces.jobs_csv as jobs_csv
+
+    opened: list[Path] = []
+    real_open = jobs_csv.open_text
+
+    def counting_open(path: Path):  # type: ignore[no-untyped-def]
+        opened.append(path)
+        return real_open(path)
+
+    monkeypatch.setattr(jobs_csv, "open_text", counting_open)
+    rows = [f"{k},vc_a,1,{k},5\n" if k % 3 else f"{k},vc_a,NA,{k},5\n" for k in range(3000)]
+    f = tmp_path / "jobs.csv"
+    f.write_text("job_id,user,num_gpu,submit_time,duration\n" + "".join(rows))
+    bad: list[str] = []
+    _, jobs = _decode(list(open_source(f, "jobs-csv", on_bad=bad.append)[0]))
+    assert opened == [f]
+    assert bad == [f"{f}:{k + 2}: num_gpu 'NA' is not a number" for k in range(0, 3000, 3)]
+    submitted = [int(e.job) for e in jobs if e.event == "submit"]
+    assert submitted == [k for k in range(3000) if k % 3]
+
+
+def test_a_row_csv_cannot_parse_is_skipped_and_the_next_read(tmp_path: Path) -> None:
+    f = tmp_path / "d.csv"
+    f.write_text("ts,tenant,demand_gpus\n0,a,1\n" + f"60,a,{'9' * 140_000}\n" + "120,a,3\n")
+    bad: list[str] = []
+    snaps, _ = _decode(list(open_source(f, "demand-csv", on_bad=bad.append)[0]))
+    assert len(bad) == 1 and bad[0].startswith(f"{f}:3: not valid CSV (field larger than")
+    assert {t: n for t, n in _running_by_ts(snaps, "a").items() if t in (0.0, 120.0)} == {
+        0.0: 1,
+        120.0: 3,
+    }
+    with pytest.raises(UsageError, match=r"d\.csv:3: not valid CSV"):
+        list(open_source(f, "demand-csv", strict=True)[0])
