@@ -297,6 +297,9 @@ class WorkerSettings:
     move_latency_s: float = 0.0
     lend_horizon_s: float = 0.0
     forecast_gate: bool = True
+    # a tenant that sent no window for this long is forgotten by the forecaster and the
+    # planner (0: never); quotas stay (docs/worker.md)
+    forget_tenant_after_s: float = 7 * 86_400.0
     lag_interval_s: float = 5.0
     data_dir: Path = field(default_factory=lambda: _cache_dir("worker"))
     metrics_addr: str = "127.0.0.1"
@@ -384,6 +387,8 @@ class WorkerSettings:
             raise ConfigError(
                 "worker.plan_horizon_s must be > 0, move_latency_s and lend_horizon_s >= 0"
             )
+        if not self.forget_tenant_after_s >= 0:
+            raise ConfigError("worker.forget_tenant_after_s must be >= 0 (0: never)")
         _check_port("worker.metrics_port", self.metrics_port)
         _check_demand_settings(self)
 

@@ -16,9 +16,12 @@ word wins. Reported GPUs are rounded down to whole nodes. Without a report, the 
 is ``capacity_gpus`` and, at the first plan, it is split in whole nodes evenly between the
 tenants seen (an assumption); a tenant that appears later starts at 0 and borrows idle
 nodes. A tenant that holds quota but has sent nothing for ``tenant_ttl_windows`` windows
-is planned as idle (its nodes can be lent). Quotas the loop only guessed that no longer fit
-a smaller capacity shrink in proportion to what each holds, in whole nodes, to what the
-reported quotas leave.
+is planned as idle (its nodes can be lent). A tenant silent for ``forget_after_s`` (a
+week) is forgotten: the forecaster's state of it, its forecasts and errors, and, where it
+holds no quota, its damping history; it is a new tenant if it comes back. So memory and
+checkpoints follow the tenants of the last week, not every tenant ever seen. Quotas the
+loop only guessed that no longer fit a smaller capacity shrink in proportion to what each
+holds, in whole nodes, to what the reported quotas leave.
 A checkpoint saved under other cluster settings (``capacity_gpus``, ``node_gpus``,
 ``initial_quotas``) keeps its forecaster but not its quotas; one saved by another model
 (its registered name) keeps the quotas but not the forecaster, which starts fresh (another
@@ -53,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from dprobe.models.checkpoint import CheckpointError, first_line, load_state, save_state
-from dprobe.models.forecast.base import Forecaster
+from dprobe.models.forecast.base import Forecaster, forget
 from dprobe.models.forecast.target import demand_of
 from dprobe.models.planner import PlanInput, Planner, PlannerSettings, TenantState, ceil_to_node
 from dprobe.models.planner_events import scaling_events
@@ -70,6 +73,7 @@ class PlanLoopSettings:
     guaranteed_gpus: int = 0
     initial_quotas: Mapping[str, int] = field(default_factory=dict)
     tenant_ttl_windows: int = 5
+    forget_after_s: float = 7 * 86_400.0  # a tenant silent this long is forgotten (0: never)
     planner: PlannerSettings = field(default_factory=PlannerSettings)
 
 
@@ -115,14 +119,19 @@ class PlanLoop:
             self.learn(window)
         if end <= self._planned_upto:
             return []
+        self._forget_silent(end)
         events = self._plan(end)
         self._planned_upto = end
         return events
 
     def learn(self, window: TenantWindow) -> None:
         """Learn one closed window now (a straggler for an end already planned); one at or
-        before what its tenant has learned is a replayed duplicate and is skipped."""
+        before what its tenant has learned is a replayed duplicate and is skipped, and so
+        is one so old that its tenant would be forgotten at once."""
         if window.window_end <= self._learned.get(window.tenant, -math.inf):
+            return
+        forget_s = self.settings.forget_after_s
+        if forget_s > 0 and window.window_end <= self._planned_upto - forget_s:
             return
         self._score(window)
         self.forecaster.learn_one(window)
@@ -147,6 +156,22 @@ class PlanLoop:
     def capacity_gpus(self) -> int:
         """The capacity plans share: the scheduler's last report, else the setting."""
         return self.settings.capacity_gpus if self._capacity is None else self._capacity
+
+    def _forget_silent(self, at: float) -> None:
+        """Forget the tenants whose last window ended ``forget_after_s`` or more before
+        ``at`` (quotas stay: a silent tenant's nodes are still its own to lend)."""
+        forget_s = self.settings.forget_after_s
+        if forget_s <= 0:
+            return
+        for t in [t for t, end in self._learned.items() if end <= at - forget_s]:
+            forget(self.forecaster, t)
+            for kept in (self._learned, self._last, self._forecasts, self._outstanding):
+                kept.pop(t, None)
+            self._errors.pop(t, None)
+            if self._quotas.get(t, 0) == 0:
+                self._quotas.pop(t, None)
+                self._reported.discard(t)
+                self.planner.forget(t)
 
     def _active(self, at: float) -> list[str]:
         ttl = self.settings.tenant_ttl_windows

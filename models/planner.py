@@ -182,6 +182,10 @@ class Planner:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._history = {t: MoveHistory.from_dict(h) for t, h in state.get("history", {}).items()}
 
+    def forget(self, tenant: str) -> None:
+        """Drop ``tenant``'s move history (its damping starts afresh)."""
+        self._history.pop(tenant, None)
+
     def plan(self, inp: PlanInput) -> Plan:
         """Compute one plan and remember it as applied (the caller applies every move)."""
         s, node = self.settings, self.settings.node_gpus

@@ -132,6 +132,7 @@ def plan_settings(s: WorkerSettings) -> PlanLoopSettings:
         horizon_s=s.plan_lead_s,
         hold_s=s.lend_horizon_s,
         guaranteed_gpus=s.guaranteed_gpus,
+        forget_after_s=s.forget_tenant_after_s,
         planner=PlannerSettings(
             node_gpus=s.node_gpus,
             quantile=s.plan_quantile,  # type: ignore[arg-type]

@@ -51,6 +51,11 @@ DEMAND_FLAGS = (
         "level of a queued job never levelled (EX)",
     ),
     ("--flow-edges-s", "flow_edges_s", "job-flow bucket edges in s (60,240,...,245760)"),
+    (
+        "--forget-tenant-after-s",
+        "forget_tenant_after_s",
+        "forget a tenant silent this long (604800; 0: never)",
+    ),
 )
 
 

@@ -7,6 +7,9 @@
   seen gets a forecast too (its own history is empty: the model falls back as it documents).
 - ``state_dict()`` / ``load_state_dict(state)``: learned state as plain, serialisable data,
   so a restarted worker resumes warm. Hyperparameters are kept verbatim from ``__init__``.
+- optionally ``forget(tenant)``: drop what was learned of one tenant only (a tenant gone
+  for long; it is a new tenant if it comes back). What is shared by all tenants stays.
+  :func:`forget` calls it where a model has it.
 
 Example:
     >>> class Zero:
@@ -39,3 +42,23 @@ class Forecaster(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class Forgets(Protocol):
+    """A forecaster that can drop one tenant's state (:func:`forget`)."""
+
+    def forget(self, tenant: str) -> None: ...
+
+
+def forget(model: Any, tenant: str) -> bool:
+    """Drop ``tenant``'s state from ``model`` where the model can; whether it could.
+
+    >>> from dprobe.models.forecast.baselines import LastValue
+    >>> forget(LastValue(), "gone")
+    True
+    """
+    if isinstance(model, Forgets):
+        model.forget(tenant)
+        return True
+    return False

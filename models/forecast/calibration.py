@@ -66,7 +66,7 @@ from typing import Any
 
 import numpy as np
 
-from dprobe.models.forecast.base import Forecaster
+from dprobe.models.forecast.base import Forecaster, forget
 from dprobe.models.forecast.quantile_loss import pinball
 from dprobe.models.forecast.target import demand_of, window_step_s
 
@@ -404,6 +404,12 @@ class Calibrated:
         {600.0: 0.9}
         """
         return dict(zip(self.horizons_s, self._levels, strict=True))
+
+    def forget(self, tenant: str) -> None:
+        """Drop ``tenant``'s matured and pending forecasts here and its state in the inner
+        model (where it can); the pool of all tenants' scores stays."""
+        self._tenants.pop(tenant, None)
+        forget(self.inner, tenant)
 
     def tenants(self) -> list[str]:
         """Tenants seen so far."""

@@ -40,7 +40,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from dprobe.models.forecast.base import Forecaster
+from dprobe.models.forecast.base import Forecaster, forget
 from dprobe.models.forecast.quantile_loss import pinball
 from dprobe.models.forecast.target import demand_of
 
@@ -127,6 +127,11 @@ class Gated:
         """``(forecast loss, reactive loss, scored)`` of ``tenant`` so far."""
         st = self._tenants.get(tenant)
         return (0.0, 0.0, 0) if st is None else (st["fc"], st["re"], st["n"])
+
+    def forget(self, tenant: str) -> None:
+        """Drop ``tenant``'s scores here and its state in the inner model (where it can)."""
+        self._tenants.pop(tenant, None)
+        forget(self.inner, tenant)
 
     def state_dict(self) -> dict[str, Any]:
         """``{"inner": inner state, "gate": plain data}`` (a copy)."""

@@ -466,6 +466,16 @@ class MultiTaskForecaster:
             for h, p in zip(self._horizons, probs, strict=True)
         }
 
+    def forget(self, tenant: str) -> None:
+        """Drop ``tenant``'s history and the forecasts it has not scored yet; the network,
+        the replay buffer and the tenant's embedding slot are shared and stay (a tenant
+        that comes back keeps its slot)."""
+        self._hist.pop(tenant, None)
+        self._origins.pop(tenant, None)
+        self._waiting.pop(tenant, None)
+        if self._jobs is not None:
+            self._jobs.forget(tenant)
+
     def tenants(self) -> list[str]:
         """Tenants seen so far."""
         return sorted(self._hist)

@@ -121,6 +121,11 @@ class PerTenantForecaster:
         """Tenants seen so far."""
         return sorted(self._tenants)
 
+    def forget(self, tenant: str) -> None:
+        """Drop what was learned of ``tenant`` (it starts afresh if it comes back)."""
+        self._tenants.pop(tenant, None)
+        self._waiting.pop(tenant, None)
+
     def state_dict(self) -> dict[str, Any]:
         """Learned state only (plain data; JSON-serialisable)."""
         return {"tenants": copy.deepcopy(self._tenants), "waiting": copy.deepcopy(self._waiting)}

@@ -14,7 +14,7 @@ import random
 import pytest
 import torch
 
-from dprobe.models.forecast.base import Forecaster
+from dprobe.models.forecast.base import Forecaster, forget
 from dprobe.models.forecast.multitask import MultiTaskForecaster
 from dprobe.models.forecast.registry import ALIASES, FORECASTERS, MMOE, MMOE_JOBS, canonical_name
 from dprobe.schema import LevelCounts, TenantWindow
@@ -146,6 +146,28 @@ def test_tenant_appearing_mid_stream(name: str, calibrated: bool) -> None:
     _check_forecast(fc, HORIZONS)
     # a flat 20-GPU tenant: the first horizon stays near 20 (baselines exactly)
     assert fc[600.0][0] == pytest.approx(20.0, rel=0.25)
+
+
+@pytest.mark.parametrize(("name", "calibrated"), CASES)
+def test_a_forgotten_tenant_is_new_and_the_others_are_untouched(
+    name: str, calibrated: bool
+) -> None:
+    m = small(name, calibrated=calibrated)
+    for w in _stream(120):
+        m.learn_one(w)
+    kept = small(name, calibrated=calibrated)
+    kept.load_state_dict(_roundtrip(m.state_dict()))
+    size = len(json.dumps(m.state_dict(), default=lambda v: repr(v.tolist())))
+    assert forget(m, "vc-a")
+    assert len(json.dumps(m.state_dict(), default=lambda v: repr(v.tolist()))) < size
+    assert m.forecast("vc-b", HORIZONS) == kept.forecast("vc-b", HORIZONS)
+    assert m.forecast("vc-a", HORIZONS) == m.forecast("vc-never-seen", HORIZONS)
+    assert kept.forecast("vc-a", HORIZONS) != m.forecast("vc-a", HORIZONS)
+    for n in range(120, 140):  # it comes back at a new level: learned afresh
+        m.learn_one(win("vc-a", n, 30.0))
+    fc = m.forecast("vc-a", HORIZONS)
+    _check_forecast(fc, HORIZONS)
+    assert fc[600.0][0] == pytest.approx(30.0, rel=0.25)
 
 
 @pytest.mark.parametrize(("name", "calibrated"), CASES)

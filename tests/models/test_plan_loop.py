@@ -146,3 +146,54 @@ def test_hold_keeps_what_a_tenant_needs_within_the_lend_horizon() -> None:
     # vc-a wants 32 more; vc-b, idle now, is forecast to need 24 GPUs within an hour
     assert events(0.0) == {"vc-a": 32.0, "vc-b": -32.0}
     assert events(3600.0) == {"vc-a": 24.0, "vc-b": -24.0}
+
+
+def test_a_tenant_silent_for_the_forget_time_is_forgotten_but_keeps_its_quota() -> None:
+    """vc-gone holds quota and vc-left holds none; both stop sending windows. After
+    ``forget_after_s`` neither is in the forecaster, the loop's state or its views, vc-gone
+    keeps its quota (still its to lend) and vc-left leaves the quotas; vc-stay is untouched.
+    A window of a forgotten time is not learned; a new one makes the tenant new."""
+    day = 86_400.0
+    loop = PlanLoop(
+        LastValue(),
+        PlanLoopSettings(
+            capacity_gpus=32,
+            horizon_s=W,
+            initial_quotas={"vc-stay": 16, "vc-gone": 16, "vc-left": 0},
+            forget_after_s=day,
+        ),
+    )
+    for k in range(1, 4):  # vc-left runs nothing: it never borrows
+        demand = {"vc-stay": 2.0, "vc-gone": 2.0, "vc-left": 0.0}
+        loop.plan_end(k * W, [_window(t, k * W, d) for t, d in demand.items()])
+    assert set(loop.forecaster.tenants()) == {"vc-stay", "vc-gone", "vc-left"}
+    quota_gone = loop.quotas()["vc-gone"]
+    assert quota_gone > 0
+    end = 3 * W
+    while end < 3 * W + day - W:  # vc-stay goes on alone, a day minus one window
+        end += W
+        loop.plan_end(end, [_window("vc-stay", end, 2.0)])
+    assert set(loop.forecaster.tenants()) == {"vc-stay", "vc-gone", "vc-left"}
+    end += W
+    loop.plan_end(end, [_window("vc-stay", end, 2.0)])
+    assert loop.forecaster.tenants() == ["vc-stay"]
+    state = loop.state_dict()
+    assert set(state["learned"]) == set(state["last"]) == {"vc-stay"}
+    assert {t for t, *_ in state["outstanding"]} <= {"vc-stay"}
+    assert set(state["forecasts"]) <= {"vc-stay"} and set(state["errors"]) <= {"vc-stay"}
+    assert "vc-left" not in loop.quotas() and loop.quotas()["vc-gone"] > 0
+    assert set(loop.tenants()) == {"vc-stay"}
+    loop.learn(_window("vc-gone", 2 * W, 9.0))  # older than the forget time: not learned
+    assert loop.forecaster.tenants() == ["vc-stay"]
+    end += W
+    loop.plan_end(end, [_window("vc-stay", end, 2.0), _window("vc-gone", end, 5.0)])
+    assert loop.forecaster.tenants() == ["vc-gone", "vc-stay"]
+    assert loop.forecaster.forecast("vc-gone", [W])[W][0] == 5.0
+
+
+def test_forget_after_zero_keeps_every_tenant() -> None:
+    loop = PlanLoop(LastValue(), PlanLoopSettings(capacity_gpus=32, horizon_s=W, forget_after_s=0))
+    loop.plan_end(W, [_window("vc-a", W, 2.0), _window("vc-b", W, 2.0)])
+    for k in range(2, 200):
+        loop.plan_end(k * 3600.0, [_window("vc-a", k * 3600.0, 2.0)])
+    assert loop.forecaster.tenants() == ["vc-a", "vc-b"]
