@@ -105,8 +105,17 @@ def n_features(k_lags: int, n_horizons: int) -> int:
 
 
 def scale_of(h: TenantHistory) -> float:
-    """Typical demand of the tenant (mean of its ring), at least 1 GPU."""
-    known = h.val[h.idx >= 0]
+    """Typical demand of the tenant, at least 1 GPU: the mean of the windows within the
+    ring's span of the newest one (a slot last written before a gap longer than the ring
+    holds a value from long ago, and is left out).
+
+    >>> h = TenantHistory(step_s=60.0, length=4)
+    >>> for n, y in [(0, 40.0), (1, 40.0), (9, 2.0), (10, 4.0)]:
+    ...     h.add(n, y, pending=0.0, quota=None)
+    >>> scale_of(h)  # windows 0 and 1 are 9 windows old: not today's demand
+    3.0
+    """
+    known = h.val[(h.idx >= 0) & (h.idx > h.last_idx - h.length)]
     return max(float(known.mean()) if known.size else 0.0, 1.0)
 
 
