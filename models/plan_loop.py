@@ -21,7 +21,8 @@ week) is forgotten: the forecaster's state of it, its forecasts and errors, and,
 holds no quota, its damping history; it is a new tenant if it comes back. So memory and
 checkpoints follow the tenants of the last week, not every tenant ever seen. Quotas the
 loop only guessed that no longer fit a smaller capacity shrink in proportion to what each
-holds, in whole nodes, to what the reported quotas leave.
+holds, in whole nodes, to what the reported quotas leave. A tenant whose windows change
+length (a worker restarted with another ``window_s``) starts afresh in the forecaster.
 A checkpoint saved under other cluster settings (``capacity_gpus``, ``node_gpus``,
 ``initial_quotas``) keeps its forecaster but not its quotas; one saved by another model
 (its registered name) keeps the quotas but not the forecaster, which starts fresh (another
@@ -133,6 +134,11 @@ class PlanLoop:
         forget_s = self.settings.forget_after_s
         if forget_s > 0 and window.window_end <= self._planned_upto - forget_s:
             return
+        last = self._last.get(window.tenant)
+        if last is not None and _other_length(last, window):
+            # the window length changed (a new window_s): the forecaster's history of this
+            # tenant counts windows of the old length, so the tenant starts afresh
+            forget(self.forecaster, window.tenant)
         self._score(window)
         self.forecaster.learn_one(window)
         self._learned[window.tenant] = window.window_end
@@ -390,6 +396,22 @@ class PlanLoop:
                 f"{path}: does not fit this forecaster or its settings ({first_line(exc)})"
             ) from exc
         return True
+
+
+def _other_length(before: TenantWindow, now: TenantWindow) -> bool:
+    """Whether two windows that both state a length state different ones (1 % apart).
+
+    >>> from dprobe.schema import LevelCounts
+    >>> def w(start, end):
+    ...     return TenantWindow(tenant="a", window_start=start, window_end=end, hosts=1,
+    ...         gpus_busy=0, instances=0, util_sum=0, level_counts=LevelCounts(),
+    ...         effective_demand_gpus=0, pending_gpus=0, running_gpus=0)
+    >>> _other_length(w(0, 60), w(60, 120)), _other_length(w(0, 60), w(300, 600))
+    (False, True)
+    """
+    a = before.window_end - before.window_start
+    b = now.window_end - now.window_start
+    return a > 0 and b > 0 and abs(a - b) > 0.01 * max(a, b)
 
 
 def _whole_nodes(gpus: float, node: int) -> int:

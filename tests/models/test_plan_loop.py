@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 import random
 
+import msgspec
+
 from dprobe.models.forecast.baselines import LastValue
 from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
 from dprobe.schema import LevelCounts, ScalingEvent, TenantWindow
@@ -197,3 +199,20 @@ def test_forget_after_zero_keeps_every_tenant() -> None:
     for k in range(2, 200):
         loop.plan_end(k * 3600.0, [_window("vc-a", k * 3600.0, 2.0)])
     assert loop.forecaster.tenants() == ["vc-a", "vc-b"]
+
+
+def test_a_tenant_whose_windows_change_length_starts_afresh_in_the_forecaster() -> None:
+    """A worker restarted with another window_s: the forecaster's history of the tenant
+    counted 60-s windows, so it is dropped and the tenant learned again at 300 s."""
+    loop = PlanLoop(LastValue(), PlanLoopSettings(capacity_gpus=32, horizon_s=600.0))
+    for k in range(1, 30):
+        loop.plan_end(k * W, [_window("vc-a", k * W, 4.0), _window("vc-b", k * W, 4.0)])
+    assert loop.forecaster.state_dict()["tenants"]["vc-a"]["step"] == W
+    end = 29 * W
+    for _ in range(3):
+        end += 300.0
+        longer = msgspec.structs.replace(_window("vc-a", end, 6.0), window_start=end - 300.0)
+        loop.plan_end(end, [longer, _window("vc-b", end, 4.0)])
+    tenants = loop.forecaster.state_dict()["tenants"]
+    assert tenants["vc-a"]["step"] == 300.0 and tenants["vc-a"]["n"] == 3
+    assert tenants["vc-b"]["step"] == W and tenants["vc-b"]["n"] == 32
