@@ -61,7 +61,7 @@ def run(args: argparse.Namespace, forget_h: float) -> list[tuple[int, int, float
         for _ in range(round(args.life_h * 3600 / STEP_S)):
             end += STEP_S
             loop.plan_end(end, [window(t, end, float(rng.randint(0, 16))) for t in tenants])
-        held = len(loop.forecaster.tenants())
+        held = len(model.tenants())
         size = len(state_bytes(loop.state_dict())) / 1e6
         out.append(((g + 1) * args.tenants, held, size, time.perf_counter() - started))
     return out
