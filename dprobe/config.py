@@ -306,6 +306,8 @@ class WorkerSettings:
     metrics_port: int = 9402
     # /healthz answers 503 once the event loop has not run for this long (a hung worker)
     health_stale_s: float = 60.0
+    # a worker still stopping this long after SIGTERM/SIGINT exits at once (exit 1)
+    shutdown_timeout_s: float = 25.0
     max_message_bytes: int = 1_048_576
     max_clock_skew_s: float = 300.0  # a snapshot this far ahead of its Kafka record: dead letter
     # bounded state: every stored value stays under max_state_bytes (docs/worker.md)
@@ -387,6 +389,8 @@ class WorkerSettings:
             raise ConfigError(
                 "worker.plan_horizon_s must be > 0, move_latency_s and lend_horizon_s >= 0"
             )
+        if not self.shutdown_timeout_s > 0:
+            raise ConfigError("worker.shutdown_timeout_s must be > 0")
         if not self.forget_tenant_after_s >= 0:
             raise ConfigError("worker.forget_tenant_after_s must be >= 0 (0: never)")
         _check_port("worker.metrics_port", self.metrics_port)

@@ -21,9 +21,14 @@ from dprobe.sinks.metrics_server import Heartbeat, MetricsServer
 from dprobe.sinks.worker_metrics import WorkerCollector
 from dprobe.streams.app import WorkerApp, build_app
 from dprobe.streams.provision import ensure_topics
+from dprobe.streams.shutdown_deadline import ShutdownDeadline
 from dprobe.streams.topics import TopicNames
 
 log = logging.getLogger(__name__)
+
+
+class _Worker(ShutdownDeadline, faust.Worker):
+    """faust's worker, gone within ``shutdown_timeout_s`` of a stop signal."""
 
 
 def run_worker(s: WorkerSettings, *, loglevel: str = "INFO") -> int:
@@ -43,8 +48,9 @@ def run_worker(s: WorkerSettings, *, loglevel: str = "INFO") -> int:
     names = TopicNames.from_settings(s)
     worker_app = build_app(s, samples_partitions=partitions[names.samples])
     _measure(worker_app, registry)
-    worker = faust.Worker(
+    worker = _Worker(
         worker_app.app,
+        shutdown_timeout_s=s.shutdown_timeout_s,
         loop=loop,
         loglevel=loglevel,
         quiet=True,

@@ -1,0 +1,94 @@
+"""A worker asked to stop is gone within its deadline: a real ``mode.Worker`` (what
+``faust.Worker`` is) in its own process, a service whose stop never ends, real signals."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPT = """
+import asyncio, sys
+import mode
+from dprobe.streams.shutdown_deadline import ShutdownDeadline
+
+class Service(mode.Service):
+    async def on_started(self) -> None:
+        print("started", flush=True)
+
+    async def on_stop(self) -> None:
+        if sys.argv[1] == "hang":  # what a stop waiting on an unreachable broker does
+            await asyncio.sleep(3600)
+
+class Worker(ShutdownDeadline, mode.Worker):
+    pass
+
+Worker(Service(), shutdown_timeout_s=float(sys.argv[2]), loglevel="INFO", quiet=True,
+       override_logging=False, redirect_stdouts=False).execute_from_commandline()
+"""
+
+
+def _started(tmp_path: Path, how: str, deadline_s: float) -> subprocess.Popen[str]:
+    script = tmp_path / "worker.py"
+    script.write_text(SCRIPT)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), how, str(deadline_s)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "started"
+    return proc
+
+
+def _exit(proc: subprocess.Popen[str], within_s: float) -> tuple[int, str, float]:
+    """(exit code, what it wrote, seconds) of a process asked to stop just now."""
+    began = time.monotonic()
+    out, _ = proc.communicate(timeout=within_s)
+    return proc.returncode, out, time.monotonic() - began
+
+
+def test_a_stop_that_hangs_ends_at_the_deadline_with_exit_1(tmp_path: Path) -> None:
+    proc = _started(tmp_path, "hang", 2.0)
+    proc.send_signal(signal.SIGTERM)
+    code, out, took = _exit(proc, within_s=60)
+    assert code == 1
+    assert "still stopping 2 s after SIGTERM" in out and "exiting now" in out
+    assert took >= 2.0
+
+
+def test_a_second_signal_ends_it_at_once(tmp_path: Path) -> None:
+    proc = _started(tmp_path, "hang", 120.0)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    code, out, _ = _exit(proc, within_s=60)  # well before the 120-s deadline
+    assert code == 1
+    assert "SIGINT received again while stopping" in out
+
+
+def test_a_worker_that_stops_in_time_exits_0_without_waiting_for_the_deadline(
+    tmp_path: Path,
+) -> None:
+    proc = _started(tmp_path, "quick", 120.0)
+    proc.send_signal(signal.SIGTERM)
+    code, out, _ = _exit(proc, within_s=60)  # the armed timer does not hold the exit
+    assert code == 0
+    assert "exiting now" not in out
+
+
+def test_the_deadline_must_be_positive() -> None:
+    import mode
+
+    from dprobe.streams.shutdown_deadline import ShutdownDeadline
+
+    class Worker(ShutdownDeadline, mode.Worker):
+        pass
+
+    with pytest.raises(ValueError, match="shutdown_timeout_s must be > 0"):
+        Worker(shutdown_timeout_s=0)
