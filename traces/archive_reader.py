@@ -5,7 +5,9 @@ topic (``samples``, ``jobs``, ``cluster``) is read at once and sorted by event t
 memory holds one hour at a time. At the same event time the scheduler's reports
 (``cluster``) come first, so a replayed plan sees the quotas before the demand of that
 instant; then partition, topic (samples before jobs) and offset. Keys and values are the
-archived bytes, unchanged. An archive written before ``cluster`` was archived has no
+archived bytes, unchanged. A record found in two files (an archiver that lost its
+partition while stalled and flushed it after the next one had; two archivers writing one
+folder) is read once: a record is its topic, partition and offset. An archive written before ``cluster`` was archived has no
 ``cluster`` folder and reads as it did. ``PATH`` may be the archive folder, one topic's
 folder, or one file. A file that is not such an archive (a column missing or of another
 type, a null ``partition``, ``offset`` or ``value``, a ``ts`` that is not a finite number)
@@ -111,7 +113,11 @@ def read_archive(
                 )
             ]
         rows.sort(key=lambda r: (r[0], r[1], r[2], r[3], r[4]))
-        for ts, _lead, _part, _rank, _off, key, value, kind in rows:
+        previous = None
+        for ts, _lead, part, _rank, off, key, value, kind in rows:
+            if (kind, part, off) == previous:
+                continue  # the same Kafka record in two files: read once
+            previous = (kind, part, off)
             yield ReplayRecord(ts, kind, key, value)  # type: ignore[arg-type]
 
 

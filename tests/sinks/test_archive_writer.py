@@ -187,6 +187,30 @@ def test_uncommitted_files_removed_so_new_cuts_do_not_duplicate(tmp_path: Path) 
     assert [s.seq for s in got] == list(range(30))
 
 
+def test_a_record_in_two_files_is_read_once(tmp_path: Path) -> None:
+    """An archiver that lost partition 0 while stalled flushes offsets 0-14 after the new
+    owner wrote 0-29 in other cuts (and a second archiver writes jobs into the same
+    folder): each Kafka record is read once, in order, and the other records all stay."""
+    snaps = make_snapshots(hosts=1, ticks=30, t0=T0)
+    owner = ArchiveWriter(tmp_path)
+    _add_snapshots(owner, snaps[:20], partition=0, first=0)
+    owner.flush()
+    _add_snapshots(owner, snaps[20:], partition=0, first=20)
+    _add_job(owner, _job(T0 + 5, "j1"), partition=1, offset=7)
+    owner.flush()
+    stalled = ArchiveWriter(tmp_path)
+    _add_snapshots(stalled, snaps[:15], partition=0, first=0)
+    _add_snapshots(stalled, snaps[:3], partition=1, first=0)  # partition 1: other records
+    _add_job(stalled, _job(T0 + 5, "j1"), partition=1, offset=7)
+    stalled.flush()
+    got = list(read_archive(tmp_path))
+    samples = [schema.decode_snapshot(r.value) for r in got if r.kind == "samples"]
+    assert len(samples) == 33
+    assert sorted(s.seq for s in samples) == sorted(list(range(30)) + [0, 1, 2])
+    assert [r.key for r in got if r.kind == "jobs"] == [b"j1"]
+    assert [r.ts for r in got] == sorted(r.ts for r in got)
+
+
 def test_failed_write_leaves_old_file_and_no_partial_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
