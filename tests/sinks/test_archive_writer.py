@@ -206,7 +206,7 @@ def test_a_record_in_two_files_is_read_once(tmp_path: Path) -> None:
     got = list(read_archive(tmp_path))
     samples = [schema.decode_snapshot(r.value) for r in got if r.kind == "samples"]
     assert len(samples) == 33
-    assert sorted(s.seq for s in samples) == sorted(list(range(30)) + [0, 1, 2])
+    assert sorted(s.seq for s in samples) == sorted([*range(30), 0, 1, 2])
     assert [r.key for r in got if r.kind == "jobs"] == [b"j1"]
     assert [r.ts for r in got] == sorted(r.ts for r in got)
 
