@@ -7,11 +7,12 @@ memory holds one hour at a time. At the same event time the scheduler's reports
 instant; then partition, topic (samples before jobs) and offset. Keys and values are the
 archived bytes, unchanged. A record found in two files (an archiver that lost its
 partition while stalled and flushed it after the next one had; two archivers writing one
-folder) is read once: a record is its topic, partition and offset. An archive written before ``cluster`` was archived has no
-``cluster`` folder and reads as it did. ``PATH`` may be the archive folder, one topic's
-folder, or one file. A file that is not such an archive (a column missing or of another
-type, a null ``partition``, ``offset`` or ``value``, a ``ts`` that is not a finite number)
-is a ``UsageError`` naming the file and, for a bad value, the row.
+folder) is read once: a record is its topic, partition and offset. An archive written
+before ``cluster`` was archived has no ``cluster`` folder and reads as it did. ``PATH``
+may be the archive folder, one topic's folder, or one file. A file that is not such an
+archive (a column missing or of another type, a null ``partition``, ``offset`` or
+``value``, a ``ts`` that is not a finite number) is a ``UsageError`` naming the file and,
+for a bad value, the row.
 
 Example:
     >>> import tempfile
