@@ -199,7 +199,8 @@ def test_every_section_is_accepted_by_every_service(tmp_path: Path, cls: type) -
 
 @pytest.mark.parametrize("cls", EVERY)
 def test_the_shipped_settings_files_load(tmp_path: Path, cls: type) -> None:
-    load(cls, env={}, file=ROOT / "infra" / "systemd" / "collector.toml")
+    for shipped in ("collector.toml", "worker.toml"):
+        load(cls, env={}, file=ROOT / "infra" / "systemd" / shipped)
     readme = (ROOT / "README.md").read_text()
     block = readme.split("```toml\n[kafka]", 1)[1].split("```", 1)[0]  # "## Settings"
     load(cls, env={}, file=_toml(tmp_path, "[kafka]" + block))
@@ -218,3 +219,11 @@ def test_gpus_per_host_is_bounded_by_the_schemas_gpu_index(value: int, ok: bool)
     else:
         with pytest.raises(ConfigError, match=r"replay\.gpus_per_host must be within \[1, 4097\]"):
             load(ReplaySettings, env=env)
+
+
+def test_the_shipped_worker_settings_are_what_its_unit_expects() -> None:
+    s = load(WorkerSettings, env={}, file=ROOT / "infra" / "systemd" / "worker.toml")
+    unit = (ROOT / "infra" / "systemd" / "dprobe-worker.service").read_text()
+    assert s.data_dir == Path("/var/lib/dprobe-worker") and "StateDirectory=dprobe-worker" in unit
+    stop_s = float(unit.split("TimeoutStopSec=", 1)[1].split()[0])
+    assert s.shutdown_timeout_s + 5 <= stop_s  # the worker's own deadline comes first

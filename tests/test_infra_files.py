@@ -252,7 +252,9 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-@pytest.mark.parametrize("name", ["dprobe-collector.service", "dprobe-lag.service"])
+@pytest.mark.parametrize(
+    "name", ["dprobe-collector.service", "dprobe-lag.service", "dprobe-worker.service"]
+)
 def test_a_systemd_unit_verifies_and_is_hardened(name: str, tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
