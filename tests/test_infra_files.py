@@ -253,7 +253,13 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["dprobe-collector.service", "dprobe-lag.service", "dprobe-worker.service"]
+    "name",
+    [
+        "dprobe-collector.service",
+        "dprobe-lag.service",
+        "dprobe-worker.service",
+        "dprobe-archive.service",
+    ],
 )
 def test_a_systemd_unit_verifies_and_is_hardened(name: str, tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
