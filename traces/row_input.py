@@ -79,11 +79,13 @@ def csv_rows(
 ) -> Iterator[tuple[int, list[str]]]:
     """``(line number, fields)`` of every CSV record of ``lines`` (an open text file or
     lines), the header included; a blank line is ``[]``. A bad line raises ``error``
-    (default :func:`at_line`) naming it; with ``on_bad``, a bad line after the header is
-    passed to it as a message and skipped instead (a line too long still raises). A record
-    over several lines has its last line's number."""
+    (default :func:`at_line`) naming it; with ``on_bad``, a bad record after the header is
+    passed to it as a message and skipped whole instead (a line too long still raises). A
+    record over several lines has its last line's number."""
     fail = error or at_line(name)
-    reader = csv.reader(_checked(lines, name, fail, on_bad))
+    undecoded: dict[int, UsageError] = {}  # lines with a byte that is not UTF-8 (on_bad)
+    reader = csv.reader(_checked(lines, name, fail, undecoded if on_bad else None))
+    last = 0  # the last line of the record read before
     while True:
         try:
             row = next(reader)
@@ -93,23 +95,45 @@ def csv_rows(
             bad = fail(f"not valid CSV ({exc})", reader.line_num)
             if on_bad is None or reader.line_num <= 1:
                 raise bad from None
+            _pop_through(undecoded, reader.line_num)
+            last = reader.line_num
             on_bad(str(bad))
             continue
+        first, last = last + 1, reader.line_num
+        if on_bad is not None and undecoded:
+            found = _pop_through(undecoded, last)
+            if any(n >= first for n in found):  # the record holds a line that is not UTF-8
+                on_bad(str(found[min(n for n in found if n >= first)]))
+                continue
         yield reader.line_num, row
 
 
+def _pop_through(errors: dict[int, UsageError], line: int) -> dict[int, UsageError]:
+    """The errors of lines up to ``line``, taken out of ``errors``."""
+    found = {n: e for n, e in errors.items() if n <= line}
+    for n in found:
+        del errors[n]
+    return found
+
+
 def _checked(
-    lines: Iterable[str] | IO[str], name: str, fail: ErrorAt, on_bad: OnBad | None
+    lines: Iterable[str] | IO[str],
+    name: str,
+    fail: ErrorAt,
+    undecoded: dict[int, UsageError] | None,
 ) -> Iterator[str]:
+    """The lines, checked: a byte that is not UTF-8 raises, or with ``undecoded`` is
+    noted there by line and shown as U+FFFD (quotes and line ends stay, so the record it
+    is in is read whole and then skipped)."""
     for n, text in enumerate(bounded_lines(lines, name=name), start=1):
         line = text.removeprefix("\ufeff") if n == 1 else text
         bad = _UNDECODED.search(line)
         if bad:
             err = fail(f"not UTF-8 text (byte 0x{ord(bad[0]) - 0xDC00:02x})", n)
-            if on_bad is None or n == 1:
+            if undecoded is None or n == 1:
                 raise err
-            on_bad(str(err))
-            line = "\n"  # a blank line in its place keeps the line numbers
+            undecoded[n] = err
+            line = _UNDECODED.sub("\ufffd", line)
         yield line
 
 

@@ -360,3 +360,28 @@ def test_a_row_csv_cannot_parse_is_skipped_and_the_next_read(tmp_path: Path) -> 
     }
     with pytest.raises(UsageError, match=r"d\.csv:3: not valid CSV"):
         list(open_source(f, "demand-csv", strict=True)[0])
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        b'1,"vc\n\xff\nx",1,0,5\n',  # the bad byte on a middle line of a quoted record
+        b'1,"vc\nx\xff",1,0,5\n',  # on the line that closes the quote
+    ],
+)
+def test_a_record_over_several_lines_with_a_bad_byte_is_skipped_whole(
+    tmp_path: Path, record: bytes
+) -> None:
+    """The whole record goes (not only its bad line), the rows after it are read, and its
+    job id does not count as seen."""
+    f = tmp_path / "jobs.csv"
+    f.write_bytes(
+        b"job_id,user,num_gpu,submit_time,duration\n" + record + b"1,vc,4,1,5\n2,vc,1,2,5\n"
+    )
+    bad: list[str] = []
+    _, jobs = _decode(list(open_source(f, "jobs-csv", on_bad=bad.append)[0]))
+    bad_line = 2 + record.split(b"\n").index(next(x for x in record.split(b"\n") if b"\xff" in x))
+    assert bad == [f"{f}:{bad_line}: not UTF-8 text (byte 0xff)"]
+    assert sorted((e.job, e.gpus) for e in jobs if e.event == "submit") == [("1", 4), ("2", 1)]
+    with pytest.raises(UsageError, match=rf"jobs\.csv:{bad_line}: not UTF-8"):
+        list(open_source(f, "jobs-csv", strict=True)[0])
