@@ -165,7 +165,8 @@ class PlanLoop:
 
     def _forget_silent(self, at: float) -> None:
         """Forget the tenants whose last window ended ``forget_after_s`` or more before
-        ``at`` (quotas stay: a silent tenant's nodes are still its own to lend)."""
+        ``at``; a forgotten tenant's quota stays until it holds none (its nodes are its
+        own to lend), then it goes with its damping history."""
         forget_s = self.settings.forget_after_s
         if forget_s <= 0:
             return
@@ -174,10 +175,10 @@ class PlanLoop:
             for kept in (self._learned, self._last, self._forecasts, self._outstanding):
                 kept.pop(t, None)
             self._errors.pop(t, None)
-            if self._quotas.get(t, 0) == 0:
-                self._quotas.pop(t, None)
-                self._reported.discard(t)
-                self.planner.forget(t)
+        for t in [t for t, q in self._quotas.items() if q == 0 and t not in self._learned]:
+            del self._quotas[t]
+            self._reported.discard(t)
+            self.planner.forget(t)
 
     def _active(self, at: float) -> list[str]:
         ttl = self.settings.tenant_ttl_windows

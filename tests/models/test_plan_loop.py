@@ -216,3 +216,28 @@ def test_a_tenant_whose_windows_change_length_starts_afresh_in_the_forecaster() 
     tenants = loop.forecaster.state_dict()["tenants"]
     assert tenants["vc-a"]["step"] == 300.0 and tenants["vc-a"]["n"] == 3
     assert tenants["vc-b"]["step"] == W and tenants["vc-b"]["n"] == 32
+
+
+def test_a_forgotten_tenant_that_later_lends_all_its_quota_goes_too() -> None:
+    """vc-gone holds quota when it is forgotten; once the planner has lent all of it
+    away, its quota entry and damping history go as well (they would stay forever)."""
+    day = 86_400.0
+    loop = PlanLoop(
+        LastValue(),
+        PlanLoopSettings(
+            capacity_gpus=32,
+            horizon_s=W,
+            initial_quotas={"vc-stay": 16, "vc-gone": 16},
+            forget_after_s=day,
+        ),
+    )
+    loop.plan_end(W, [_window("vc-stay", W, 2.0), _window("vc-gone", W, 2.0)])
+    end = W
+    while end < 3 * day:  # vc-stay alone; from day 2 it needs every GPU of the cluster
+        end += W
+        loop.plan_end(end, [_window("vc-stay", end, 2.0 if end < 2 * day else 32.0)])
+        if end == day + 2 * W:  # forgotten, still holding its quota
+            assert "vc-gone" not in loop.forecaster.tenants()
+            assert loop.quotas()["vc-gone"] == 16
+    assert loop.quotas() == {"vc-stay": 32}
+    assert "vc-gone" not in loop.state_dict()["planner"]["history"]
