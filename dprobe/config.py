@@ -389,8 +389,8 @@ class WorkerSettings:
             raise ConfigError(
                 "worker.plan_horizon_s must be > 0, move_latency_s and lend_horizon_s >= 0"
             )
-        if not self.shutdown_timeout_s > 0:
-            raise ConfigError("worker.shutdown_timeout_s must be > 0")
+        if not 0 < self.shutdown_timeout_s <= 3600:
+            raise ConfigError("worker.shutdown_timeout_s must be within (0, 3600] seconds")
         if not self.forget_tenant_after_s >= 0:
             raise ConfigError("worker.forget_tenant_after_s must be >= 0 (0: never)")
         _check_port("worker.metrics_port", self.metrics_port)

@@ -42,8 +42,8 @@ class ShutdownDeadline:
     _signal_stop_time: Any  # set by mode.Worker when the first signal arrives
 
     def __init__(self, *args: Any, shutdown_timeout_s: float = 25.0, **kwargs: Any) -> None:
-        if not shutdown_timeout_s > 0:
-            raise ValueError("shutdown_timeout_s must be > 0")
+        if not 0 < shutdown_timeout_s <= 3600:  # a timer much longer cannot be armed
+            raise ValueError("shutdown_timeout_s must be within (0, 3600] seconds")
         self.shutdown_timeout_s = shutdown_timeout_s
         self._deadline: threading.Timer | None = None
         super().__init__(*args, **kwargs)

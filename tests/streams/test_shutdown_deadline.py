@@ -82,7 +82,7 @@ def test_a_worker_that_stops_in_time_exits_0_without_waiting_for_the_deadline(
     assert "exiting now" not in out
 
 
-def test_the_deadline_must_be_positive() -> None:
+def test_the_deadline_must_be_positive_and_at_most_an_hour() -> None:
     import mode
 
     from dprobe.streams.shutdown_deadline import ShutdownDeadline
@@ -90,5 +90,10 @@ def test_the_deadline_must_be_positive() -> None:
     class Worker(ShutdownDeadline, mode.Worker):
         pass
 
-    with pytest.raises(ValueError, match="shutdown_timeout_s must be > 0"):
-        Worker(shutdown_timeout_s=0)
+    for wrong in (0, -1, 1e12):
+        with pytest.raises(ValueError, match=r"shutdown_timeout_s must be within \(0, 3600\]"):
+            Worker(shutdown_timeout_s=wrong)
+    from dprobe.config import ConfigError, WorkerSettings
+
+    with pytest.raises(ConfigError, match="shutdown_timeout_s"):
+        WorkerSettings(shutdown_timeout_s=1e12)
