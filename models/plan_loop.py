@@ -50,6 +50,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -62,6 +63,8 @@ from dprobe.models.forecast.target import demand_of
 from dprobe.models.planner import PlanInput, Planner, PlannerSettings, TenantState, ceil_to_node
 from dprobe.models.planner_events import scaling_events
 from dprobe.schema import ClusterReport, ScalingEvent, TenantWindow
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ class PlanLoop:
         self.settings_changed: str | None = None  # what load() found changed, if anything
         # forecasts that were NaN or infinite, planned as the tenant's demand now instead
         self.non_finite_forecasts = 0
+        self.forgotten_tenants = 0  # tenants forgotten after forget_after_s of silence
 
     # -- the loop ---------------------------------------------------------------------
     def plan_end(self, end: float, windows: list[TenantWindow]) -> list[ScalingEvent]:
@@ -170,7 +174,14 @@ class PlanLoop:
         forget_s = self.settings.forget_after_s
         if forget_s <= 0:
             return
-        for t in [t for t, end in self._learned.items() if end <= at - forget_s]:
+        gone = sorted(t for t, end in self._learned.items() if end <= at - forget_s)
+        if gone:
+            self.forgotten_tenants += len(gone)
+            log.info(
+                "forgot %d tenant(s) without a window for %g s: %s%s",
+                len(gone), forget_s, ", ".join(gone[:10]), " ..." if len(gone) > 10 else "",
+            )  # fmt: skip
+        for t in gone:
             forget(self.forecaster, t)
             for kept in (self._learned, self._last, self._forecasts, self._outstanding):
                 kept.pop(t, None)

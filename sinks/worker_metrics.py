@@ -24,7 +24,8 @@ Names (dashboards and alerts depend on them):
   ``dprobe_process_samples_total``, ``dprobe_snapshots_total``,
   ``dprobe_job_events_total``, ``dprobe_seq_resets_total``,
   ``dprobe_cluster_reports_total`` (scheduler reports taken by the planner),
-  ``dprobe_non_finite_forecasts_total`` (NaN or infinite forecasts the planner replaced)
+  ``dprobe_non_finite_forecasts_total`` (NaN or infinite forecasts the planner replaced),
+  ``dprobe_forgotten_tenants_total`` (tenants forgotten after ``forget_tenant_after_s``)
 - ``dprobe_processing_latency_seconds``: histogram, from the moment the watermark let a
   window close to its TenantWindow delivered, measured on this worker's monotonic clock
   (event time never enters it, so replays and accelerated clocks measure the same thing)
@@ -223,6 +224,8 @@ def _counter_families(s: WorkerStats) -> Iterator[Metric]:
          s.cluster_reports),
         ("dprobe_non_finite_forecasts", "NaN or infinite forecasts, each planned as the "
          "tenant's demand now instead", s.non_finite_forecasts),
+        ("dprobe_forgotten_tenants", "Tenants the planner forgot after forget_tenant_after_s "
+         "without a window", s.forgotten_tenants),
     ):  # fmt: skip
         yield CounterMetricFamily(name, doc, value=value)
     capacity = GaugeMetricFamily(

@@ -79,6 +79,7 @@ class WorkerStats:
     capacity_gpus: float | None = None  # what plans share (None: this worker does not plan)
     windows_emitted: int = 0
     non_finite_forecasts: int = 0  # NaN or infinite forecasts, planned as demand now instead
+    forgotten_tenants: int = 0  # tenants forgotten after forget_tenant_after_s of silence
     lost_snapshots: Counter[str] = field(default_factory=Counter)  # by host (see lose())
     _lost_at: dict[str, float] = field(default_factory=dict, repr=False)
     dead_letters: Counter[str] = field(default_factory=Counter)  # by reason

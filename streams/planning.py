@@ -131,12 +131,14 @@ class Planning:
             await self.store.journal(offset, raw)
         before = self.loop.planned_upto
         non_finite = self.loop.non_finite_forecasts
+        forgotten = self.loop.forgotten_tenants
         failure: PlanFailed | None = None
         try:
             events = self._step(message)
         except PlanFailed as exc:  # the ends that were planned still send their events
             events, failure = exc.events, exc
         self.stats.non_finite_forecasts += self.loop.non_finite_forecasts - non_finite
+        self.stats.forgotten_tenants += self.loop.forgotten_tenants - forgotten
         async with _delivering(f"{len(events)} scaling event(s)", offset):
             await self.events.send_all([(ev.tenant.encode(), schema.encode(ev)) for ev in events])
         for ev in events:

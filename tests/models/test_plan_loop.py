@@ -179,6 +179,7 @@ def test_a_tenant_silent_for_the_forget_time_is_forgotten_but_keeps_its_quota() 
     end += W
     loop.plan_end(end, [_window("vc-stay", end, 2.0)])
     assert loop.forecaster.tenants() == ["vc-stay"]
+    assert loop.forgotten_tenants == 2
     state = loop.state_dict()
     assert set(state["learned"]) == set(state["last"]) == {"vc-stay"}
     assert {t for t, *_ in state["outstanding"]} <= {"vc-stay"}

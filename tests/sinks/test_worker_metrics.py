@@ -27,6 +27,7 @@ def _populated() -> WorkerStats:
     s = WorkerStats()
     s.snapshots, s.process_samples, s.duplicates, s.late_partials = 40, 320, 3, 2
     s.late_job_events = 5
+    s.forgotten_tenants = 6
     s.windows_emitted, s.job_events, s.resets = 11, 5, 1
     s.lost_snapshots["gpu-7"] += 4
     s.dead_letter("malformed_json")
@@ -99,6 +100,7 @@ def test_counters_and_latency_histogram() -> None:
     assert _get(m, "dprobe_late_job_events_total") == 5.0
     assert _get(m, "dprobe_windows_emitted_total") == 11.0
     assert _get(m, "dprobe_process_samples_total") == 320.0
+    assert _get(m, "dprobe_forgotten_tenants_total") == 6.0
     h = "dprobe_processing_latency_seconds"
     # delays 0.04, 0.3, 0.5, 7.0, 400.0: le is inclusive (0.5 falls in le="0.5")
     assert _get(m, f"{h}_bucket", le="0.05") == 1.0
