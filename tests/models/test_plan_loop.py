@@ -150,21 +150,21 @@ def test_hold_keeps_what_a_tenant_needs_within_the_lend_horizon() -> None:
     assert events(3600.0) == {"vc-a": 24.0, "vc-b": -24.0}
 
 
+def _forgetting_loop(quotas: dict[str, int], forget_after_s: float) -> PlanLoop:
+    """A last-value loop over 32 GPUs planning one window ahead, forgetting tenants."""
+    settings = PlanLoopSettings(
+        capacity_gpus=32, horizon_s=W, initial_quotas=quotas, forget_after_s=forget_after_s
+    )
+    return PlanLoop(LastValue(), settings)
+
+
 def test_a_tenant_silent_for_the_forget_time_is_forgotten_but_keeps_its_quota() -> None:
     """vc-gone holds quota and vc-left holds none; both stop sending windows. After
     ``forget_after_s`` neither is in the forecaster, the loop's state or its views, vc-gone
     keeps its quota (still its to lend) and vc-left leaves the quotas; vc-stay is untouched.
     A window of a forgotten time is not learned; a new one makes the tenant new."""
     day = 86_400.0
-    loop = PlanLoop(
-        LastValue(),
-        PlanLoopSettings(
-            capacity_gpus=32,
-            horizon_s=W,
-            initial_quotas={"vc-stay": 16, "vc-gone": 16, "vc-left": 0},
-            forget_after_s=day,
-        ),
-    )
+    loop = _forgetting_loop({"vc-stay": 16, "vc-gone": 16, "vc-left": 0}, day)
     for k in range(1, 4):  # vc-left runs nothing: it never borrows
         demand = {"vc-stay": 2.0, "vc-gone": 2.0, "vc-left": 0.0}
         loop.plan_end(k * W, [_window(t, k * W, d) for t, d in demand.items()])
@@ -223,15 +223,7 @@ def test_a_forgotten_tenant_that_later_lends_all_its_quota_goes_too() -> None:
     """vc-gone holds quota when it is forgotten; once the planner has lent all of it
     away, its quota entry and damping history go as well (they would stay forever)."""
     day = 86_400.0
-    loop = PlanLoop(
-        LastValue(),
-        PlanLoopSettings(
-            capacity_gpus=32,
-            horizon_s=W,
-            initial_quotas={"vc-stay": 16, "vc-gone": 16},
-            forget_after_s=day,
-        ),
-    )
+    loop = _forgetting_loop({"vc-stay": 16, "vc-gone": 16}, day)
     loop.plan_end(W, [_window("vc-stay", W, 2.0), _window("vc-gone", W, 2.0)])
     end = W
     while end < 3 * day:  # vc-stay alone; from day 2 it needs every GPU of the cluster
