@@ -221,6 +221,7 @@ class MultiTaskForecaster:
         self._hist: dict[str, TenantHistory] = {}
         self._origins: dict[str, deque[Origin]] = {}
         self._slots: dict[str, int] = {}
+        self._free: list[int] | None = None  # slots no tenant holds, highest first (cache)
         self._waiting: dict[str, list[float]] = {}  # first windows of unknown length
         self._new_rows = 0
         self._steps = 0
@@ -238,14 +239,20 @@ class MultiTaskForecaster:
         return TenantHistory(step_s=step_s, length=length)
 
     def _slot(self, tenant: str) -> int:
+        """The tenant's embedding slot: for a new tenant the lowest slot no tenant holds
+        (started from the generic embedding), or, with every slot held, one shared by a
+        stable hash (assumption)."""
         slot = self._slots.get(tenant)
         if slot is None:
-            if len(self._slots) < self.max_tenants:
-                slot = len(self._slots) + 1
+            if self._free is None:
+                held = set(self._slots.values())
+                self._free = [i for i in range(self.max_tenants, 0, -1) if i not in held]
+            if self._free:
+                slot = self._free.pop()
                 with torch.no_grad():  # a new tenant starts from the generic embedding
                     self._net.embed.weight[slot] = self._net.embed.weight[0]
                     self._ema.embed.weight[slot] = self._ema.embed.weight[0]
-            else:  # beyond capacity, tenants share slots by a stable hash (assumption)
+            else:
                 slot = zlib.crc32(tenant.encode()) % self.max_tenants + 1
             self._slots[tenant] = slot
         return slot
@@ -467,12 +474,17 @@ class MultiTaskForecaster:
         }
 
     def forget(self, tenant: str) -> None:
-        """Drop ``tenant``'s history and the forecasts it has not scored yet; the network,
-        the replay buffer and the tenant's embedding slot are shared and stay (a tenant
-        that comes back keeps its slot)."""
+        """Drop ``tenant``'s history, the forecasts it has not scored yet and its
+        embedding slot; the network is shared and stays. A slot no other tenant shares
+        is free for the next new tenant, and the tenant's rows in the replay buffer train
+        the generic embedding from now on (so they do not shape the next owner's)."""
         self._hist.pop(tenant, None)
         self._origins.pop(tenant, None)
         self._waiting.pop(tenant, None)
+        slot = self._slots.pop(tenant, None)
+        if slot is not None and slot not in self._slots.values():
+            self._buffer.tenant[self._buffer.tenant == slot] = 0
+            self._free = None  # found again when the next new tenant comes
         if self._jobs is not None:
             self._jobs.forget(tenant)
 
@@ -531,6 +543,7 @@ class MultiTaskForecaster:
         self._buffer.load_state(state["buffer"])
         self._hist = {t: TenantHistory.from_state(h) for t, h in state["hist"].items()}
         self._slots = dict(state["slots"])
+        self._free = None
         self._origins = {}
         for t, d in state["origins"].items():
             origins: deque[Origin] = deque()

@@ -221,3 +221,30 @@ def test_a_nan_input_of_one_tenant_cannot_poison_the_others(field: str) -> None:
         out = m.forecast(tenant, [STEP, 6 * STEP])
         assert all(np.isfinite(v) for pair in out.values() for v in pair), (tenant, out)
     assert all(torch.isfinite(p).all() for p in m._ema.parameters())
+
+
+def test_a_forgotten_tenants_slot_goes_to_the_next_new_tenant() -> None:
+    """Two slots: with both held, a third tenant shares one by hash; once vc-a is
+    forgotten, vc-c gets vc-a's slot, started from the generic embedding, and vc-a's rows
+    in the replay buffer train the generic embedding instead."""
+    from .forecast_cases import SMALL_SETTINGS
+
+    def model() -> MultiTaskForecaster:
+        return MultiTaskForecaster(max_tenants=2, seed=0, **SMALL_SETTINGS["dprobe-mmoe"])
+
+    m, kept = model(), model()
+    for n in range(60):
+        for f in (m, kept):
+            f.learn_one(win("vc-a", n, 10.0 + n % 3))
+            f.learn_one(win("vc-b", n, 4.0))
+    slot_a = m.state_dict()["slots"]["vc-a"]
+    assert (m._buffer.tenant[: len(m._buffer)] == slot_a).any()
+    m.forget("vc-a")
+    assert not (m._buffer.tenant[: len(m._buffer)] == slot_a).any()
+    generic = m._net.embed.weight[0].detach().clone()
+    m.learn_one(win("vc-c", 60, 7.0))
+    kept.learn_one(win("vc-c", 60, 7.0))
+    assert m.state_dict()["slots"] == {"vc-b": 3 - slot_a, "vc-c": slot_a}
+    assert torch.equal(m._net.embed.weight[slot_a], generic)
+    assert kept.state_dict()["slots"]["vc-c"] in (1, 2)  # shared with vc-a or vc-b
+    assert set(kept.state_dict()["slots"]) == {"vc-a", "vc-b", "vc-c"}
