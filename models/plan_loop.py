@@ -17,8 +17,9 @@ is ``capacity_gpus`` and, at the first plan, it is split in whole nodes evenly b
 tenants seen (an assumption); a tenant that appears later starts at 0 and borrows idle
 nodes. A tenant that holds quota but has sent nothing for ``tenant_ttl_windows`` windows
 is planned as idle (its nodes can be lent). A tenant silent for ``forget_after_s`` (a
-week) is forgotten: the forecaster's state of it, its forecasts and errors, and, where it
-holds no quota, its damping history; it is a new tenant if it comes back. So memory and
+week) is forgotten: the forecaster's state of it, its forecasts and errors; its quota
+stays until it holds none, then goes with its damping history; it is a new tenant if it
+comes back. So memory and
 checkpoints follow the tenants of the last week, not every tenant ever seen. Quotas the
 loop only guessed that no longer fit a smaller capacity shrink in proportion to what each
 holds, in whole nodes, to what the reported quotas leave. A tenant whose windows change
