@@ -303,11 +303,14 @@ def read_file(
     raise UsageError(f"unknown trace format {fmt!r} (choose from {', '.join(FORMATS)})")
 
 
-def read_trace(path: str | Path, fmt: TraceFormat) -> Iterator[DemandPoint]:
+def read_trace(
+    path: str | Path, fmt: TraceFormat, *, on_bad: OnBad | None = None
+) -> Iterator[DemandPoint]:
     """Points of a file or folder, merged in time order across files (ties keep file order).
 
     Each file must itself be in time order (both formats are); a point earlier than the
-    previous one of the same file raises :class:`TraceFormatError`.
+    previous one of the same file raises :class:`TraceFormatError`, or with ``on_bad`` is
+    passed to it and skipped, like every bad row.
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -316,20 +319,25 @@ def read_trace(path: str | Path, fmt: TraceFormat) -> Iterator[DemandPoint]:
     >>> [(p.ts, p.tenant) for p in read_trace(d, "demand-csv")]
     [(0.0, 'a'), (60.0, 'b'), (120.0, 'a')]
     """
-    streams = [_ordered(read_file(f, fmt)) for f in trace_files(path, fmt)]
+    streams = [
+        _in_time_order(read_file(f, fmt, on_bad=on_bad), on_bad) for f in trace_files(path, fmt)
+    ]
     if len(streams) == 1:
         return streams[0]
     return heapq.merge(*streams, key=lambda pt: pt.ts)
 
 
-def _ordered(points: Iterator[DemandPoint]) -> Iterator[DemandPoint]:
+def _in_time_order(points: Iterator[DemandPoint], on_bad: OnBad | None) -> Iterator[DemandPoint]:
     last = -math.inf
-    for pt in points:
+    then = "row skipped" if on_bad else "sort the file by time"
+
+    def ordered(line: int, pt: DemandPoint) -> DemandPoint:
+        nonlocal last
         if pt.ts < last:
             raise TraceFormatError(
-                f"time goes backwards ({pt.ts} after {last}); sort the file by time",
-                path=pt.path,
-                line=pt.line,
+                f"time goes backwards ({pt.ts} after {last}); {then}", path=pt.path, line=line
             )
         last = pt.ts
-        yield pt
+        return pt
+
+    return parsed_rows(((pt.line, pt) for pt in points), ordered, on_bad)

@@ -24,16 +24,14 @@ Example:
 
 from __future__ import annotations
 
-import heapq
 import itertools
-import math
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
 from dprobe.errors import UsageError
 from dprobe.traces.archive_reader import archive_files, count_records, read_archive
-from dprobe.traces.demand_series import DemandPoint, TraceFormatError, read_file, trace_files
+from dprobe.traces.demand_series import read_trace
 from dprobe.traces.jobs_csv import DEFAULT_TIME_UNIT_S, iter_jobs
 from dprobe.traces.replay_demand import DemandLayout, demand_records
 from dprobe.traces.replay_jobs import jobs_records
@@ -57,35 +55,12 @@ def open_source(
         return read_archive(path, files), count_records(files)
     skip = None if strict else on_bad  # readers skip bad rows only when given on_bad
     if fmt in ("demand-csv", "helios-vc"):
-        streams = [
-            _in_time_order(read_file(f, fmt, on_bad=skip), on_bad, strict)  # type: ignore[arg-type]
-            for f in trace_files(path, fmt)  # type: ignore[arg-type]
-        ]
-        points = heapq.merge(*streams, key=lambda pt: pt.ts)
+        points = read_trace(path, fmt, on_bad=skip)  # type: ignore[arg-type]
         return demand_records(points, layout), None
     if fmt == "jobs-csv":
         jobs = list(iter_jobs(path, time_unit_s=time_unit_s, on_bad=skip))
         return jobs_records(jobs, layout), None
     raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
-
-
-def _in_time_order(
-    points: Iterator[DemandPoint], on_bad: Callable[[str], None], strict: bool
-) -> Iterator[DemandPoint]:
-    last = -math.inf
-    for pt in points:
-        if pt.ts < last:
-            err = TraceFormatError(
-                f"time goes backwards ({pt.ts} after {last}); row skipped",
-                path=pt.path,
-                line=pt.line,
-            )
-            if strict:
-                raise err
-            on_bad(str(err))
-            continue
-        last = pt.ts
-        yield pt
 
 
 def first_hours(records: Iterable[ReplayRecord], hours: float) -> Iterator[ReplayRecord]:
