@@ -136,8 +136,7 @@ class PlanLoop:
         is one so old that its tenant would be forgotten at once."""
         if window.window_end <= self._learned.get(window.tenant, -math.inf):
             return
-        forget_s = self.settings.forget_after_s
-        if forget_s > 0 and window.window_end <= self._planned_upto - forget_s:
+        if window.window_end <= self._forget_before(self._planned_upto):
             return
         last = self._last.get(window.tenant)
         if last is not None and _other_length(last, window):
@@ -172,25 +171,37 @@ class PlanLoop:
         """Forget the tenants whose last window ended ``forget_after_s`` or more before
         ``at``; a forgotten tenant's quota stays until it holds none (its nodes are its
         own to lend), then it goes with its damping history."""
-        forget_s = self.settings.forget_after_s
-        if forget_s <= 0:
+        before = self._forget_before(at)
+        if before == -math.inf:
             return
-        gone = sorted(t for t, end in self._learned.items() if end <= at - forget_s)
+        gone = sorted(t for t, end in self._learned.items() if end <= before)
         if gone:
             self.forgotten_tenants += len(gone)
             log.info(
                 "forgot %d tenant(s) without a window for %g s: %s%s",
-                len(gone), forget_s, ", ".join(gone[:10]), " ..." if len(gone) > 10 else "",
+                len(gone), self.settings.forget_after_s, ", ".join(gone[:10]),
+                " ..." if len(gone) > 10 else "",
             )  # fmt: skip
         for t in gone:
             forget(self.forecaster, t)
-            for kept in (self._learned, self._last, self._forecasts, self._outstanding):
+            for kept in (
+                self._learned,
+                self._last,
+                self._forecasts,
+                self._outstanding,
+                self._errors,
+            ):
                 kept.pop(t, None)
-            self._errors.pop(t, None)
         for t in [t for t, q in self._quotas.items() if q == 0 and t not in self._learned]:
             del self._quotas[t]
             self._reported.discard(t)
             self.planner.forget(t)
+
+    def _forget_before(self, at: float) -> float:
+        """Windows ending at or before this are too old to keep at ``at`` (``-inf``: the
+        loop never forgets)."""
+        forget_s = self.settings.forget_after_s
+        return at - forget_s if forget_s > 0 else -math.inf
 
     def _active(self, at: float) -> list[str]:
         ttl = self.settings.tenant_ttl_windows
