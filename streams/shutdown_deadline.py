@@ -45,7 +45,6 @@ class ShutdownDeadline:
         if not 0 < shutdown_timeout_s <= 3600:  # a timer much longer cannot be armed
             raise ValueError("shutdown_timeout_s must be within (0, 3600] seconds")
         self.shutdown_timeout_s = shutdown_timeout_s
-        self._deadline: threading.Timer | None = None
         super().__init__(*args, **kwargs)
 
     def _schedule_shutdown(self, signal: signal.Signals) -> None:
@@ -53,13 +52,13 @@ class ShutdownDeadline:
             self._give_up(f"{signal.name} received again while stopping")
             return
         super()._schedule_shutdown(signal)  # type: ignore[misc]
-        self._deadline = threading.Timer(
+        deadline = threading.Timer(
             self.shutdown_timeout_s,
             self._give_up,
             args=(f"still stopping {self.shutdown_timeout_s:g} s after {signal.name}",),
         )
-        self._deadline.daemon = True  # a worker that stops in time is not held up by it
-        self._deadline.start()
+        deadline.daemon = True  # a worker that stops in time is not held up by it
+        deadline.start()
 
     def _give_up(self, why: str) -> None:
         log.error(
