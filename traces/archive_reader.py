@@ -83,15 +83,55 @@ def archive_files(path: str | Path) -> list[ArchiveFile]:
 
 
 def count_records(files: list[ArchiveFile]) -> int:
-    """Rows in ``files``, from the Parquet footers (no data read); an unreadable footer
-    is a ``UsageError`` naming the file."""
+    """Records in ``files``, from the Parquet footers (no data read); an unreadable footer
+    is a ``UsageError`` naming the file. A record stored in two files counts once where the
+    files say so: a file whose rows fill its offset range (``oFIRST-oLAST``, the rule for
+    Kafka's plain topics) adds only the offsets that no file before it covered.
+
+    >>> from pathlib import Path
+    >>> import tempfile
+    >>> from dprobe.schema import JobEvent, encode
+    >>> from dprobe.sinks.archive_schema import row_of
+    >>> from dprobe.sinks.parquet_archive import ArchiveWriter
+    >>> d = tempfile.mkdtemp()
+    >>> for offsets in ([0, 1, 2], [1, 2, 3]):  # two archivers flushed offsets 1-2
+    ...     w = ArchiveWriter(d, fsync=False)
+    ...     for i in offsets:
+    ...         ev = JobEvent(ts=60.0 * i, event="submit", job=f"j{i}", tenant="a", gpus=1)
+    ...         w.add("jobs", row_of("jobs", ev, key=None, value=encode(ev),
+    ...                              partition=0, offset=i, timestamp_ms=None))
+    ...     _ = w.flush()
+    >>> count_records(archive_files(d)), len(list(read_archive(d)))
+    (4, 4)
+    """
     total = 0
-    for f in files:
+    covered: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    for f in sorted(files, key=lambda f: (f.kind, f.partition, f.first, f.last)):
         try:
-            total += pq.ParquetFile(f.path).metadata.num_rows
+            rows = pq.ParquetFile(f.path).metadata.num_rows
         except (OSError, ValueError) as exc:
             raise UsageError(f"{f.path}: unreadable Parquet file: {exc}") from None
+        if rows == f.last - f.first + 1:
+            spans = covered[(f.kind, f.partition)]
+            rows -= sum(max(0, min(hi, f.last) - max(lo, f.first) + 1) for lo, hi in spans)
+            covered[(f.kind, f.partition)] = _merged([*spans, (f.first, f.last)])
+        total += rows
     return total
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Inclusive ranges as disjoint ones.
+
+    >>> _merged([(0, 4), (2, 9), (11, 12)])
+    [(0, 9), (11, 12)]
+    """
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
 
 
 def read_archive(

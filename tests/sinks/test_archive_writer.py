@@ -14,7 +14,7 @@ from dprobe import schema
 from dprobe.sinks import parquet_archive
 from dprobe.sinks.archive_schema import row_of
 from dprobe.sinks.parquet_archive import ArchiveWriter, list_files
-from dprobe.traces.archive_reader import archive_files, read_archive
+from dprobe.traces.archive_reader import archive_files, count_records, read_archive
 from dprobe.traces.replay_record import ReplayRecord
 from tests.streams.helpers import make_snapshots
 
@@ -209,6 +209,25 @@ def test_a_record_in_two_files_is_read_once(tmp_path: Path) -> None:
     assert sorted(s.seq for s in samples) == sorted([*range(30), 0, 1, 2])
     assert [r.key for r in got if r.kind == "jobs"] == [b"j1"]
     assert [r.ts for r in got] == sorted(r.ts for r in got)
+    assert count_records(archive_files(tmp_path)) == len(got)  # replay's progress total
+
+
+def test_the_record_count_keeps_every_record_of_a_file_with_offset_gaps(
+    tmp_path: Path,
+) -> None:
+    """A file whose offsets have gaps (a compacted or transactional topic) does not say
+    which offsets it holds: its rows all count, so the total never falls below what is read."""
+    snaps = make_snapshots(hosts=1, ticks=6, t0=T0)
+    dense = ArchiveWriter(tmp_path)
+    _add_snapshots(dense, snaps[:3], partition=0, first=0)  # offsets 0-2
+    dense.flush()
+    sparse = ArchiveWriter(tmp_path)
+    for offset in (1, 3, 5):  # offset 1 again (a copy); 3 and 5 new
+        _add_snapshots(sparse, [snaps[offset]], partition=0, first=offset)
+    sparse.flush()
+    read = [schema.decode_snapshot(r.value).seq for r in read_archive(tmp_path)]
+    assert read == [0, 1, 2, 3, 5]
+    assert count_records(archive_files(tmp_path)) == 3 + 3
 
 
 def test_failed_write_leaves_old_file_and_no_partial_file(
