@@ -431,7 +431,7 @@ def _check_demand_settings(s: WorkerSettings) -> None:
 
 @dataclass(frozen=True)
 class ArchiveSettings:
-    """``dprobe archive``: hourly Parquet files of the raw topics (samples, jobs)."""
+    """``dprobe archive``: hourly Parquet files of the raw topics (samples, jobs, cluster)."""
 
     section = "archive"
 

@@ -74,6 +74,7 @@ DEADLETTER_REASONS = (
     "inconsistent",
     "clock_skew",
     "processing_error",
+    "state_full",
 )
 QUANTILES = (("0.5", 0), ("0.9", 1))  # label value, index in the (p50, p90) pair
 

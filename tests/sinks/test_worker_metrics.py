@@ -185,3 +185,13 @@ def test_hosts_without_a_loss_for_a_day_leave_the_lost_snapshots_counter() -> No
     assert s.lost_snapshots == {"gpu-kept": 2, "gpu-new": 3}  # gpu-old: a day without loss
     s.lose("gpu-old", 1, now=LOST_HOST_TTL_S + 2.0)  # back: a new series from 1
     assert s.lost_snapshots["gpu-old"] == 1
+
+
+def test_the_worker_s_own_dead_letter_reasons_are_exported_at_0() -> None:
+    """The alert on dead letters relies on increase() over a series that exists before
+    the first one: every reason the worker itself gives is known in advance."""
+    from dprobe.sinks.worker_metrics import DEADLETTER_REASONS
+    from dprobe.streams.deadletter import ProcessingError
+    from dprobe.streams.state.bounds import StateFull
+
+    assert {ProcessingError.reason, StateFull.reason, "clock_skew"} <= set(DEADLETTER_REASONS)
