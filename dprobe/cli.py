@@ -3,10 +3,11 @@
     dprobe [--bootstrap HOST:PORT] [--config FILE] COMMAND ...
 
 Contract (scripts depend on it): ``--json`` prints one JSON document on stdout and nothing
-else there (``events --json``, a tail: one per line); human text goes to stderr. Exit 0 on success, 2 on bad usage or bad input
-(one-line reason), 1 on other failures. When stdout is a pipe whose reader has gone
-(``dprobe collect --once | head -1``), the command ends quietly with 141, the status a
-shell reports for a tool that SIGPIPE ended (``dprobe events`` ends its tail with 0).
+else there (``events --json``, a tail: one per line); human text goes to stderr. Exit 0 on
+success, 2 on bad usage or bad input (one-line reason), 1 on other failures. When stdout
+is a pipe whose reader has gone (``dprobe collect --once | head -1``), the command ends
+quietly with 141, the status a shell reports for a tool that SIGPIPE ended (``dprobe
+events`` ends its tail with 0).
 
 Example:
     >>> main(["broker", "--help"])  # doctest: +SKIP
