@@ -16,7 +16,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import itertools
+import logging
 import math
 import os
 import re
@@ -85,6 +87,11 @@ class Secret:
         return hash(self._value)
 
 
+# the SASL mechanisms a user name and password configure (Kerberos and OAuth are not
+# supported: they need a ticket library or a token provider)
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
 @dataclass(frozen=True)
 class KafkaSettings:
     """Kafka client settings passed to every producer, consumer, admin client and faust app.
@@ -113,6 +120,29 @@ class KafkaSettings:
             raise ConfigError(f"kafka.security_protocol must be one of {sorted(allowed)}")
         if self.security_protocol.startswith("SASL") and not self.sasl_mechanism:
             raise ConfigError("kafka.sasl_mechanism is required with a SASL security_protocol")
+        if self.sasl_mechanism and self.sasl_mechanism not in SASL_MECHANISMS:
+            raise ConfigError(
+                f"kafka.sasl_mechanism must be one of {', '.join(SASL_MECHANISMS)}, "
+                f"not {self.sasl_mechanism!r}"
+            )
+        sasl = self.security_protocol.startswith("SASL")
+        if sasl and not (self.sasl_username and self.sasl_password):
+            raise ConfigError(
+                f"kafka.sasl_username and kafka.sasl_password are required with "
+                f"sasl_mechanism {self.sasl_mechanism}"
+            )
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ConfigError(f"kafka.{name}: {path}: no such file")
+        if self.security_protocol in {"SSL", "SASL_SSL"}:
+            try:
+                self.ssl_context()
+            except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+                raise ConfigError(
+                    "kafka.ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password: "
+                    f"cannot load them: {exc}"
+                ) from None
 
     def topic(self, name: str) -> str:
         """Full topic name: ``topic("samples") -> "dprobe.samples"``."""
@@ -554,11 +584,13 @@ def load(
     """
     env = os.environ if env is None else env
     doc: dict[str, Any] = {}
+    where = ""
     if file:
         path = Path(file).expanduser()
         doc = _read_toml(path)
         _check_sections(doc, path)
-    return _build(cls, dict(cli or {}), env, doc)
+        where = f"config file {path}: "
+    return _build(cls, dict(cli or {}), env, doc, where)
 
 
 def _check_sections(doc: dict[str, Any], path: Path) -> None:
@@ -605,32 +637,43 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: {exc}") from None
 
 
-def _build(cls: type[S], cli: dict[str, Any], env: Mapping[str, str], doc: dict[str, Any]) -> S:
+def _build(
+    cls: type[S],
+    cli: dict[str, Any],
+    env: Mapping[str, str],
+    doc: dict[str, Any],
+    where: str = "",
+) -> S:
+    """``cls`` from its sources; ``where`` names the config file in error lines."""
     section: str = getattr(cls, "section")  # noqa: B009 - class attribute, not a field
     table = doc.get(section, {})
     if not isinstance(table, dict):
-        raise ConfigError(f"[{section}] in the config file must be a table")
+        raise ConfigError(f"{where}[{section}] must be a table")
     hints = get_type_hints(cls)
     values: dict[str, Any] = {}
-    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = set(table) - known
+    given: dict[str, str] = {}  # field -> where its value came from, for error lines
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    unknown = set(table) - {f.name for f in fields}
     if unknown:
-        raise ConfigError(f"[{section}] has unknown settings: {', '.join(sorted(unknown))}")
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        raise ConfigError(f"{where}[{section}] has unknown settings: {', '.join(sorted(unknown))}")
+    env_keys = {f.name: _env_key(section, f.name) for f in fields}
+    _warn_unknown_env(section, env, set(env_keys.values()))
+    for f in fields:
         hint = hints[f.name]
         if hint is KafkaSettings:
             kafka_cli = {"bootstrap": cli.get("bootstrap")}
-            values[f.name] = _build(KafkaSettings, kafka_cli, env, doc)
+            values[f.name] = _build(KafkaSettings, kafka_cli, env, doc, where)
             continue
-        env_key = f"DPROBE_{section.upper()}_{f.name.upper()}"
-        if section == "kafka" and f.name == "bootstrap":
-            env_key = "DPROBE_KAFKA_BOOTSTRAP"
+        env_key = env_keys[f.name]
         if cli.get(f.name) is not None:
             raw, origin = cli[f.name], f"--{f.name.replace('_', '-')}"
+            source = f"{f.name} = {{}} on the command line"
         elif env_key in env:
-            raw, origin = env[env_key], env_key
+            raw, origin = env[env_key], f"environment {env_key}"
+            source = f"{env_key}={{}} in the environment"
         elif f.name in table:
-            raw, origin = table[f.name], f"[{section}] {f.name}"
+            raw, origin = table[f.name], f"{where}[{section}] {f.name}"
+            source = f"{f.name} = {{}} in [{section}] of {where.removesuffix(': ')}"
         else:
             continue
         try:
@@ -639,12 +682,72 @@ def _build(cls: type[S], cli: dict[str, Any], env: Mapping[str, str], doc: dict[
             values[f.name] = _convert(raw, hint)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{origin}: {exc}") from None
+        secret = hint is Secret or isinstance(values[f.name], Secret)
+        given[f.name] = source.format("(hidden)" if secret else _shown(raw))
     try:
         return cls(**values)
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"[{section}]: {exc}") from None
+    except (ConfigError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{exc}{_given_in(str(exc), section, given)}") from None
+
+
+def _env_key(section: str, name: str) -> str:
+    """The environment variable of a setting.
+
+    >>> _env_key("worker", "window_s"), _env_key("kafka", "bootstrap")
+    ('DPROBE_WORKER_WINDOW_S', 'DPROBE_KAFKA_BOOTSTRAP')
+    """
+    return f"DPROBE_{section.upper()}_{name.upper()}"
+
+
+# variables of the local broker's script (infra/kafka/kafka.sh) that share the kafka prefix
+_BROKER_SCRIPT_ENV = frozenset(
+    f"DPROBE_KAFKA_{n}"
+    for n in (
+        "PORT",
+        "CONTROLLER_PORT",
+        "HEAP",
+        "LIB_DIR",
+        "STATE_DIR",
+        "START_TIMEOUT_S",
+        "SASL_USER",
+        "SASL_PASSWORD",
+    )
+)
+_warned_env: set[str] = set()
+_log = logging.getLogger(__name__)
+
+
+def _warn_unknown_env(section: str, env: Mapping[str, str], known: set[str]) -> None:
+    """Log once each ``DPROBE_<SECTION>_*`` variable that names no setting of ``section``
+    (a misspelt one would otherwise be ignored without a word)."""
+    prefix = f"DPROBE_{section.upper()}_"
+    for key in env:
+        if not key.startswith(prefix) or key in known or key in _BROKER_SCRIPT_ENV:
+            continue
+        if key in _warned_env:
+            continue
+        _warned_env.add(key)
+        near = difflib.get_close_matches(key, sorted(known), n=1)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        _log.warning("environment variable %s is not a %s setting: ignored%s", key, section, hint)
+
+
+def _given_in(message: str, section: str, given: dict[str, str]) -> str:
+    """Where the settings an error line names came from (`` (given: ...)``), if given.
+
+    >>> _given_in("worker.grace_s must be >= 0", "worker",
+    ...           {"grace_s": "DPROBE_WORKER_GRACE_S='-5' in the environment"})
+    " (given: DPROBE_WORKER_GRACE_S='-5' in the environment)"
+    >>> _given_in("worker.grace_s must be >= 0", "worker", {})
+    ''
+    """
+    named = [
+        text
+        for name, text in given.items()
+        if re.search(rf"(?<![\w.]){re.escape(section)}\.{re.escape(name)}\b", message)
+        or re.search(rf"(?<![\w.]){re.escape(name)}\b", message)
+    ]
+    return f" (given: {'; '.join(named)})" if named else ""
 
 
 def _join_servers(raw: list[Any]) -> str:

@@ -10,9 +10,10 @@ ever part of the message.
 
 Example:
     >>> import logging
-    >>> from dprobe.config import KafkaSettings
+    >>> from dprobe.config import KafkaSettings, Secret
     >>> k = KafkaSettings(bootstrap="b:9092", security_protocol="SASL_PLAINTEXT",
-    ...                   sasl_mechanism="SCRAM-SHA-512", sasl_username="ops")
+    ...                   sasl_mechanism="SCRAM-SHA-512", sasl_username="ops",
+    ...                   sasl_password=Secret("pw"))
     >>> with watching_auth() as watch:
     ...     logging.getLogger("aiokafka.conn").error(
     ...         "[Error 58] SaslAuthenticationFailed: Authentication failed")

@@ -71,7 +71,10 @@ def test_broker_ports_out_of_range_exit_2(
 ) -> None:
     assert main(["broker", "status", *flags]) == 2
     out, err = capsys.readouterr()
-    assert err.strip().splitlines() == [f"dprobe broker: {message}"]
+    name, value = flags[0].removeprefix("--").replace("-", "_"), flags[1]
+    assert err.strip().splitlines() == [
+        f"dprobe broker: {message} (given: {name} = {value} on the command line)"
+    ]
     assert out == ""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import certifi
 import pytest
 
 from dprobe.config import (
@@ -203,7 +204,35 @@ def test_the_shipped_settings_files_load(tmp_path: Path, cls: type) -> None:
         load(cls, env={}, file=ROOT / "infra" / "systemd" / shipped)
     readme = (ROOT / "README.md").read_text()
     block = readme.split("```toml\n[kafka]", 1)[1].split("```", 1)[0]  # "## Settings"
+    block = block.replace("/etc/dprobe/ca.pem", certifi.where())  # a CA file that exists
     load(cls, env={}, file=_toml(tmp_path, "[kafka]" + block))
+
+
+@pytest.mark.parametrize(
+    ("toml", "error"),
+    [
+        ('ssl_cafile = "{missing}"', r"kafka\.ssl_cafile: .*nowhere\.pem: no such file"),
+        ('ssl_cafile = "{garbage}"', r"kafka\.ssl_cafile, .*cannot load them"),
+        ('ssl_cafile = "{ca}"\nssl_certfile = "{missing}"', r"kafka\.ssl_certfile: .*no such"),
+        ('sasl_mechanism = "SCRAM-SHA-999"', r"sasl_mechanism must be one of PLAIN, SCRAM"),
+        ('sasl_mechanism = "PLAIN"\nsasl_username = "ops"', r"sasl_password are required"),
+    ],
+)
+def test_tls_and_sasl_settings_that_cannot_work_exit_2_naming_them(
+    tmp_path: Path, toml: str, error: str
+) -> None:
+    """A client given them would fail deep inside the Kafka library (a traceback without
+    the file's name, exit 1; a collector would restart in a loop): refuse them up front."""
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    body = toml.format(missing=tmp_path / "nowhere.pem", garbage=garbage, ca=certifi.where())
+    text = f'[kafka]\nsecurity_protocol = "SASL_SSL"\nsasl_mechanism = "PLAIN"\n{body}\n'
+    if "sasl_mechanism" in body:  # the case sets its own
+        text = f'[kafka]\nsecurity_protocol = "SASL_SSL"\n{body}\n'
+    if "sasl_username" not in body:
+        text += 'sasl_username = "ops"\nsasl_password = "pw"\n'
+    with pytest.raises(ConfigError, match=error):
+        load(KafkaSettings, env={}, file=_toml(tmp_path, text))
 
 
 def test_a_byte_order_mark_is_read_past(tmp_path: Path) -> None:
@@ -227,3 +256,44 @@ def test_the_shipped_worker_settings_are_what_its_unit_expects() -> None:
     assert s.data_dir == Path("/var/lib/dprobe-worker") and "StateDirectory=dprobe-worker" in unit
     stop_s = float(unit.split("TimeoutStopSec=", 1)[1].split()[0])
     assert s.shutdown_timeout_s + 5 <= stop_s  # the worker's own deadline comes first
+
+
+def test_an_invalid_value_s_error_says_where_it_was_given(tmp_path: Path) -> None:
+    f = _toml(tmp_path, "[worker]\nwindow_s = 0\n")
+    with pytest.raises(ConfigError) as err:
+        load(WorkerSettings, env={}, file=f)
+    assert str(err.value) == (
+        "worker.window_s must be > 0 and worker.grace_s >= 0 "
+        f"(given: window_s = 0 in [worker] of config file {f})"
+    )
+    with pytest.raises(ConfigError) as err:
+        load(WorkerSettings, env={"DPROBE_WORKER_GRACE_S": "-5"}, cli={"window_s": 30.0})
+    assert str(err.value).endswith(
+        "(given: window_s = 30.0 on the command line; "
+        "DPROBE_WORKER_GRACE_S='-5' in the environment)"
+    )
+
+
+def test_a_secret_in_an_error_line_is_never_shown() -> None:
+    env = {
+        "DPROBE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "DPROBE_KAFKA_SASL_MECHANISM": "PLAIN",
+        "DPROBE_KAFKA_SASL_PASSWORD": "hunter2",
+    }
+    with pytest.raises(ConfigError, match="sasl_password are required") as err:
+        load(KafkaSettings, env=env)
+    assert "hunter2" not in str(err.value) and "(hidden)" in str(err.value)
+
+
+def test_a_misspelt_environment_variable_is_logged_with_the_likely_name(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("dprobe.config._warned_env", set())  # each is logged once a process
+    env = {"DPROBE_WORKER_WINDOWS": "30", "DPROBE_KAFKA_HEAP": "1g"}  # the second: kafka.sh's
+    with caplog.at_level(logging.WARNING, logger="dprobe.config"):
+        assert load(WorkerSettings, env=env).window_s == 60.0
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "environment variable DPROBE_WORKER_WINDOWS is not a worker setting: ignored; "
+        "did you mean DPROBE_WORKER_WINDOW_S?"
+    ]

@@ -71,7 +71,8 @@ def test_a_metrics_port_out_of_range_is_one_line_and_exit_2(
 
     assert main(["--bootstrap", "127.0.0.1:1", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"dprobe {argv[0]}: {setting} must be within [0, 65535]"]
+    given = f"(given: metrics_port = {argv[-1]} on the command line)"
+    assert err == [f"dprobe {argv[0]}: {setting} must be within [0, 65535] {given}"]
 
 
 def test_a_scaling_event_carries_its_documented_defaults_on_the_wire() -> None:
