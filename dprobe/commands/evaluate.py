@@ -12,7 +12,7 @@ and its uncalibrated p90 is scored beside it ("before"); --no-calibration scores
 models without the calibration layer. PNG plots go to --out.
 
 Examples:
-    dprobe evaluate --trace traces/helios-earth-vcs --format helios-vc \\
+    dprobe evaluate --trace ../shared/data/helios-earth-vcs --format helios-vc \\
         --test-start 2020-05-22 --json
     dprobe evaluate --trace demand.csv --format demand-csv --out report/
 """

@@ -175,6 +175,13 @@ def run(args: argparse.Namespace) -> int:
             "events and dashboards will show that time; --shift-to-now moves it to now",
             file=sys.stderr,
         )
+    if not s.into_live_topics and not args.topic:
+        name = s.topic_prefix.rstrip(".-_") + "-worker"
+        print(
+            f"a worker reads them with: DPROBE_KAFKA_TOPIC_PREFIX={s.topic_prefix} dprobe "
+            f"worker --app-id {name} --data-dir ~/.cache/dprobe/{name}",
+            file=sys.stderr,
+        )
     live = sorted(t for k, t in topics.items() if t == s.kafka.topic(k))
     if live:
         are = "is a live topic" if len(live) == 1 else "are live topics"
@@ -195,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     reached: list[float] = []
+    sent = [0]  # records handed to the producer (the bar may be off: --no-progress)
 
     def on_existing(existing: list[str]) -> None:
         others = [t for t in existing if t not in live]
@@ -209,8 +217,9 @@ def run(args: argparse.Namespace) -> int:
 
     def on_record(rec: ReplayRecord) -> None:
         reached[:] = [rec.ts]
+        sent[0] += 1
         bar.update(1)
-        if bar.n % 250 == 1:  # show how far in event time the replay is
+        if sent[0] % 250 == 1:  # show how far in event time the replay is
             bar.set_postfix_str(time.strftime("%Y-%m-%d %H:%M", time.gmtime(rec.ts)), refresh=False)
 
     try:
@@ -229,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(reached[0])) if reached else "-"
         print(
-            f"dprobe replay: interrupted after {bar.n} records sent (event time {when} UTC); "
+            f"dprobe replay: interrupted after {sent[0]} records sent (event time {when} UTC); "
             "those sent are delivered",
             file=sys.stderr,
         )
@@ -245,11 +254,4 @@ def run(args: argparse.Namespace) -> int:
         f"{len(bad)} malformed row(s) skipped",
         file=sys.stderr,
     )
-    if not s.into_live_topics and not args.topic:
-        name = s.topic_prefix.rstrip(".-_") + "-worker"
-        print(
-            f"a worker reads them with: DPROBE_KAFKA_TOPIC_PREFIX={s.topic_prefix} dprobe "
-            f"worker --app-id {name} --data-dir ~/.cache/dprobe/{name}",
-            file=sys.stderr,
-        )
     return 0

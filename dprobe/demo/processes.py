@@ -72,9 +72,12 @@ def broker_to_start(bootstrap: str, settings: BrokerSettings) -> LocalBroker | N
 
 
 def free_port(preferred: int) -> int:
-    """``preferred`` when it can be bound on 127.0.0.1, else any free port."""
+    """``preferred`` when it can be bound on 127.0.0.1, else any free port. Bound as the
+    metrics server binds (``SO_REUSEADDR``): a port that only closed connections still wait
+    on, as after a run just before, is free."""
     for candidate in (preferred, 0):
         with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", candidate))
             except OSError:

@@ -70,3 +70,31 @@ def test_a_broker_is_started_only_when_nothing_answers_on_this_machine(tmp_path:
     assert broker.settings.controller_port != silent
     with pytest.raises(DprobeError, match="no Kafka broker answers"):
         broker_to_start("kafka.invalid:9092", settings)
+
+
+def test_a_port_a_closed_connection_still_waits_on_is_free() -> None:
+    """The metrics server binds with SO_REUSEADDR, so a port in TIME_WAIT (a demo run just
+    before) serves it: the demo keeps its documented port instead of moving to another."""
+    import socket
+
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    served, _ = listener.accept()
+    served.close()  # the server side closes first: its end of the connection waits
+    client.close()
+    listener.close()
+    assert free_port(port) == port
+
+
+def test_a_port_something_listens_on_is_not_free() -> None:
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert free_port(port) != port

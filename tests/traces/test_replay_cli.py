@@ -176,6 +176,74 @@ def test_a_fast_shifted_replay_stamps_no_snapshot_after_its_record(
     assert pairs[-1][0] - pairs[0][0] == 3600.0  # every time moved by the same amount
 
 
+def test_the_worker_to_run_on_a_replay_is_named_before_the_replay_starts(tmp_path: Path) -> None:
+    """A replay at a trace's speed runs for an hour or more: the command of the worker that
+    reads it is printed when it starts (here it then fails: nothing listens there)."""
+    f = tmp_path / "demand.csv"
+    f.write_text("ts,tenant,demand_gpus\n0,a,2\n60,a,3\n")
+    res = _dprobe("--bootstrap", "127.0.0.1:1", "replay", str(f), "--format", "demand-csv")
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert lines[0].startswith("replaying ")
+    assert (
+        "a worker reads them with: DPROBE_KAFKA_TOPIC_PREFIX=dprobe-replay. dprobe worker "
+        "--app-id dprobe-replay-worker --data-dir ~/.cache/dprobe/dprobe-replay-worker"
+    ) in lines[1:-1]
+    assert lines[-1].startswith("dprobe replay: cannot reach Kafka at 127.0.0.1:1")
+
+
+@pytest.mark.integration
+def test_an_interrupted_replay_counts_what_it_sent_without_a_progress_bar(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Ctrl-C: the count it prints is what reached the topics, also with --no-progress."""
+    import asyncio
+    import os
+    import signal
+    import time
+
+    from tests.streams.helpers import consume_all
+
+    f = tmp_path / "demand.csv"
+    f.write_text("ts,tenant,demand_gpus\n" + "".join(f"{t},a,{t % 5 + 1}\n" for t in range(600)))
+    prefix = f"int{uuid.uuid4().hex[:8]}."
+    flags = ["--format", "demand-csv", "--tick", "1", "--speed", "2", "--no-progress"]
+    cli = [
+        sys.executable,
+        "-m",
+        "dprobe.cli",
+        "--log-level",
+        "WARNING",
+        "--bootstrap",
+        kafka_bootstrap,
+    ]
+    with subprocess.Popen(
+        [*cli, "replay", str(f), "--prefix", prefix, *flags],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    ) as proc:
+        assert proc.stderr is not None
+        started = time.monotonic()
+        for line in proc.stderr:  # wait until it is sending
+            if line.startswith("replaying "):
+                break
+        time.sleep(4.0)
+        proc.send_signal(signal.SIGINT)
+        err = proc.stderr.read()
+        assert proc.wait(timeout=60) == 130, err
+        assert time.monotonic() - started < 60
+    said = err.strip().splitlines()[-1]
+    assert said.startswith("dprobe replay: interrupted after "), err
+    sent = int(said.split("interrupted after ", 1)[1].split()[0])
+    assert sent > 0
+    got = sum(
+        len(asyncio.run(consume_all(kafka_bootstrap, f"{prefix}{kind}")))
+        for kind in ("samples", "jobs")
+    )
+    assert got == sent
+
+
 def test_a_topic_override_into_a_live_topic_is_warned_about(tmp_path: Path) -> None:
     f = tmp_path / "demand.csv"
     f.write_text("ts,tenant,demand_gpus\n0,a,2\n60,a,3\n")
