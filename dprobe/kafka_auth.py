@@ -51,20 +51,25 @@ class AuthWatch(logging.Handler):
 
 
 @contextmanager
-def watching_auth() -> Iterator[AuthWatch]:
+def watching_auth(*, quiet: bool = False) -> Iterator[AuthWatch]:
     """An :class:`AuthWatch` on the ``aiokafka`` logger for the duration of the block
-    (which lets its errors through meanwhile, even where they were silenced)."""
+    (which lets its errors through meanwhile, even where they were silenced). ``quiet``:
+    the client's own log lines stay out of the log meanwhile unless it logs at DEBUG (a
+    command whose failure to start is one line of its own: that line says it all)."""
     watch = AuthWatch()
     logger = logging.getLogger("aiokafka")
-    level = logger.level
+    level, propagate = logger.level, logger.propagate
     if logger.getEffectiveLevel() > logging.ERROR:
         logger.setLevel(logging.ERROR)
+    if quiet and logger.getEffectiveLevel() > logging.DEBUG:
+        logger.propagate = False
     logger.addHandler(watch)
     try:
         yield watch
     finally:
         logger.removeHandler(watch)
         logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def auth_refused(kafka: KafkaSettings) -> str:
@@ -80,7 +85,24 @@ def connect_error(kafka: KafkaSettings, exc: BaseException, watch: AuthWatch) ->
     """The error of a client that failed to start: refused credentials or unreachable."""
     if watch.failure is not None:
         return UsageError(auth_refused(kafka))
-    return UsageError(f"cannot reach Kafka at {kafka.bootstrap}: {exc}")
+    return UsageError(f"cannot reach Kafka at {kafka.bootstrap}: {exc}{unreachable_hint(kafka)}")
+
+
+def unreachable_hint(kafka: KafkaSettings) -> str:
+    """What to try when nothing answers at ``kafka.bootstrap``.
+
+    >>> from dprobe.config import KafkaSettings
+    >>> unreachable_hint(KafkaSettings())[:63]
+    ' (is a broker running? `dprobe broker start` starts a local one'
+    """
+    from dprobe.config import DEFAULT_BOOTSTRAP
+
+    if kafka.bootstrap == DEFAULT_BOOTSTRAP:
+        return (
+            " (is a broker running? `dprobe broker start` starts a local one; "
+            "--bootstrap or DPROBE_KAFKA_BOOTSTRAP names yours)"
+        )
+    return ""
 
 
 async def start_client(
@@ -90,8 +112,9 @@ async def start_client(
     errors: type[BaseException] | tuple[type[BaseException], ...],
 ) -> None:
     """``await start()`` of a Kafka client; if it fails with ``errors``, ``await close()``
-    and raise :func:`connect_error` (refused credentials or unreachable broker)."""
-    with watching_auth() as watch:
+    and raise :func:`connect_error` (refused credentials or unreachable broker), without
+    the client's own log lines on the way."""
+    with watching_auth(quiet=True) as watch:
         try:
             await start()
         except errors as exc:

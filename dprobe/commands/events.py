@@ -169,15 +169,15 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
     from dprobe.sinks.seen_ids import SeenIds
 
     topic = kafka.topic("scaling-events")
-    consumer = AIOKafkaConsumer(
-        topic,
-        group_id=args.group,
-        enable_auto_commit=False,  # commit exactly what was handled, below
-        auto_offset_reset="earliest" if args.from_beginning else "latest",
-        isolation_level="read_committed",  # whole plans only (the worker sends transactions)
-        **kafka.client_kwargs(),
-    )
-    with watching_auth() as watch:
+    with watching_auth(quiet=True) as watch:
+        consumer = AIOKafkaConsumer(
+            topic,
+            group_id=args.group,
+            enable_auto_commit=False,  # commit exactly what was handled, below
+            auto_offset_reset="earliest" if args.from_beginning else "latest",
+            isolation_level="read_committed",  # whole plans only (sent in transactions)
+            **kafka.client_kwargs(),
+        )
         try:
             await consumer.start()
         except KafkaError as exc:

@@ -126,19 +126,29 @@ def test_bad_stop_options_are_usage_errors() -> None:
     assert main(["events", "--timeout", "-1"]) == 2
 
 
-def test_an_unreachable_broker_exits_2_with_a_reason() -> None:
-    # like replay, topics, cluster and archive: one line naming the address, exit 2
+@pytest.mark.parametrize("argv", [["events"], ["topics", "list"], ["cluster", "show"]])
+def test_an_unreachable_broker_exits_2_with_a_reason(argv: list[str]) -> None:
+    # like replay and archive: one line naming the address, exit 2, and nothing else (the
+    # Kafka client's own log lines of the failed start included)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "dprobe.cli", "--bootstrap", f"127.0.0.1:{port}", "events"]
+    cmd = [sys.executable, "-m", "dprobe.cli", "--bootstrap", f"127.0.0.1:{port}", *argv]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert res.returncode == 2
-    ours = [line for line in res.stderr.splitlines() if line.startswith("dprobe events:")]
-    assert len(ours) == 1
-    assert ours[0].startswith(f"dprobe events: cannot reach Kafka at 127.0.0.1:{port}: ")
-    assert "Traceback" not in res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"dprobe {argv[0]}: cannot reach Kafka at 127.0.0.1:{port}: ")
     assert res.stdout == ""
+
+
+def test_nothing_at_the_default_address_suggests_starting_the_local_broker() -> None:
+    from dprobe.config import KafkaSettings
+    from dprobe.kafka_auth import AuthWatch, connect_error
+
+    error = str(connect_error(KafkaSettings(), OSError("refused"), AuthWatch()))
+    assert "`dprobe broker start` starts a local one" in error
+    other = KafkaSettings(bootstrap="kafka-1:9092")
+    assert "broker start" not in str(connect_error(other, OSError("refused"), AuthWatch()))
 
 
 def _spawn(kafka, prefix: str, *args: str) -> subprocess.Popen:
