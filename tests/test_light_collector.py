@@ -68,11 +68,14 @@ def test_the_collector_runs_without_the_extras(argv: list[str]) -> None:
     assert "LOADED []" in done.stderr, done.stderr[-2000:]
 
 
-@pytest.mark.parametrize(("command", "extra"), [("worker", "worker"), ("simulate", "all")])
+@pytest.mark.parametrize(
+    ("command", "extra"), [("worker", "worker"), ("simulate", "all"), ("demo", "all")]
+)
 def test_a_command_that_needs_an_extra_names_it_in_one_line(command: str, extra: str) -> None:
-    args = {"worker": [], "simulate": ["--jobs", "x.csv", "--nodes", "2"]}[command]
+    args = {"worker": [], "simulate": ["--jobs", "x.csv", "--nodes", "2"], "demo": []}[command]
     done = _run(["--bootstrap", "127.0.0.1:1", command, *args])
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith(f"dprobe {command}:")]
     assert done.returncode == 2, done.stderr[-2000:]
+    # the one line, before anything was started (the demo starts a broker and a worker)
     assert len(lines) == 1 and f"pip install '.[{extra}]'" in lines[0], done.stderr[-2000:]
     assert "Traceback" not in done.stderr

@@ -63,6 +63,12 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
+    import importlib
+
+    # the worker it starts needs the worker's extras: say so before starting anything
+    for module in ("faust", "torch", "matplotlib"):
+        importlib.import_module(module)
+
     from dprobe.commands._common import settings
     from dprobe.config import BrokerSettings, KafkaSettings
     from dprobe.demo.plan import DemoPlan
