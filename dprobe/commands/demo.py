@@ -58,16 +58,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
+    import importlib.util
     import logging
     import os
     import sys
     from pathlib import Path
 
-    import importlib
-
     # the worker it starts needs the worker's extras: say so before starting anything
     for module in ("faust", "torch", "matplotlib"):
-        importlib.import_module(module)
+        if importlib.util.find_spec(module) is None:
+            raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
     from dprobe.commands._common import settings
     from dprobe.config import BrokerSettings, KafkaSettings
