@@ -243,8 +243,9 @@ async def _announce(consumer: Any, topic: str, args: argparse.Namespace) -> None
         partitions = consumer.assignment()
         for tp in partitions:
             await consumer.position(tp)
-        print(f"dprobe events: reading {topic} ({len(partitions)} partitions) from {where}",
-              file=sys.stderr, flush=True)  # fmt: skip
+        n = len(partitions)
+        print(f"dprobe events: reading {topic} ({n} partition{'' if n == 1 else 's'}) "
+              f"from {where}", file=sys.stderr, flush=True)  # fmt: skip
     else:
         print(f"dprobe events: reading {topic} as group {args.group}, from its committed "
               f"offsets, else from {where}", file=sys.stderr, flush=True)  # fmt: skip

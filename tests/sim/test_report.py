@@ -1,0 +1,33 @@
+"""The simulator's tables: both show the change of the wait in one sign convention."""
+
+from __future__ import annotations
+
+from dprobe.sim.report import rows, sweep_table, table
+from dprobe.sim.run import CellResult
+
+
+def _cell(mode: str, wait_s: float) -> CellResult:
+    return CellResult(
+        "fifo", mode, 900.0, "wait", 1, 0, 0, wait_s, wait_s, wait_s, 0.5, 0, 0,
+        0.0, 0.0, 0.0, 0, 1.0, 0.1, "",
+    )  # fmt: skip
+
+
+def _column(text: str, header: str) -> dict[str, str]:
+    """Mode (or policy) -> the cell of ``header`` in a Markdown table."""
+    lines = [[c.strip() for c in ln.strip("|").split("|")] for ln in text.splitlines()]
+    head, body = lines[0], lines[2:]
+    key = head.index("mode") if "mode" in head else head.index("policy")
+    return {r[key]: r[head.index(header)] for r in body}
+
+
+def test_a_mode_that_waits_less_shows_a_negative_change_in_both_tables() -> None:
+    cells = [_cell("static", 1000.0), _cell("reactive", 100.0), _cell("predictive", 80.0),
+             _cell("oracle", 60.0)]  # fmt: skip
+    per_cell = _column(table(cells), "wait vs reactive")
+    assert per_cell == {"static": "+900.00 %", "reactive": "-", "predictive": "-20.00 %",
+                        "oracle": "-40.00 %"}  # fmt: skip
+    assert _column(table(cells), "wait vs static")["predictive"] == "-92.00 %"
+    assert _column(sweep_table(cells), "pred wait vs reactive") == {"fifo": "-20.00 %"}
+    # the JSON keeps its fields: reductions, positive when a mode waits less
+    assert {r["mode"]: r["reduction_vs_reactive"] for r in rows(cells)}["predictive"] == 20.0
