@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 import faust
 from prometheus_client import CollectorRegistry
@@ -28,7 +29,13 @@ log = logging.getLogger(__name__)
 
 
 class _Worker(ShutdownDeadline, faust.Worker):
-    """faust's worker, gone within ``shutdown_timeout_s`` of a stop signal."""
+    """faust's worker, gone within ``shutdown_timeout_s`` of a stop signal, without faust's
+    terminal spinner (it writes cursor escape codes to the log even when that is a file or
+    the journal)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.spinner = None
 
 
 def run_worker(s: WorkerSettings, *, loglevel: str = "INFO") -> int:

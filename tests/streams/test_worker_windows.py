@@ -124,6 +124,7 @@ async def test_windows_equal_plain_python_reference(kafka_bootstrap: str, tmp_pa
         raws = await consume_all(kafka_bootstrap, f"{prefix}features")
         assert proc.poll() is None
     _check(_by_key(raws), ref)
+    assert "\x1b[" not in (tmp_path / "worker.log").read_text()  # no terminal codes in logs
 
 
 async def test_sigkill_mid_window_then_restart_loses_and_double_counts_nothing(
