@@ -259,7 +259,8 @@ def run(args: argparse.Namespace) -> int:
         json.dump([finite(r.public()) for r in result.rows], sys.stdout, allow_nan=False)
         sys.stdout.write("\n")
     else:
-        print(split)
+        if not (sys.stdout.isatty() and err.isatty()):  # on a terminal it is on screen already
+            print(split)
         print(table)
     if args.save_checkpoint:
         from dprobe.models.forecast.multitask import MultiTaskForecaster, save_checkpoint
