@@ -131,11 +131,11 @@ class KafkaSettings:
                 f"kafka.sasl_username and kafka.sasl_password are required with "
                 f"sasl_mechanism {self.sasl_mechanism}"
             )
-        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
-            path = getattr(self, name)
-            if path is not None and not Path(path).is_file():
-                raise ConfigError(f"kafka.{name}: {path}: no such file")
-        if self.security_protocol in {"SSL", "SASL_SSL"}:
+        if self.security_protocol in {"SSL", "SASL_SSL"}:  # the only ones that read them
+            for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+                path = getattr(self, name)
+                if path is not None and not Path(path).is_file():
+                    raise ConfigError(f"kafka.{name}: {path}: no such file")
             try:
                 self.ssl_context()
             except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
@@ -666,14 +666,11 @@ def _build(
             continue
         env_key = env_keys[f.name]
         if cli.get(f.name) is not None:
-            raw, origin = cli[f.name], f"--{f.name.replace('_', '-')}"
-            source = f"{f.name} = {{}} on the command line"
+            raw, origin, kind = cli[f.name], f"{section}.{f.name} on the command line", "cli"
         elif env_key in env:
-            raw, origin = env[env_key], f"environment {env_key}"
-            source = f"{env_key}={{}} in the environment"
+            raw, origin, kind = env[env_key], f"environment {env_key}", "env"
         elif f.name in table:
-            raw, origin = table[f.name], f"{where}[{section}] {f.name}"
-            source = f"{f.name} = {{}} in [{section}] of {where.removesuffix(': ')}"
+            raw, origin, kind = table[f.name], f"{where}[{section}] {f.name}", "file"
         else:
             continue
         try:
@@ -683,7 +680,12 @@ def _build(
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{origin}: {exc}") from None
         secret = hint is Secret or isinstance(values[f.name], Secret)
-        given[f.name] = source.format("(hidden)" if secret else _shown(raw))
+        shown = "(hidden)" if secret else _shown(raw)
+        given[f.name] = {
+            "cli": f"{f.name} = {shown} on the command line",
+            "env": f"{env_key}={shown} in the environment",
+            "file": f"{f.name} = {shown} in [{section}] of {where.removesuffix(': ')}",
+        }[kind]
     try:
         return cls(**values)
     except (ConfigError, TypeError, ValueError) as exc:

@@ -37,39 +37,54 @@ _MARKERS = ("SaslAuthenticationFailed", "Authentication failed", "IllegalSaslSta
 
 
 class AuthWatch(logging.Handler):
-    """Remembers whether aiokafka logged an authentication failure."""
+    """Remembers whether aiokafka logged an authentication failure, and its last error
+    (the cause of a failed connection: refused, a TLS error, a name that does not resolve).
+    With ``hold``, it also keeps every record, for :func:`watching_auth` to pass on."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, hold: bool = False) -> None:
         super().__init__(logging.DEBUG)
         self.failure: str | None = None
+        self.last_error: str | None = None
+        self.held: list[logging.LogRecord] | None = [] if hold else None
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.failure is None:
-            text = record.getMessage()
-            if any(m in text for m in _MARKERS):
-                self.failure = text
+        text = record.getMessage()
+        if self.failure is None and any(m in text for m in _MARKERS):
+            self.failure = text
+        if record.levelno >= logging.ERROR:
+            self.last_error = text
+        if self.held is not None:
+            self.held.append(record)
 
 
 @contextmanager
 def watching_auth(*, quiet: bool = False) -> Iterator[AuthWatch]:
     """An :class:`AuthWatch` on the ``aiokafka`` logger for the duration of the block
     (which lets its errors through meanwhile, even where they were silenced). ``quiet``:
-    the client's own log lines stay out of the log meanwhile unless it logs at DEBUG (a
-    command whose failure to start is one line of its own: that line says it all)."""
-    watch = AuthWatch()
+    the client's own log lines are held back meanwhile, unless it logs at DEBUG, and
+    passed on only if the block ends without an error (a command whose failure to start
+    is one line of its own says it all, with :attr:`AuthWatch.last_error` as the cause)."""
     logger = logging.getLogger("aiokafka")
     level, propagate = logger.level, logger.propagate
-    if logger.getEffectiveLevel() > logging.ERROR:
+    shown = logger.getEffectiveLevel()
+    if shown > logging.ERROR:
         logger.setLevel(logging.ERROR)
-    if quiet and logger.getEffectiveLevel() > logging.DEBUG:
+    hold = quiet and shown > logging.DEBUG
+    watch = AuthWatch(hold=hold)
+    if hold:
         logger.propagate = False
     logger.addHandler(watch)
+    failed = True
     try:
         yield watch
+        failed = False
     finally:
         logger.removeHandler(watch)
         logger.setLevel(level)
         logger.propagate = propagate
+        for record in [] if failed else watch.held or []:
+            if record.levelno >= shown:
+                logging.getLogger(record.name).handle(record)
 
 
 def auth_refused(kafka: KafkaSettings) -> str:
@@ -85,7 +100,8 @@ def connect_error(kafka: KafkaSettings, exc: BaseException, watch: AuthWatch) ->
     """The error of a client that failed to start: refused credentials or unreachable."""
     if watch.failure is not None:
         return UsageError(auth_refused(kafka))
-    return UsageError(f"cannot reach Kafka at {kafka.bootstrap}: {exc}{unreachable_hint(kafka)}")
+    cause = watch.last_error or str(exc)
+    return UsageError(f"cannot reach Kafka at {kafka.bootstrap}: {cause}{unreachable_hint(kafka)}")
 
 
 def unreachable_hint(kafka: KafkaSettings) -> str:

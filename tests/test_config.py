@@ -297,3 +297,19 @@ def test_a_misspelt_environment_variable_is_logged_with_the_likely_name(
         "environment variable DPROBE_WORKER_WINDOWS is not a worker setting: ignored; "
         "did you mean DPROBE_WORKER_WINDOW_S?"
     ]
+
+
+def test_a_config_file_whose_path_holds_braces_reads(tmp_path: Path) -> None:
+    folder = tmp_path / "cfg{x}"
+    folder.mkdir()
+    f = _toml(folder, "[worker]\nwindow_s = 30\ngrace_s = -1\n")
+    with pytest.raises(ConfigError, match=r"grace_s = -1 in \[worker\] of config file .*cfg\{x\}"):
+        load(WorkerSettings, env={}, file=f)
+
+
+def test_tls_files_count_only_where_the_protocol_reads_them(tmp_path: Path) -> None:
+    """A shared file that names a CA for production still serves a PLAINTEXT test setup."""
+    env = {"DPROBE_KAFKA_SSL_CAFILE": str(tmp_path / "nowhere.pem")}
+    assert load(KafkaSettings, env=env).ssl_cafile == tmp_path / "nowhere.pem"
+    with pytest.raises(ConfigError, match="no such file"):
+        load(KafkaSettings, env={**env, "DPROBE_KAFKA_SECURITY_PROTOCOL": "SSL"})

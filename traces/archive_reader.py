@@ -85,8 +85,10 @@ def archive_files(path: str | Path) -> list[ArchiveFile]:
 def count_records(files: list[ArchiveFile]) -> int:
     """Records in ``files``, from the Parquet footers (no data read); an unreadable footer
     is a ``UsageError`` naming the file. A record stored in two files counts once where the
-    files say so: a file whose rows fill its offset range (``oFIRST-oLAST``, the rule for
-    Kafka's plain topics) adds only the offsets that no file before it covered.
+    files say so, as :func:`read_archive` reads it once: a file whose rows fill its offset
+    range (``oFIRST-oLAST``, the rule for Kafka's plain topics) adds only the offsets that
+    no file of the same hour before it covered (a copy has its record's event time, so its
+    hour; the same offset in another hour is another record: a topic made anew).
 
     >>> from pathlib import Path
     >>> import tempfile
@@ -105,16 +107,17 @@ def count_records(files: list[ArchiveFile]) -> int:
     (4, 4)
     """
     total = 0
-    covered: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    covered: dict[tuple[str, int, str, str], list[tuple[int, int]]] = defaultdict(list)
     for f in sorted(files, key=lambda f: (f.kind, f.partition, f.first, f.last)):
         try:
             rows = pq.ParquetFile(f.path).metadata.num_rows
         except (OSError, ValueError) as exc:
             raise UsageError(f"{f.path}: unreadable Parquet file: {exc}") from None
         if rows == f.last - f.first + 1:
-            spans = covered[(f.kind, f.partition)]
+            key = (f.kind, f.partition, f.path.parent.parent.name, f.path.parent.name)
+            spans = covered[key]
             rows -= sum(max(0, min(hi, f.last) - max(lo, f.first) + 1) for lo, hi in spans)
-            covered[(f.kind, f.partition)] = _merged([*spans, (f.first, f.last)])
+            covered[key] = _merged([*spans, (f.first, f.last)])
         total += rows
     return total
 

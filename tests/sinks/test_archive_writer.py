@@ -212,6 +212,19 @@ def test_a_record_in_two_files_is_read_once(tmp_path: Path) -> None:
     assert count_records(archive_files(tmp_path)) == len(got)  # replay's progress total
 
 
+def test_the_same_offsets_in_another_hour_are_other_records(tmp_path: Path) -> None:
+    """A topic made anew starts its offsets again: its records are read, and counted."""
+    first = make_snapshots(hosts=1, ticks=3, t0=T0)
+    again = make_snapshots(hosts=1, ticks=3, t0=T0 + 7200, seed=9)
+    for snaps in (first, again):
+        w = ArchiveWriter(tmp_path)
+        _add_snapshots(w, snaps, partition=0, first=0)
+        w.flush()
+    read = list(read_archive(tmp_path))
+    assert len(read) == 6
+    assert count_records(archive_files(tmp_path)) == 6
+
+
 def test_the_record_count_keeps_every_record_of_a_file_with_offset_gaps(
     tmp_path: Path,
 ) -> None:
