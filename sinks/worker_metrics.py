@@ -30,11 +30,14 @@ Names (dashboards and alerts depend on them):
   window close to its TenantWindow delivered, measured on this worker's monotonic clock
   (event time never enters it, so replays and accelerated clocks measure the same thing)
 - ``dprobe_worker_consumer_lag{consumergroup,topic,partition}`` and
-  ``dprobe_worker_consumer_lag_sum{consumergroup,topic}`` (the group's lag as this worker
-  sees it), plus ``dprobe_consumer_lag_errors_total`` (failed lag refreshes: the values
-  may be stale). The lag alerts and dashboards read kafka_exporter's names from
-  ``dprobe lag`` (:mod:`dprobe.sinks.lag_exporter`), which goes on reporting when no
-  worker runs; the worker's own names differ so the two never double.
+  ``dprobe_worker_consumer_lag_sum{consumergroup,topic}``: the group's lag on the
+  partitions this worker holds (``WorkerStats.assigned``; all it measures when that is
+  not tracked), so a partition's series shows which worker has it and sums across
+  workers count each partition once; plus ``dprobe_consumer_lag_errors_total`` (failed
+  lag refreshes: the values may be stale). The lag alerts and dashboards read
+  kafka_exporter's names from ``dprobe lag`` (:mod:`dprobe.sinks.lag_exporter`), which
+  goes on reporting when no worker runs; the worker's own names differ so the two never
+  double.
 
 Example:
     >>> from prometheus_client import CollectorRegistry
@@ -137,7 +140,10 @@ class WorkerCollector(Collector):
         yield from _counter_families(s)
         yield _latency_family(s.delay)
         if self.lag is not None:
-            yield from _lag_families(self.lag.group, self.lag.lags, self.lag.errors)
+            lags, held = self.lag.lags, s.assigned
+            if held is not None:  # the partitions it holds: sums across workers add up
+                lags = {tp: n for tp, n in lags.items() if tp in held}
+            yield from _lag_families(self.lag.group, lags, self.lag.errors)
 
 
 def _tenant_families() -> list[GaugeMetricFamily]:

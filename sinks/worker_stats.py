@@ -77,6 +77,8 @@ class WorkerStats:
     job_events: int = 0
     cluster_reports: int = 0  # scheduler reports taken by the planner on this worker
     capacity_gpus: float | None = None  # what plans share (None: this worker does not plan)
+    # (topic, partition) this worker holds now, set at each rebalance; None: not tracked
+    assigned: frozenset[tuple[str, int]] | None = None
     windows_emitted: int = 0
     non_finite_forecasts: int = 0  # NaN or infinite forecasts, planned as demand now instead
     forgotten_tenants: int = 0  # tenants forgotten after forget_tenant_after_s of silence

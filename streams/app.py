@@ -281,6 +281,15 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         if not holds_planning(args):
             planning.released()
 
+    @app.on_partitions_revoked.connect
+    def nothing_held(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
+        stats.assigned = frozenset()  # until the rebalance assigns again
+
+    @app.on_partitions_assigned.connect
+    def held_now(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
+        """What this worker holds: its lag series are those partitions'."""
+        stats.assigned = frozenset((tp.topic, tp.partition) for tp in app.consumer.assignment())
+
     async def guarded(handler: Any, event: Any) -> None:
         """Run one record's handler; a bug never stalls the partition: the record goes
         to the dead-letter topic with reason ``processing_error`` and the stream moves on."""

@@ -146,6 +146,28 @@ def test_consumer_lag_uses_kafka_exporter_names() -> None:
     assert _get(m, "dprobe_consumer_lag_errors_total") == 2.0
 
 
+def test_a_worker_exports_the_lag_of_the_partitions_it_holds() -> None:
+    """Two workers of one group: each shows its own partitions, so a partition's series
+    names its worker and a sum over the workers counts each partition once."""
+    lags = {("dprobe.samples", 0): 5, ("dprobe.samples", 1): 7, ("dprobe.planning", 0): 2}
+    g = {"consumergroup": "dprobe-worker"}
+    totals = {}
+    for held in ({("dprobe.samples", 0), ("dprobe.planning", 0)}, {("dprobe.samples", 1)}):
+        reg = CollectorRegistry()
+        WorkerCollector(WorkerStats(assigned=frozenset(held)), registry=reg, lag=FakeLag(lags=lags))
+        m = _scrape(reg)
+        for (topic, partition), n in lags.items():
+            got = _get(m, "dprobe_worker_consumer_lag", **g, topic=topic, partition=str(partition))
+            assert got == (float(n) if (topic, partition) in held else None)
+        totals[frozenset(held)] = _get(
+            m, "dprobe_worker_consumer_lag_sum", **g, topic="dprobe.samples"
+        )
+    assert sorted(totals.values()) == [5.0, 7.0]
+    reg = CollectorRegistry()  # in the middle of a rebalance it holds nothing
+    WorkerCollector(WorkerStats(assigned=frozenset()), registry=reg, lag=FakeLag(lags=lags))
+    assert _get(_scrape(reg), "dprobe_worker_consumer_lag_sum", **g, topic="dprobe.samples") is None
+
+
 def test_a_second_collector_with_the_same_names_is_refused() -> None:
     reg = CollectorRegistry()
     WorkerCollector(WorkerStats(), registry=reg)
