@@ -338,6 +338,9 @@ class WorkerSettings:
     health_stale_s: float = 60.0
     # a worker still stopping this long after SIGTERM/SIGINT exits at once (exit 1)
     shutdown_timeout_s: float = 25.0
+    # the group drops a worker that sent no heartbeat for this long (a killed or frozen
+    # one): its partitions, planning among them, go to the others only then (faust's 60 s)
+    session_timeout_s: float = 60.0
     max_message_bytes: int = 1_048_576
     max_clock_skew_s: float = 300.0  # a snapshot this far ahead of its Kafka record: dead letter
     # bounded state: every stored value stays under max_state_bytes (docs/worker.md)
@@ -421,6 +424,8 @@ class WorkerSettings:
             )
         if not 0 < self.shutdown_timeout_s <= 3600:
             raise ConfigError("worker.shutdown_timeout_s must be within (0, 3600] seconds")
+        if not 6 <= self.session_timeout_s <= 1800:  # Kafka's own group.*.session.timeout.ms
+            raise ConfigError("worker.session_timeout_s must be within [6, 1800] seconds")
         if not self.forget_tenant_after_s >= 0:
             raise ConfigError("worker.forget_tenant_after_s must be >= 0 (0: never)")
         _check_port("worker.metrics_port", self.metrics_port)

@@ -173,6 +173,8 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         datadir=str(s.data_dir),
         table_standby_replicas=0,
         broker_commit_interval=s.commit_interval_s,
+        broker_session_timeout=s.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, s.session_timeout_s / 3),  # Kafka's advice: <= 1/3
         key_serializer="raw",
         value_serializer="raw",
         TableManager=SeekFirstTableManager,  # no source record flows before the seek

@@ -313,3 +313,15 @@ def test_tls_files_count_only_where_the_protocol_reads_them(tmp_path: Path) -> N
     assert load(KafkaSettings, env=env).ssl_cafile == tmp_path / "nowhere.pem"
     with pytest.raises(ConfigError, match="no such file"):
         load(KafkaSettings, env={**env, "DPROBE_KAFKA_SECURITY_PROTOCOL": "SSL"})
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"), [("6", True), ("60", True), ("5.9", False), ("1801", False)]
+)
+def test_the_session_timeout_is_one_kafka_accepts(value: str, ok: bool) -> None:
+    env = {"DPROBE_WORKER_SESSION_TIMEOUT_S": value}
+    if ok:
+        assert load(WorkerSettings, env=env).session_timeout_s == float(value)
+    else:
+        with pytest.raises(ConfigError, match=r"session_timeout_s must be within \[6, 1800\]"):
+            load(WorkerSettings, env=env)

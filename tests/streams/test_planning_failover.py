@@ -46,9 +46,9 @@ TENANTS = ("vc-a", "vc-b", "vc-c", "vc-d")
 # GPUs each tenant runs in window m (pattern[m % 6]); at most the 64 GPUs of 8 hosts
 PATTERNS = ((8, 16, 24, 32, 24, 16), (32, 24, 16, 8, 16, 24), (8, 8, 16, 16, 8, 8), (8,) * 6)
 WINDOWS = 18
-# faust's broker.session.timeout (seconds), which faust reads from the environment: the
-# group drops a member that sent no heartbeat for this long. faust's default is 60 s; 10 s
-# (Kafka's own default until 3.0) keeps a stall short
+# worker.session_timeout_s: the group drops a member that sent no heartbeat for this
+# long. The default is faust's 60 s; 10 s (Kafka's own default until 3.0) keeps a stall
+# short
 SESSION_TIMEOUT_S = 10
 # the exit status of a worker whose outputs were not delivered (streams/app.py)
 EXIT_UNDELIVERED = 70
@@ -370,7 +370,7 @@ async def test_a_stalled_planning_owner_changes_no_scaling_event(
     # its event producer, with planning's transactional.id, fences the stalled one's.
     # Then the stalled worker wakes up.
     snaps, ref, prefix, app_id = await _first_third(kafka_bootstrap, tmp_path)
-    env = {"BROKER_SESSION_TIMEOUT": str(SESSION_TIMEOUT_S)}
+    env = {"DPROBE_WORKER_SESSION_TIMEOUT_S": str(SESSION_TIMEOUT_S)}
     with ExitStack() as stack:
         workers = list(_workers(stack, kafka_bootstrap, tmp_path, prefix, app_id, 2, env))
         owner = await _owner([port for _, port in workers])
