@@ -8,7 +8,9 @@ flushes what it can within --shutdown-timeout and exits 0; the rest stays spoole
 
 Examples:
     dprobe collect --backend nvml --interval 5
-    dprobe collect --backend synthetic --gpus 8 --tenants 4 --clock-speed 60
+    dprobe collect --backend synthetic --gpus 8 --tenants 4
+    dprobe collect --backend synthetic --clock-speed 600 --interval 60 \\
+        --output day.jsonl --max-ticks 1440        # a day of minutes in 2.4 min
     dprobe collect --backend nvml --once        # print one snapshot as JSON, send nothing
 """
 
@@ -264,6 +266,13 @@ async def _serve(s: CollectorSettings, args: argparse.Namespace) -> int:
                 f"(every {s.interval_s / s.clock_speed:.3g} s of wall time)"
             )
         log.info("collecting host %s %s with the %s backend", collector.host, pace, s.backend)
+        if s.clock_speed > 1.0 and not args.no_send:
+            log.warning(
+                "a %gx clock runs ahead of the wall clock: a worker dead-letters snapshots "
+                "stamped more than max_clock_skew_s after they reach Kafka (clock_skew), "
+                "so use it with --output or --no-send, or try `dprobe demo`",
+                s.clock_speed,
+            )
         try:
             await collector.wait()
         except Exception as exc:

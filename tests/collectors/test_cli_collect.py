@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -102,6 +103,22 @@ def test_a_host_id_that_is_no_single_folder_name_exits_2(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("dprobe collect: collector.host_id ")
     assert list(tmp_path.iterdir()) == []  # nothing written, in spool_dir or beside it
+
+
+def test_an_accelerated_clock_sent_to_kafka_is_warned_about(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker dead-letters snapshots stamped ahead of their Kafka record: say so."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    base = ["--bootstrap", "127.0.0.1:1", "collect", "--backend", "synthetic"]
+    run = ["--clock-speed", "60", "--max-ticks", "1", "--metrics-port", "0"]
+    for extra, warned in (([], True), (["--no-send"], False)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="dprobe.commands.collect"):
+            assert main([*base, *run, *extra]) == 0
+        said = [r.getMessage() for r in caplog.records if "runs ahead" in r.getMessage()]
+        assert bool(said) == warned, said
+        assert not warned or "dead-letters snapshots" in said[0]
 
 
 @pytest.mark.parametrize("host", ["gpu-01.rack-3.example.com", "node_7", "..hidden", "vc a"])
