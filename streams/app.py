@@ -41,6 +41,7 @@ from dprobe.streams.planning import Planning
 from dprobe.streams.planning_store import PlanningStore
 from dprobe.streams.ranked_table import add_ranked_table
 from dprobe.streams.recovery import SeekFirstTableManager
+from dprobe.streams.stall_clock import StallClockConsumer
 from dprobe.streams.state.window_agg import WindowSettings
 from dprobe.streams.topics import TopicNames
 from dprobe.streams.windows import Windows
@@ -48,10 +49,11 @@ from dprobe.streams.windows import Windows
 log = logging.getLogger(__name__)
 
 
-class WorkerConsumer(EagerConsumer, FetchGuardConsumer):
+class WorkerConsumer(StallClockConsumer, EagerConsumer, FetchGuardConsumer):
     """The worker's Kafka consumer: faust's, with eager delivery
-    (:mod:`~dprobe.streams.eager_delivery`) and guarded fetches
-    (:mod:`~dprobe.streams.fetch_guard`)."""
+    (:mod:`~dprobe.streams.eager_delivery`), guarded fetches
+    (:mod:`~dprobe.streams.fetch_guard`) and stall checks counted from the last rebalance
+    (:mod:`~dprobe.streams.stall_clock`)."""
 
 
 def broker_credentials(k: KafkaSettings) -> Any:
