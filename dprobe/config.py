@@ -118,14 +118,14 @@ class KafkaSettings:
         allowed = {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}
         if self.security_protocol not in allowed:
             raise ConfigError(f"kafka.security_protocol must be one of {sorted(allowed)}")
-        if self.security_protocol.startswith("SASL") and not self.sasl_mechanism:
+        sasl = self.security_protocol.startswith("SASL")
+        if sasl and not self.sasl_mechanism:
             raise ConfigError("kafka.sasl_mechanism is required with a SASL security_protocol")
         if self.sasl_mechanism and self.sasl_mechanism not in SASL_MECHANISMS:
             raise ConfigError(
                 f"kafka.sasl_mechanism must be one of {', '.join(SASL_MECHANISMS)}, "
                 f"not {self.sasl_mechanism!r}"
             )
-        sasl = self.security_protocol.startswith("SASL")
         if sasl and not (self.sasl_username and self.sasl_password):
             raise ConfigError(
                 f"kafka.sasl_username and kafka.sasl_password are required with "

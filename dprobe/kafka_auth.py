@@ -82,9 +82,10 @@ def watching_auth(*, quiet: bool = False) -> Iterator[AuthWatch]:
         logger.removeHandler(watch)
         logger.setLevel(level)
         logger.propagate = propagate
-        for record in [] if failed else watch.held or []:
-            if record.levelno >= shown:
-                logging.getLogger(record.name).handle(record)
+        if not failed and watch.held:  # the start went well: what it logged goes on
+            for record in watch.held:
+                if record.levelno >= shown:
+                    logging.getLogger(record.name).handle(record)
 
 
 def auth_refused(kafka: KafkaSettings) -> str:

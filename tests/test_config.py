@@ -208,13 +208,25 @@ def test_the_shipped_settings_files_load(tmp_path: Path, cls: type) -> None:
     load(cls, env={}, file=_toml(tmp_path, "[kafka]" + block))
 
 
+CREDENTIALS = 'sasl_mechanism = "PLAIN"\nsasl_username = "ops"\nsasl_password = "pw"\n'
+
+
 @pytest.mark.parametrize(
     ("toml", "error"),
     [
-        ('ssl_cafile = "{missing}"', r"kafka\.ssl_cafile: .*nowhere\.pem: no such file"),
-        ('ssl_cafile = "{garbage}"', r"kafka\.ssl_cafile, .*cannot load them"),
-        ('ssl_cafile = "{ca}"\nssl_certfile = "{missing}"', r"kafka\.ssl_certfile: .*no such"),
-        ('sasl_mechanism = "SCRAM-SHA-999"', r"sasl_mechanism must be one of PLAIN, SCRAM"),
+        (
+            CREDENTIALS + 'ssl_cafile = "{missing}"',
+            r"kafka\.ssl_cafile: .*nowhere\.pem: no such file",
+        ),
+        (CREDENTIALS + 'ssl_cafile = "{garbage}"', r"kafka\.ssl_cafile, .*cannot load them"),
+        (
+            CREDENTIALS + 'ssl_cafile = "{ca}"\nssl_certfile = "{missing}"',
+            r"kafka\.ssl_certfile: .*no such",
+        ),
+        (
+            'sasl_mechanism = "SCRAM-SHA-999"\nsasl_username = "ops"\nsasl_password = "pw"',
+            r"sasl_mechanism must be one of PLAIN, SCRAM",
+        ),
         ('sasl_mechanism = "PLAIN"\nsasl_username = "ops"', r"sasl_password are required"),
     ],
 )
@@ -226,11 +238,7 @@ def test_tls_and_sasl_settings_that_cannot_work_exit_2_naming_them(
     garbage = tmp_path / "garbage.pem"
     garbage.write_text("not a certificate\n")
     body = toml.format(missing=tmp_path / "nowhere.pem", garbage=garbage, ca=certifi.where())
-    text = f'[kafka]\nsecurity_protocol = "SASL_SSL"\nsasl_mechanism = "PLAIN"\n{body}\n'
-    if "sasl_mechanism" in body:  # the case sets its own
-        text = f'[kafka]\nsecurity_protocol = "SASL_SSL"\n{body}\n'
-    if "sasl_username" not in body:
-        text += 'sasl_username = "ops"\nsasl_password = "pw"\n'
+    text = f'[kafka]\nsecurity_protocol = "SASL_SSL"\n{body}\n'
     with pytest.raises(ConfigError, match=error):
         load(KafkaSettings, env={}, file=_toml(tmp_path, text))
 
