@@ -39,6 +39,7 @@ from dprobe.streams.ingest import Ingest
 from dprobe.streams.plan_order import PlanOrder
 from dprobe.streams.planning import Planning
 from dprobe.streams.planning_store import PlanningStore
+from dprobe.streams.quiet_sources import quiet_taken_over
 from dprobe.streams.ranked_table import add_ranked_table
 from dprobe.streams.recovery import SeekFirstTableManager
 from dprobe.streams.stall_clock import StallClockConsumer
@@ -217,6 +218,9 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         max_message_bytes=s.max_message_bytes,
         update_partitions=s.partitions,
         max_clock_skew_s=s.max_clock_skew_s,
+        quiet_probe=lambda partitions: quiet_taken_over(
+            app.consumer, names.samples, partitions, s.source_idle_s
+        ),
     )
     planning_topic = raw_topic(names.planning, partitions=1, internal=True)
     scaling_events = FencedEvents(
@@ -348,7 +352,7 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
             # an output not delivered (or a dead letter not sent) ends the process unacked
             await fatal(lambda e: guarded(plan, e), event)
 
-    @app.timer(interval=max(1.0, s.source_idle_s / 4))
+    @app.timer(interval=1.0)  # idleness is told within a second of source_idle_s
     async def idle_sources() -> None:
         assigned = {
             tp.partition: app.consumer.highwater(tp)

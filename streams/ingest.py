@@ -42,7 +42,7 @@ import logging
 import os
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from dprobe import schema
@@ -103,6 +103,7 @@ class Ingest:
         update_partitions: int,
         reset_after_s: float = 300.0,
         max_clock_skew_s: float = 300.0,
+        quiet_probe: Callable[[list[int]], Awaitable[set[int]]] | None = None,
     ) -> None:
         self.hosts = hosts_table
         self.updates = updates_topic
@@ -113,6 +114,7 @@ class Ingest:
         self.reset_after_s = reset_after_s
         self.max_clock_skew_s = max_clock_skew_s
         self.update_partitions = update_partitions
+        self.quiet_probe = quiet_probe
         self.wm_step_s = min(window.window_s / 4, 0.5)
         self._source_ts: dict[int, float] = {}
         self._announced: dict[int, int] = {}
@@ -383,7 +385,11 @@ class Ingest:
         (``None`` when not known yet). A partition is idle when it forwarded nothing for
         ``source_idle_s`` of wall time since it was assigned or last forwarded, and it is
         read to its end (a partition with a backlog is slow, not idle; one this worker
-        has not read a record of since it was assigned counts by time alone).
+        has not read a record of since it was assigned counts by time alone). A newly
+        assigned partition that ``quiet_probe`` finds quiet for that long already (its
+        previous owner read it to the end, and Kafka holds no record of it newer than
+        ``source_idle_s``: :mod:`dprobe.streams.quiet_sources`) counts as idle from the
+        start, so a takeover does not wait ``source_idle_s`` anew for it.
         ``newest_elsewhere`` is the newest progress other workers' partitions reported (seen
         by this worker's window stage), so a worker whose own partitions are all empty
         still releases them. While records cannot flow (``flowing`` false: a rebalance,
@@ -401,6 +407,11 @@ class Ingest:
                 if source not in self._seen_offset:
                     self._assigned_at.pop(source, None)
             return
+        fresh = [s for s in assigned if s not in self._assigned_at and s not in self._seen_offset]
+        quiet = await self.quiet_probe(fresh) if fresh and self.quiet_probe else set()
+        for source in fresh:
+            quiet_for = self.window.source_idle_s if source in quiet else 0.0
+            self._assigned_at.setdefault(source, now - quiet_for)
         newest = max(max(self._source_ts.values(), default=0.0), newest_elsewhere)
         for source, highwater in sorted(assigned.items()):
             since = max(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -140,6 +141,7 @@ def _ingest(
     *,
     deadletters: FakeTopic | None = None,
     source_idle_s: float = 30.0,
+    quiet_probe: Callable[[list[int]], Awaitable[set[int]]] | None = None,
 ) -> Ingest:
     stats = WorkerStats()
     return Ingest(
@@ -150,6 +152,7 @@ def _ingest(
         stats=stats,
         max_message_bytes=1 << 20,
         update_partitions=UPDATE_PARTITIONS,
+        quiet_probe=quiet_probe,
     )
 
 
@@ -381,3 +384,51 @@ async def test_a_partition_restored_for_longer_than_the_idle_time_is_not_taken_f
     clock[0] += 1.0  # nothing read for 30 s while records could flow: idle after all
     await ingest.report_idle_sources({0: 10_000}, newest_elsewhere=newest)
     assert {p for p, _, _ in updates.sent} == set(range(UPDATE_PARTITIONS))
+
+
+def _source(update: bytes) -> int:
+    """The samples partition an idle report on the updates topic is about."""
+    watermark = codec.decode_update(update)
+    assert isinstance(watermark, codec.SourceWatermark)
+    return watermark.source
+
+
+async def test_a_partition_taken_over_quiet_is_idle_at_once_and_a_busy_one_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Partitions 0 and 1 are taken over in a rebalance. Kafka says partition 1 has been
+    quiet for ``source_idle_s`` already (read to its end, no newer record): it is reported
+    idle at the first tick records can flow, while partition 0, which Kafka does not call
+    quiet, waits ``source_idle_s`` of its own. The probe is asked once per assignment, and
+    never while records cannot flow."""
+    clock = [1000.0]
+    monkeypatch.setattr("dprobe.streams.ingest.time.monotonic", lambda: clock[0])
+    asked: list[list[int]] = []
+
+    async def probe(partitions: list[int]) -> set[int]:
+        asked.append(sorted(partitions))
+        return {1} & set(partitions)
+
+    updates = FakeTopic(UPDATE_PARTITIONS)
+    ingest = _ingest(updates, FakeTable(), source_idle_s=30.0, quiet_probe=probe)
+    newest = 1_700_000_000.0
+    assigned = {0: 0, 1: 0}
+    await ingest.report_idle_sources(assigned, newest_elsewhere=newest, flowing=False)
+    assert asked == [] and updates.sent == []
+    await ingest.report_idle_sources(assigned, newest_elsewhere=newest)
+    assert asked == [[0, 1]]
+    assert {(p, _source(v)) for p, _, v in updates.sent} == {
+        (k, 1) for k in range(UPDATE_PARTITIONS)
+    }, "the quiet partition, and only it, is reported idle at once"
+    sent = len(updates.sent)
+    clock[0] += 29.0
+    await ingest.report_idle_sources(assigned, newest_elsewhere=newest)
+    assert len(updates.sent) == sent, "the partition not found quiet was reported early"
+    clock[0] += 1.0
+    await ingest.report_idle_sources(assigned, newest_elsewhere=newest)
+    assert {_source(v) for _, _, v in updates.sent[sent:]} == {0}
+    assert asked == [[0, 1]], "asked again for partitions it already holds"
+    # revoked and assigned again: asked anew
+    await ingest.report_idle_sources({}, newest_elsewhere=newest)
+    await ingest.report_idle_sources({1: 0}, newest_elsewhere=newest + 10)
+    assert asked == [[0, 1], [1]]
