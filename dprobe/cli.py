@@ -100,8 +100,19 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=mod.__doc__)
         p.formatter_class = argparse.RawDescriptionHelpFormatter
         mod.add_arguments(p)
-        p.set_defaults(_module=mod)
+        p.set_defaults(_module=mod, _flags={**flag_names(parser), **flag_names(p)})
     return parser
+
+
+def flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Each option's destination and its long flag, to name in error lines.
+
+    >>> p = argparse.ArgumentParser()
+    >>> _ = p.add_argument("-w", "--window", dest="window_s")
+    >>> flag_names(p)
+    {'help': '--help', 'window_s': '--window'}
+    """
+    return {a.dest: max(a.option_strings, key=len) for a in parser._actions if a.option_strings}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

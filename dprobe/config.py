@@ -115,6 +115,7 @@ class KafkaSettings:
     request_timeout_ms: int = 30_000
 
     def __post_init__(self) -> None:
+        _check_servers(self.bootstrap)
         allowed = {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}
         if self.security_protocol not in allowed:
             raise ConfigError(f"kafka.security_protocol must be one of {sorted(allowed)}")
@@ -581,11 +582,13 @@ def load(
     cli: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     file: Path | str | None = None,
+    flags: Mapping[str, str] | None = None,
 ) -> S:
     """Build ``cls`` from CLI values (``None`` = not given) > ``env`` > TOML ``file`` > defaults.
 
     ``env`` defaults to ``os.environ`` read at call time. A nested ``kafka`` field is built
     from the same sources (``DPROBE_KAFKA_*``, ``[kafka]``, CLI key ``bootstrap``).
+    ``flags`` maps a CLI value's key to the flag that gave it, which error lines name.
     """
     env = os.environ if env is None else env
     doc: dict[str, Any] = {}
@@ -595,7 +598,7 @@ def load(
         doc = _read_toml(path)
         _check_sections(doc, path)
         where = f"config file {path}: "
-    return _build(cls, dict(cli or {}), env, doc, where)
+    return _build(cls, dict(cli or {}), env, doc, where, flags=dict(flags or {}))
 
 
 def _check_sections(doc: dict[str, Any], path: Path) -> None:
@@ -648,8 +651,12 @@ def _build(
     env: Mapping[str, str],
     doc: dict[str, Any],
     where: str = "",
+    *,
+    flags: dict[str, str] | None = None,
 ) -> S:
-    """``cls`` from its sources; ``where`` names the config file in error lines."""
+    """``cls`` from its sources; ``where`` names the config file and ``flags`` the
+    command line's flags in error lines."""
+    flags = flags or {}
     section: str = getattr(cls, "section")  # noqa: B009 - class attribute, not a field
     table = doc.get(section, {})
     if not isinstance(table, dict):
@@ -667,11 +674,12 @@ def _build(
         hint = hints[f.name]
         if hint is KafkaSettings:
             kafka_cli = {"bootstrap": cli.get("bootstrap")}
-            values[f.name] = _build(KafkaSettings, kafka_cli, env, doc, where)
+            values[f.name] = _build(KafkaSettings, kafka_cli, env, doc, where, flags=flags)
             continue
         env_key = env_keys[f.name]
         if cli.get(f.name) is not None:
-            raw, origin, kind = cli[f.name], f"{section}.{f.name} on the command line", "cli"
+            flag = flags.get(f.name, f"{section}.{f.name}")
+            raw, origin, kind = cli[f.name], f"{flag} on the command line", "cli"
         elif env_key in env:
             raw, origin, kind = env[env_key], f"environment {env_key}", "env"
         elif f.name in table:
@@ -687,7 +695,9 @@ def _build(
         secret = hint is Secret or isinstance(values[f.name], Secret)
         shown = "(hidden)" if secret else _shown(raw)
         given[f.name] = {
-            "cli": f"{f.name} = {shown} on the command line",
+            "cli": f"{flags[f.name]} {shown}"
+            if f.name in flags
+            else f"{f.name} = {shown} on the command line",
             "env": f"{env_key}={shown} in the environment",
             "file": f"{f.name} = {shown} in [{section}] of {where.removesuffix(': ')}",
         }[kind]
@@ -755,6 +765,33 @@ def _given_in(message: str, section: str, given: dict[str, str]) -> str:
         or re.search(rf"(?<![\w.]){re.escape(name)}\b", message)
     ]
     return f" (given: {'; '.join(named)})" if named else ""
+
+
+def _check_servers(bootstrap: str) -> None:
+    """Refuse a bootstrap list a Kafka client cannot parse: every comma-separated server
+    is ``HOST:PORT`` (a bracketed IPv6 address allowed), or ``HOST`` for port 9092.
+
+    >>> _check_servers("k1:9092,[::1]:9093,k3")
+    >>> _check_servers("k1:x")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    dprobe.config.ConfigError: kafka.bootstrap: server 'k1:x' is not HOST:PORT (...)
+    """
+    for item in bootstrap.split(","):
+        server = item.strip()
+        if server.startswith("["):  # [IPv6]:PORT or [IPv6]
+            host, _, rest = server[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else None if not rest else "?"
+        elif server.count(":") > 1:  # a bare IPv6 address
+            host, port = server, None
+        else:
+            host, _, port_text = server.partition(":")
+            port = port_text if ":" in server else None
+        if not host or (port is not None and not (port.isdigit() and 0 < int(port) < 65536)):
+            raise ConfigError(
+                f"kafka.bootstrap: server {server!r} is not HOST:PORT "
+                "(the port is a number from 1 to 65535)"
+            )
 
 
 def _join_servers(raw: list[Any]) -> str:

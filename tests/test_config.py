@@ -282,6 +282,35 @@ def test_an_invalid_value_s_error_says_where_it_was_given(tmp_path: Path) -> Non
     )
 
 
+def test_an_error_line_names_the_flag_a_value_came_from() -> None:
+    with pytest.raises(ConfigError) as err:
+        load(WorkerSettings, env={}, cli={"window_s": -5.0}, flags={"window_s": "--window"})
+    assert str(err.value).endswith("(given: --window -5.0)")
+    with pytest.raises(ConfigError) as err:  # a value without a known flag: named as before
+        load(WorkerSettings, env={}, cli={"window_s": -5.0}, flags={"grace_s": "--grace"})
+    assert str(err.value).endswith("(given: window_s = -5.0 on the command line)")
+
+
+@pytest.mark.parametrize(
+    "bootstrap", ["k1:x", "k1:9092,,k2:9092", "k1:0", "k1:65536", ":9092", "[::1]x", "k1:-1"]
+)
+def test_a_bootstrap_server_that_is_not_host_port_is_refused(bootstrap: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load(KafkaSettings, env={}, cli={"bootstrap": bootstrap})
+    assert str(err.value).startswith("kafka.bootstrap: server ")
+    assert "is not HOST:PORT" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "bootstrap", ["k1:9092", "k1:9092, k2:9093", "k1", "[::1]:9092", "[::1]", "::1", "10.0.0.1:1"]
+)
+def test_every_bootstrap_form_a_kafka_client_reads_is_taken(bootstrap: str) -> None:
+    from aiokafka.conn import collect_hosts
+
+    assert load(KafkaSettings, env={}, cli={"bootstrap": bootstrap}).bootstrap == bootstrap
+    assert collect_hosts(bootstrap)  # and the client reads it too
+
+
 def test_a_secret_in_an_error_line_is_never_shown() -> None:
     env = {
         "DPROBE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",

@@ -22,4 +22,4 @@ def settings(cls: type[S], args: argparse.Namespace, **cli: Any) -> S:
     """
     config = getattr(args, "config", None) or os.environ.get("DPROBE_CONFIG")
     values = {"bootstrap": getattr(args, "bootstrap", None), **cli}
-    return load(cls, cli=values, file=config)
+    return load(cls, cli=values, file=config, flags=getattr(args, "_flags", None))

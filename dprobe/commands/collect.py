@@ -52,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--tenant-env",
+        dest="tenant_env_vars",
         metavar="VARS",
         help="comma-separated environment variables allowed to name a tenant",
     )
@@ -111,6 +112,7 @@ _SETTING_FLAGS = (
     "spool_max_bytes",
     "state_dir",
     "tenant_map",
+    "tenant_env_vars",
     "proc_root",
     "seed",
     "tenants",
@@ -125,7 +127,6 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     cli: dict[str, Any] = {name: getattr(args, name, None) for name in _SETTING_FLAGS}
-    cli["tenant_env_vars"] = args.tenant_env
     s = settings(CollectorSettings, args, **cli)
     if args.max_ticks is not None and args.max_ticks < 1:
         raise UsageError("--max-ticks must be >= 1")

@@ -65,19 +65,19 @@ def test_bad_settings_exit_2(capsys) -> None:
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--gpus", "-3"], "collector.synthetic_gpus must be >= 1 (given: synthetic_gpus = -3"),
+        (["--gpus", "-3"], "collector.synthetic_gpus must be >= 1 (given: --gpus -3)"),
         (
             ["--procs-per-gpu", "0"],
-            "collector.synthetic_procs_per_gpu must be >= 1 (given: synthetic_procs_per_gpu = 0",
+            "collector.synthetic_procs_per_gpu must be >= 1 (given: --procs-per-gpu 0)",
         ),
-        (["--tenants", "0"], "collector.tenants must be >= 1 (given: tenants = 0"),
+        (["--tenants", "0"], "collector.tenants must be >= 1 (given: --tenants 0)"),
         (
             ["--metrics-port", "70000"],
-            "collector.metrics_port must be within [0, 65535] (given: metrics_port = 70000",
+            "collector.metrics_port must be within [0, 65535] (given: --metrics-port 70000)",
         ),
         (
             ["--metrics-port", "-1"],
-            "collector.metrics_port must be within [0, 65535] (given: metrics_port = -1",
+            "collector.metrics_port must be within [0, 65535] (given: --metrics-port -1)",
         ),
     ],
 )
@@ -87,7 +87,7 @@ def test_bad_synthetic_and_port_settings_exit_2_naming_the_setting(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert main(["collect", "--backend", "synthetic", *flags, "--once"]) == 2
     out, err = capsys.readouterr()
-    assert err.strip().splitlines() == [f"dprobe collect: {message} on the command line)"]
+    assert err.strip().splitlines() == [f"dprobe collect: {message}"]
     assert out == ""
 
 

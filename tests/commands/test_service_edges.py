@@ -71,7 +71,7 @@ def test_a_metrics_port_out_of_range_is_one_line_and_exit_2(
 
     assert main(["--bootstrap", "127.0.0.1:1", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    given = f"(given: metrics_port = {argv[-1]} on the command line)"
+    given = f"(given: --metrics-port {argv[-1]})"
     assert err == [f"dprobe {argv[0]}: {setting} must be within [0, 65535] {given}"]
 
 
