@@ -115,6 +115,8 @@ class Ingest:
         self.max_clock_skew_s = max_clock_skew_s
         self.update_partitions = update_partitions
         self.quiet_probe = quiet_probe
+        self._probe: asyncio.Task[None] | None = None  # the quiet probe under way, if any
+        self._to_probe: dict[int, float] = {}  # partition -> when assigned, not probed yet
         self.wm_step_s = min(window.window_s / 4, 0.5)
         self._source_ts: dict[int, float] = {}
         self._announced: dict[int, int] = {}
@@ -385,11 +387,12 @@ class Ingest:
         (``None`` when not known yet). A partition is idle when it forwarded nothing for
         ``source_idle_s`` of wall time since it was assigned or last forwarded, and it is
         read to its end (a partition with a backlog is slow, not idle; one this worker
-        has not read a record of since it was assigned counts by time alone). A newly
-        assigned partition that ``quiet_probe`` finds quiet for that long already (its
-        previous owner read it to the end, and Kafka holds no record of it newer than
-        ``source_idle_s``: :mod:`dprobe.streams.quiet_sources`) counts as idle from the
-        start, so a takeover does not wait ``source_idle_s`` anew for it.
+        has not read a record of since it was assigned counts by time alone). Newly
+        assigned partitions are handed to ``quiet_probe`` in the background; one it
+        finds quiet for that long already (its previous owner read it to the end, and
+        Kafka holds no record of it newer than ``source_idle_s``:
+        :mod:`dprobe.streams.quiet_sources`) counts as idle from the next call on, if it
+        is still assigned, so a takeover does not wait ``source_idle_s`` anew for it.
         ``newest_elsewhere`` is the newest progress other workers' partitions reported (seen
         by this worker's window stage), so a worker whose own partitions are all empty
         still releases them. While records cannot flow (``flowing`` false: a rebalance,
@@ -402,16 +405,20 @@ class Ingest:
             if source not in assigned:  # revoked: what we knew of it is stale
                 del self._assigned_at[source]
                 self._seen_offset.pop(source, None)
+                self._to_probe.pop(source, None)
         if not flowing:
             for source in assigned:
                 if source not in self._seen_offset:
                     self._assigned_at.pop(source, None)
+                    self._to_probe.pop(source, None)
             return
         fresh = [s for s in assigned if s not in self._assigned_at and s not in self._seen_offset]
-        quiet = await self.quiet_probe(fresh) if fresh and self.quiet_probe else set()
         for source in fresh:
-            quiet_for = self.window.source_idle_s if source in quiet else 0.0
-            self._assigned_at.setdefault(source, now - quiet_for)
+            self._assigned_at[source] = now
+            self._to_probe[source] = now
+        if self._to_probe and self.quiet_probe is not None and self._probe is None:
+            asked, self._to_probe = self._to_probe, {}
+            self._probe = asyncio.ensure_future(self._ask_quiet(self.quiet_probe, asked))
         newest = max(max(self._source_ts.values(), default=0.0), newest_elsewhere)
         for source, highwater in sorted(assigned.items()):
             since = max(
@@ -428,6 +435,22 @@ class Ingest:
             ):
                 self._source_ts[source] = newest
                 await self._broadcast(source, newest)
+
+    async def _ask_quiet(
+        self, probe: Callable[[list[int]], Awaitable[set[int]]], asked: dict[int, float]
+    ) -> None:
+        """Backdate the idle clock of each partition of ``asked`` (partition -> when it
+        was assigned) that ``probe`` finds quiet, unless it was revoked or assigned again
+        meanwhile."""
+        try:
+            quiet = await probe(sorted(asked))
+            for source in quiet & asked.keys():
+                if self._assigned_at.get(source) == asked[source]:
+                    self._assigned_at[source] = asked[source] - self.window.source_idle_s
+        except Exception:  # a hint only: the idle clock times it as before
+            log.info("quiet probe of samples partitions %s failed", sorted(asked), exc_info=True)
+        finally:
+            self._probe = None
 
     async def on_job_events(self, events: Sequence[Any]) -> None:
         """Forward one batch of ``dprobe.jobs`` records (faust events, in read order) to

@@ -14,7 +14,9 @@ knows better. The partition has been quiet for at least ``quiet_s`` when:
   arrived; a topic with the producers' timestamps uses theirs.
 
 Either lookup failing counts the partition as not quiet: the worker then waits
-``source_idle_s`` as it would without them.
+``source_idle_s`` as it would without them. The lookup by time compares the broker's
+stamps with this machine's clock, so the two are assumed to agree to well within
+``quiet_s`` (NTP).
 
 Example (against a running broker; ``consumer`` a started ``AIOKafkaConsumer`` of the
 worker's group)::
@@ -71,18 +73,19 @@ async def quiet_taken_over(
     timeout_s: float = 10.0,
 ) -> set[int]:
     """:func:`quiet_partitions` asked through a faust worker's own Kafka consumer (on the
-    thread it runs on); a failure, or no answer within ``timeout_s``, logs why and
-    returns no partition."""
+    thread it runs on, given up there after ``timeout_s``, so it never holds that thread
+    longer); a failure logs why and returns no partition."""
     wanted = sorted(set(partitions))
     if not wanted:
         return set()
     thread = faust_consumer._thread
 
     async def ask() -> set[int]:
-        return await quiet_partitions(thread._ensure_consumer(), topic, wanted, quiet_s)
+        consumer = thread._ensure_consumer()
+        return await asyncio.wait_for(quiet_partitions(consumer, topic, wanted, quiet_s), timeout_s)
 
     try:
-        return set(await asyncio.wait_for(thread.call_thread(ask), timeout_s))
+        return set(await thread.call_thread(ask))
     except Exception as exc:  # noqa: BLE001 - a hint only; the idle clock still works
         log.info("could not tell whether samples partitions %s were quiet: %r", wanted, exc)
         return set()

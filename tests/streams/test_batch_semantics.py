@@ -397,10 +397,11 @@ async def test_a_partition_taken_over_quiet_is_idle_at_once_and_a_busy_one_waits
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Partitions 0 and 1 are taken over in a rebalance. Kafka says partition 1 has been
-    quiet for ``source_idle_s`` already (read to its end, no newer record): it is reported
-    idle at the first tick records can flow, while partition 0, which Kafka does not call
-    quiet, waits ``source_idle_s`` of its own. The probe is asked once per assignment, and
-    never while records cannot flow."""
+    quiet for ``source_idle_s`` already (read to its end, no newer record): once the
+    probe, which runs in the background, has answered, it is reported idle at the next
+    tick, while partition 0, which Kafka does not call quiet, waits ``source_idle_s`` of
+    its own. The probe is asked once per assignment, and never while records cannot
+    flow."""
     clock = [1000.0]
     monkeypatch.setattr("dprobe.streams.ingest.time.monotonic", lambda: clock[0])
     asked: list[list[int]] = []
@@ -414,14 +415,18 @@ async def test_a_partition_taken_over_quiet_is_idle_at_once_and_a_busy_one_waits
     newest = 1_700_000_000.0
     assigned = {0: 0, 1: 0}
     await ingest.report_idle_sources(assigned, newest_elsewhere=newest, flowing=False)
+    await asyncio.sleep(0)
     assert asked == [] and updates.sent == []
     await ingest.report_idle_sources(assigned, newest_elsewhere=newest)
+    await asyncio.sleep(0)  # the probe answers
     assert asked == [[0, 1]]
+    clock[0] += 1.0
+    await ingest.report_idle_sources(assigned, newest_elsewhere=newest)
     assert {(p, _source(v)) for p, _, v in updates.sent} == {
         (k, 1) for k in range(UPDATE_PARTITIONS)
     }, "the quiet partition, and only it, is reported idle at once"
     sent = len(updates.sent)
-    clock[0] += 29.0
+    clock[0] += 28.0
     await ingest.report_idle_sources(assigned, newest_elsewhere=newest)
     assert len(updates.sent) == sent, "the partition not found quiet was reported early"
     clock[0] += 1.0
@@ -431,4 +436,38 @@ async def test_a_partition_taken_over_quiet_is_idle_at_once_and_a_busy_one_waits
     # revoked and assigned again: asked anew
     await ingest.report_idle_sources({}, newest_elsewhere=newest)
     await ingest.report_idle_sources({1: 0}, newest_elsewhere=newest + 10)
+    await asyncio.sleep(0)
     assert asked == [[0, 1], [1]]
+
+
+async def test_a_quiet_answer_for_a_partition_revoked_meanwhile_is_not_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The probe answers after partition 1 was revoked and assigned again: the answer is
+    about the earlier assignment, so the new one is timed from its own start."""
+    clock = [1000.0]
+    monkeypatch.setattr("dprobe.streams.ingest.time.monotonic", lambda: clock[0])
+    answer: asyncio.Future[set[int]] = asyncio.get_running_loop().create_future()
+    asked: list[list[int]] = []
+
+    async def probe(partitions: list[int]) -> set[int]:
+        asked.append(sorted(partitions))
+        return await answer
+
+    updates = FakeTopic(UPDATE_PARTITIONS)
+    ingest = _ingest(updates, FakeTable(), source_idle_s=30.0, quiet_probe=probe)
+    newest = 1_700_000_000.0
+    await ingest.report_idle_sources({1: 0}, newest_elsewhere=newest)
+    await asyncio.sleep(0)
+    clock[0] += 1.0
+    await ingest.report_idle_sources({}, newest_elsewhere=newest)  # revoked
+    clock[0] += 1.0
+    await ingest.report_idle_sources({1: 0}, newest_elsewhere=newest)  # assigned again
+    answer.set_result({1})
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    clock[0] += 1.0
+    await ingest.report_idle_sources({1: 0}, newest_elsewhere=newest)
+    assert updates.sent == [], "an answer about an earlier assignment was used"
+    await asyncio.sleep(0)
+    assert asked == [[1], [1]]  # the new assignment is asked about once the first is done
