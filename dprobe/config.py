@@ -116,6 +116,8 @@ class KafkaSettings:
 
     def __post_init__(self) -> None:
         _check_servers(self.bootstrap)
+        if self.request_timeout_ms < 1:
+            raise ConfigError("kafka.request_timeout_ms must be >= 1")
         allowed = {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}
         if self.security_protocol not in allowed:
             raise ConfigError(f"kafka.security_protocol must be one of {sorted(allowed)}")
@@ -202,6 +204,14 @@ class BrokerSettings:
         _check_port("broker.controller_port", self.controller_port, lowest=1)
         if self.port == self.controller_port:
             raise ConfigError("broker.port and broker.controller_port must differ")
+        if not self.start_timeout_s > 0:
+            raise ConfigError("broker.start_timeout_s must be > 0 seconds")
+        if not re.fullmatch(r"[1-9][0-9]*[kKmMgG]?", self.heap):
+            raise ConfigError(
+                f"broker.heap must be a JVM heap size such as 512m or 2g, not {self.heap!r}"
+            )
+        _check_dir_path("broker.state_dir", self.state_dir)
+        _check_dir_path("broker.lib_dir", self.lib_dir)
 
 
 @dataclass(frozen=True)
@@ -261,6 +271,22 @@ class CollectorSettings:
             if getattr(self, name) < 1:
                 raise ConfigError(f"collector.{name} must be >= 1")
         _check_host_id(self.host_id)
+
+
+def _check_dir_path(name: str, path: Path) -> None:
+    """Refuse a folder that can never be made: one that is a file, or lies under one.
+
+    >>> _check_dir_path("broker.state_dir", Path("/tmp/a/b"))
+    >>> _check_dir_path("broker.state_dir", Path("/etc/passwd/b"))
+    Traceback (most recent call last):
+    ...
+    dprobe.config.ConfigError: broker.state_dir: /etc/passwd/b: /etc/passwd is not a folder
+    """
+    for folder in (path, *path.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise ConfigError(f"{name}: {path}: {folder} is not a folder")
+            return
 
 
 def _check_host_id(host: str) -> None:
@@ -447,11 +473,11 @@ def _check_demand_settings(s: WorkerSettings) -> None:
         raise ConfigError("worker.unknown_pending_level must be L1, L2, L3 or EX")
     if len(s.level_weights) != 4 or any(not 0 <= w <= 1 for w in s.level_weights):
         raise ConfigError("worker.level_weights: four weights (L1,L2,L3,EX), each within [0, 1]")
-    pcts = (s.level_l1_max_util_pct, s.level_l3_min_util_pct, s.level_l3_min_sm_util_pct)
-    if any(not 0 <= x <= 100 for x in pcts) or not 0 < s.level_ex_min_mem_frac <= 1:
-        raise ConfigError(
-            "worker.level_*_pct must be within [0, 100] and level_ex_min_mem_frac within (0, 1]"
-        )
+    for name in ("level_l1_max_util_pct", "level_l3_min_util_pct", "level_l3_min_sm_util_pct"):
+        if not 0 <= getattr(s, name) <= 100:
+            raise ConfigError(f"worker.{name} must be within [0, 100]")
+    if not 0 < s.level_ex_min_mem_frac <= 1:
+        raise ConfigError("worker.level_ex_min_mem_frac must be within (0, 1]")
     if s.level_l1_max_mem_bytes < 0:
         raise ConfigError("worker.level_l1_max_mem_bytes must be >= 0")
     e = s.flow_edges_s
@@ -482,6 +508,8 @@ class ArchiveSettings:
     def __post_init__(self) -> None:
         if self.flush_records < 1 or self.flush_bytes < 1 or self.flush_interval_s <= 0:
             raise ConfigError("archive.flush_records, flush_bytes and flush_interval_s must be > 0")
+        if not self.group_id.strip():
+            raise ConfigError("archive.group_id must name a consumer group")
 
 
 @dataclass(frozen=True)
@@ -673,6 +701,11 @@ def _build(
     for f in fields:
         hint = hints[f.name]
         if hint is KafkaSettings:
+            if f.name in table:
+                raise ConfigError(
+                    f"{where}[{section}] {f.name}: Kafka settings go in the [kafka] table, "
+                    "which every command reads"
+                )
             kafka_cli = {"bootstrap": cli.get("bootstrap")}
             values[f.name] = _build(KafkaSettings, kafka_cli, env, doc, where, flags=flags)
             continue
@@ -695,7 +728,7 @@ def _build(
         secret = hint is Secret or isinstance(values[f.name], Secret)
         shown = "(hidden)" if secret else _shown(raw)
         given[f.name] = {
-            "cli": f"{flags[f.name]} {shown}"
+            "cli": _flag_given(flags[f.name], raw, shown)
             if f.name in flags
             else f"{f.name} = {shown} on the command line",
             "env": f"{env_key}={shown} in the environment",
@@ -705,6 +738,18 @@ def _build(
         return cls(**values)
     except (ConfigError, TypeError, ValueError) as exc:
         raise ConfigError(f"{exc}{_given_in(str(exc), section, given)}") from None
+
+
+def _flag_given(flag: str, raw: Any, shown: str) -> str:
+    """How a value given by ``flag`` reads in an error line; a repeated flag's values one
+    by one.
+
+    >>> _flag_given("--group", ("", "w"), "('', 'w')"), _flag_given("--window", 5.0, "5.0")
+    ("--group '' --group 'w'", '--window 5.0')
+    """
+    if isinstance(raw, list | tuple) and shown != "(hidden)":
+        return " ".join(f"{flag} {_shown(v)}" for v in raw)
+    return f"{flag} {shown}"
 
 
 def _env_key(section: str, name: str) -> str:
@@ -859,6 +904,8 @@ def _convert(raw: Any, hint: Any) -> Any:
             raise ValueError(f"expected a 64-bit integer, got {_shown(raw)}")
         return whole
     if hint is float:
+        if isinstance(raw, bool):  # TOML `true` is no number, though Python counts it one
+            raise ValueError(f"expected a number, got {_shown(raw)}")
         try:
             value = float(raw)
         except ValueError:
@@ -869,6 +916,8 @@ def _convert(raw: Any, hint: Any) -> Any:
             raise ValueError(f"expected a finite number, got {_shown(raw)}")
         return value
     kind = next((k for t, k in _STRUCTURES.items() if isinstance(raw, t)), None)
+    if kind is None and isinstance(raw, bool | int | float):
+        kind = "a boolean" if isinstance(raw, bool) else "a number"
     if kind and hint in (Path, Secret, str):
         raise ValueError(f"expected a string, got {kind}")
     if hint is Path:

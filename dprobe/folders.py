@@ -29,6 +29,9 @@ def check_writable(
     probe file in it (fsynced with ``fsync``); :class:`~dprobe.errors.UsageError`
     ``"WHAT FOLDER is not writable: reason"`` when either fails."""
     probe = folder / f".dprobe-write-probe-{os.getpid()}"
+    blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:  # mkdir would say only "File exists" or "Not a directory"
+        raise UsageError(f"{what} {folder} is not writable: {blocker} is a file, not a folder")
     try:
         if make is not None:
             make(folder)

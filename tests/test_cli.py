@@ -113,3 +113,41 @@ def test_a_bootstrap_server_without_a_numeric_port_exits_2_naming_it(
         "number from 1 to 65535) (given: --bootstrap 'k1:9092,nohost:x')"
     ]
     assert out == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["events", "--group", ""], "dprobe events: --group must name a consumer group"),
+        (
+            ["worker", "--data-dir", "/etc/passwd/x"],
+            "dprobe worker: worker.data_dir /etc/passwd/x is not writable: /etc/passwd is a "
+            "file, not a folder",
+        ),
+        (
+            ["lag", "--group", ""],
+            "dprobe lag: lag.groups must name at least one consumer group (given: --group '')",
+        ),
+    ],
+)
+def test_a_group_or_folder_that_cannot_work_exits_2_naming_it(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--bootstrap", "127.0.0.1:1", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip().splitlines() == [line]
+    assert out == ""
+
+
+def test_an_unknown_forecaster_exits_2_before_kafka_is_asked(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DPROBE_WORKER_MODEL", "nope")
+    assert main(["--bootstrap", "127.0.0.1:1", "worker", "--metrics-port", "0"]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip().splitlines() == [
+        "dprobe worker: worker.model: unknown forecaster 'nope'; choose from dprobe-mmoe, "
+        "dprobe-mmoe-jobs, last-value, moving-average, holt-winters, seasonal-naive, "
+        "recent-peak, job-aware"
+    ]
+    assert out == ""

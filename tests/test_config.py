@@ -10,6 +10,8 @@ import pytest
 
 from dprobe.config import (
     SERVICES,
+    ArchiveSettings,
+    BrokerSettings,
     CollectorSettings,
     ConfigError,
     KafkaSettings,
@@ -362,3 +364,53 @@ def test_the_session_timeout_is_one_kafka_accepts(value: str, ok: bool) -> None:
     else:
         with pytest.raises(ConfigError, match=r"session_timeout_s must be within \[6, 1800\]"):
             load(WorkerSettings, env=env)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[worker]\nwindow_s = true\n", "[worker] window_s: expected a number, got True"),
+        ("[lag]\ngroups = [1, 2]\n", "[lag] groups: expected a string, got a number"),
+        ("[kafka]\nbootstrap = 5\n", "[kafka] bootstrap: expected a string, got a number"),
+        ("[worker]\napp_id = false\n", "[worker] app_id: expected a string, got a boolean"),
+        (
+            '[worker.kafka]\nbootstrap = "k:1"\n',
+            "[worker] kafka: Kafka settings go in the [kafka] table",
+        ),
+    ],
+)
+def test_a_value_of_the_wrong_toml_type_is_refused(tmp_path: Path, text: str, message: str) -> None:
+    from dprobe.config import LagSettings
+
+    f = _toml(tmp_path, text)
+    cls = LagSettings if "[lag]" in text else WorkerSettings
+    with pytest.raises(ConfigError) as err:
+        load(cls, env={}, file=f)
+    assert str(err.value).startswith(f"config file {f}: {message}")
+
+
+@pytest.mark.parametrize(
+    ("cls", "env", "message"),
+    [
+        (KafkaSettings, {"DPROBE_KAFKA_REQUEST_TIMEOUT_MS": "0"}, "kafka.request_timeout_ms"),
+        (ArchiveSettings, {"DPROBE_ARCHIVE_GROUP_ID": " "}, "archive.group_id"),
+        (WorkerSettings, {"DPROBE_WORKER_LEVEL_L3_MIN_UTIL_PCT": "101"}, "worker.level_l3_min"),
+        (BrokerSettings, {"DPROBE_BROKER_START_TIMEOUT_S": "-1"}, "broker.start_timeout_s"),
+        (BrokerSettings, {"DPROBE_BROKER_HEAP": "abc"}, "broker.heap must be a JVM heap size"),
+        (BrokerSettings, {"DPROBE_BROKER_STATE_DIR": "/etc/passwd/x"}, "broker.state_dir: "),
+        (BrokerSettings, {"DPROBE_BROKER_LIB_DIR": "/etc/passwd"}, "broker.lib_dir: "),
+    ],
+)
+def test_a_setting_that_cannot_work_is_refused_naming_it(
+    cls: type, env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        load(cls, env=env)
+    assert str(err.value).startswith(message)
+    ((key, value),) = env.items()
+    assert str(err.value).endswith(f"(given: {key}={value!r} in the environment)")
+
+
+def test_the_heap_sizes_a_user_writes_are_taken() -> None:
+    for heap in ("512m", "2g", "1G", "1048576"):
+        assert load(BrokerSettings, env={"DPROBE_BROKER_HEAP": heap}).heap == heap

@@ -92,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--max-events must be >= 1")
     if args.timeout is not None and not args.timeout > 0:
         raise UsageError("--timeout must be > 0")
+    if args.group is not None and not args.group.strip():
+        raise UsageError("--group must name a consumer group")
     kafka = settings(KafkaSettings, args)
     return asyncio.run(_tail(kafka, args))
 

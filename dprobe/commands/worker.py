@@ -77,6 +77,13 @@ def run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         **{dest: getattr(args, dest) for _, dest, _ in DEMAND_FLAGS},
     )
+    from dprobe.errors import UsageError
+    from dprobe.models.forecast.registry import canonical_name  # names only: no torch yet
+
+    try:
+        canonical_name(s.model)
+    except ValueError as exc:  # before any topic is made or Kafka is asked
+        raise UsageError(f"worker.model: {exc}") from None
     from dprobe.streams.runner import run_worker  # faust: imported once the settings hold
 
     asyncio.set_event_loop(asyncio.new_event_loop())
