@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from typing import Any, TypeVar
 
 from dprobe.config import load
+from dprobe.errors import UsageError
 
 S = TypeVar("S")
 
@@ -23,3 +25,20 @@ def settings(cls: type[S], args: argparse.Namespace, **cli: Any) -> S:
     config = getattr(args, "config", None) or os.environ.get("DPROBE_CONFIG")
     values = {"bootstrap": getattr(args, "bootstrap", None), **cli}
     return load(cls, cli=values, file=config, flags=getattr(args, "_flags", None))
+
+
+def positive(value: float, flag: str) -> float:
+    """``value`` when it is a finite number > 0; a :class:`UsageError` naming ``flag``
+    otherwise (NaN and infinity pass a plain ``> 0`` test, or fail it with a puzzling
+    message later).
+
+    >>> positive(600.0, "--window-s")
+    600.0
+    >>> positive(float("nan"), "--window-s")
+    Traceback (most recent call last):
+    ...
+    dprobe.errors.UsageError: --window-s must be a finite number > 0, got nan
+    """
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{flag} must be a finite number > 0, got {value:g}")
+    return value

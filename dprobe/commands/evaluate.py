@@ -20,6 +20,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -28,7 +29,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dprobe.commands._common import positive
 from dprobe.errors import UsageError
+from dprobe.folders import output_file, output_folder
 
 # The registry's forecasters (dprobe.models.forecast.registry) evaluated by default;
 # ``mmoe`` is accepted for ``dprobe-mmoe``.
@@ -72,7 +75,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="TIME",
         help="ignore the trace from this time on (e.g. to validate on a span before the test)",
     )
-    p.add_argument("--window-s", type=float, default=600.0, help="window length (default 600)")
+    p.add_argument(
+        "--window-s", type=float, default=600.0, help="window length in seconds, > 0 (default 600)"
+    )
     p.add_argument(
         "--origin-stride", type=int, default=1, help="forecast from every N-th window (default 1)"
     )
@@ -195,8 +200,10 @@ def _horizons(text: str) -> list[float]:
 def run(args: argparse.Namespace) -> int:
     from dprobe.models.forecast.evaluation import rolling_origin
 
-    if args.window_s <= 0:
-        raise UsageError("--window-s must be > 0")
+    # every check of the flags and output paths first: nothing is read, run or written
+    # before they all pass
+    positive(args.window_s, "--window-s")
+    positive(args.time_unit, "--time-unit")
     if args.origin_stride < 1:
         raise UsageError("--origin-stride must be >= 1")
     horizons = _horizons(args.horizons)
@@ -205,16 +212,31 @@ def run(args: argparse.Namespace) -> int:
     if not horizons:
         raise UsageError(f"--horizons: every horizon is shorter than --window-s {args.window_s:g}")
     test_end = _time(args.test_end, "--test-end") if args.test_end else math.inf
+    given_start = _time(args.test_start, "--test-start") if args.test_start else None
+    if args.save_checkpoint:
+        _check_checkpoint_path(args.save_checkpoint)
+    if not args.no_plots:
+        out = output_folder(args.out, "--out")
+        for name in ("summary.json", "error_by_horizon.png"):
+            if (out / name).is_dir():
+                raise UsageError(f"--out {args.out}: {out / name} is a directory")
     err = sys.stderr
 
     t0 = time.monotonic()
-    windows = _read_windows(args, test_end)
-    if not windows:
-        raise UsageError(f"{args.trace}: no data (before --test-end)")
     models = _models(args)
+    windows, n_rows = _counted_windows(args, test_end)
+    if not windows:
+        raise UsageError(_no_windows(args, n_rows, test_end))
     first, last = windows[0].window_end, windows[-1].window_end
-    if args.test_start:
-        test_start = _time(args.test_start, "--test-start")
+    if first == last:
+        raise UsageError(
+            f"{args.trace}: the trace holds one {args.window_s:g}-s window (ending "
+            f"{_iso(first)}); an evaluation needs at least {_windows_needed(horizons[0], args)} "
+            f"consecutive windows: some to fit the models on, then a test span (by default "
+            f"the last 30%) longer than the shortest horizon ({horizons[0]:g} s)"
+        )
+    if given_start is not None:
+        test_start = given_start
     else:
         test_start = first + 0.7 * (last - first)
     if not first < test_start <= last:
@@ -263,12 +285,12 @@ def run(args: argparse.Namespace) -> int:
             print(split)
         print(table)
     if args.save_checkpoint:
-        from dprobe.models.forecast.multitask import MultiTaskForecaster, save_checkpoint
+        from dprobe.models.forecast.multitask import MultiTaskForecaster
 
         for m in models:
             inner = getattr(m, "inner", m)  # the checkpoint holds the model itself
             if isinstance(inner, MultiTaskForecaster):
-                save_checkpoint(inner, args.save_checkpoint)
+                _save_checkpoint(inner, args.save_checkpoint)
     if not args.no_plots:
         _plots(
             args,
@@ -286,18 +308,86 @@ def run(args: argparse.Namespace) -> int:
 def _read_windows(args: argparse.Namespace, test_end: float) -> list[Any]:
     """The trace's windows ending before ``test_end``: demand series are averaged per
     window; a jobs trace gives each window's demand and job flow (traces/job_windows.py)."""
+    return _counted_windows(args, test_end)[0]
+
+
+def _counted_windows(args: argparse.Namespace, test_end: float) -> tuple[list[Any], int]:
+    """:func:`_read_windows`, and how many rows (jobs, for a jobs trace) the trace holds
+    in all, to say why it gave no window."""
     if args.fmt == "jobs-csv":
         from dprobe.traces.job_windows import job_windows
         from dprobe.traces.jobs_csv import read_jobs
 
         jobs = read_jobs(args.trace, time_unit_s=args.time_unit)
-        return [w for w in job_windows(jobs, args.window_s) if w.window_end <= test_end]
+        kept = [w for w in job_windows(jobs, args.window_s) if w.window_end <= test_end]
+        return kept, len(jobs)
     from dprobe.traces.demand_series import read_trace
     from dprobe.traces.demand_windows import to_windows
 
-    points = (p for p in read_trace(args.trace, args.fmt) if p.ts < test_end)
+    rows = 0
+
+    def points() -> Any:
+        nonlocal rows
+        for p in read_trace(args.trace, args.fmt):
+            rows += 1
+            if p.ts < test_end:
+                yield p
+
     # a window cut short by --test-end is left out, as for a jobs trace
-    return [w for w in to_windows(points, args.window_s) if w.window_end <= test_end]
+    return [w for w in to_windows(points(), args.window_s) if w.window_end <= test_end], rows
+
+
+def _no_windows(args: argparse.Namespace, n_rows: int, test_end: float) -> str:
+    """Why a trace gave no window, naming only the flags that were given."""
+    what = "jobs" if args.fmt == "jobs-csv" else "rows"
+    if n_rows == 0:
+        return f"{args.trace}: the trace has no {what}"
+    if math.isfinite(test_end):
+        return (
+            f"{args.trace}: no {args.window_s:g}-s window of its {n_rows} {what} ends at or "
+            f"before --test-end {_iso(test_end)}"
+        )
+    return f"{args.trace}: its {n_rows} {what} make no {args.window_s:g}-s window"
+
+
+def _windows_needed(horizon_s: float, args: argparse.Namespace) -> int:
+    """Consecutive windows for one scored forecast at ``horizon_s`` with the default split
+    (the last 30% of the windows are the test span).
+
+    >>> _windows_needed(600.0, argparse.Namespace(window_s=600.0))
+    5
+    """
+    ahead = max(1, round(horizon_s / args.window_s))
+    n = 2
+    while math.ceil(0.7 * (n - 1) - 1e-9) + ahead > n - 1:
+        n += 1
+    return n
+
+
+def _check_checkpoint_path(path: str) -> None:
+    """--save-checkpoint as a file to write at the end, and the temporary file it is
+    written through (``PATH.tmp``) not a directory in the way."""
+    out = output_file(path, "--save-checkpoint")
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    if tmp.is_dir():
+        raise UsageError(f"--save-checkpoint {path}: {tmp} (its temporary file) is a directory")
+
+
+def _save_checkpoint(model: Any, path: str) -> None:
+    """Write the checkpoint; an OSError is a one-line :class:`UsageError`, and the
+    temporary file of the atomic write is not left behind."""
+    from dprobe.models.forecast.multitask import save_checkpoint
+
+    out = Path(path)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    ours = not tmp.exists()
+    try:
+        save_checkpoint(model, out)
+    except OSError as exc:
+        if ours:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+        raise UsageError(f"--save-checkpoint {path}: {exc.strerror or exc}") from None
 
 
 def _profiler_accuracy(args: argparse.Namespace, err: Any) -> dict[str, Any]:
@@ -355,13 +445,37 @@ def _plots(
     err: Any,
     profiler: dict[str, Any] | None = None,
 ) -> None:
-    from dprobe.commands import evaluate_plots as plots
-
     out = Path(args.out)
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        n_png = _write_plots(
+            args,
+            out,
+            result=result,
+            windows=windows,
+            horizons=horizons,
+            names=names,
+            split=split,
+            profiler=profiler,
+        )
     except OSError as exc:
         raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
+    print(f"plots and summary.json written to {out}/ ({n_png} PNG)", file=err)
+
+
+def _write_plots(
+    args: argparse.Namespace,
+    out: Path,
+    *,
+    result: Any,
+    windows: list[Any],
+    horizons: list[float],
+    names: list[str],
+    split: str,
+    profiler: dict[str, Any] | None,
+) -> int:
+    from dprobe.commands import evaluate_plots as plots
+
+    out.mkdir(parents=True, exist_ok=True)
     size: dict[str, float] = {}
     for w in windows:
         size[w.tenant] = size.get(w.tenant, 0.0) + w.running_gpus + w.pending_gpus
@@ -378,4 +492,4 @@ def _plots(
         "profiler_lofo": profiler,
     }
     (out / "summary.json").write_text(json.dumps(finite(summary), indent=1, allow_nan=False))
-    print(f"plots and summary.json written to {out}/ ({len(paths)} PNG)", file=err)
+    return len(paths)

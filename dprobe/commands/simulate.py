@@ -31,14 +31,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
 
+from dprobe.commands._common import positive
 from dprobe.errors import UsageError
+from dprobe.folders import output_file
 
 POLICIES = ("fifo", "sjf", "srtf", "qssf", "las")
 MODES = ("static", "reactive", "predictive", "oracle")
+# bounds on the size of a run: more workers only fork processes that wait (and can exhaust
+# memory), a larger cluster makes every planning step crawl
+MAX_WORKERS = 256
+MAX_NODE_SCALE = 100.0
+MAX_NODES = 100_000
 
 
 def _names(values: list[str], allowed: tuple[str, ...], what: str) -> list[str]:
@@ -89,7 +97,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="--jobs without --vcs: N nodes split over the VCs by GPU-time share, each VC "
-        "at least the nodes of its largest job (overrides a philly_vc.csv beside --jobs)",
+        "at least the nodes of its largest job (overrides a philly_vc.csv beside --jobs; "
+        f"at most {MAX_NODES:,})",
     )
     p.add_argument(
         "--policies",
@@ -110,7 +119,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=1.0,
         metavar="F",
-        help="multiply every VC's nodes by F (a smaller or larger cluster; 1)",
+        help=f"multiply every VC's nodes by F (a smaller or larger cluster; 1), at most "
+        f"{MAX_NODE_SCALE:g} and {MAX_NODES:,} nodes in all",
     )
     p.add_argument(
         "--pool",
@@ -221,12 +231,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --colocate: models of 1-GPU jobs that may share (default: those the job "
         "profiler levels L1 or L2)",
     )
-    p.add_argument("--workers", type=int, default=1, help="parallel processes (1)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help=f"parallel processes, 1 to {MAX_WORKERS}; never more than there are runs (1)",
+    )
     p.add_argument(
         "--chart",
         default="dprobe-out/simulate.png",
         metavar="PNG",
-        help="bar chart path (default dprobe-out/simulate.png; '' for none)",
+        help="bar chart file (default dprobe-out/simulate.png; '' for none); a name without "
+        "an extension gets .png",
     )
     seeds = p.add_mutually_exclusive_group()
     seeds.add_argument(
@@ -294,16 +311,31 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if args.workers < 1 or args.interval <= 0 or args.horizon <= 0:
-        raise UsageError("--workers, --interval and --horizon must be > 0")
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise UsageError(f"--workers must be within 1 .. {MAX_WORKERS}, got {args.workers}")
+    for flag, value in (
+        ("--interval", args.interval),
+        ("--horizon", args.horizon),
+        ("--time-unit", args.time_unit),
+    ):
+        positive(value, flag)
     if not 0 <= args.guarantee <= 1:
         raise UsageError("--guarantee must be within [0, 1]")
-    if not (args.move_latency >= 0 and args.checkpoint_interval >= 0):
-        raise UsageError("--move-latency and --checkpoint-interval must be >= 0")
-    if args.lend_horizon is not None and not args.lend_horizon >= 0:
-        raise UsageError("--lend-horizon must be >= 0")
+    for flag, value in (
+        ("--move-latency", args.move_latency),
+        ("--checkpoint-interval", args.checkpoint_interval),
+        ("--lend-horizon", args.lend_horizon),
+    ):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise UsageError(f"{flag} must be a finite number >= 0, got {value:g}")
+    if not (math.isfinite(args.node_scale) and 0 < args.node_scale <= MAX_NODE_SCALE):
+        raise UsageError(
+            f"--node-scale must be > 0 and at most {MAX_NODE_SCALE:g}, got {args.node_scale:g}"
+        )
     if args.nodes is not None and args.nodes < 1:
         raise UsageError("--nodes must be >= 1")
+    if args.nodes is not None and args.nodes > MAX_NODES:
+        raise UsageError(f"--nodes must be at most {MAX_NODES:,}, got {args.nodes}")
     if args.jobs is None and (args.vcs is not None or args.nodes is not None):
         raise UsageError("--vcs and --nodes size the VCs of --jobs; --helios takes them from "
                          "its series (--node-scale scales them)")  # fmt: skip
@@ -312,6 +344,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.days * 24 >= 1:
         raise UsageError("--days must be > 0 (at least one hour, 1/24)")
     latencies = _latencies(args.latencies) if args.sweep else [args.move_latency]
+    chart_path = _chart_path(args.chart) if args.chart else None
 
     def say(text: str) -> None:
         print(text, file=sys.stderr)
@@ -339,6 +372,18 @@ def run(args: argparse.Namespace) -> int:
 
         vc_nodes = scale_nodes(vc_nodes, args.node_scale)
         origin += f", every VC scaled x{args.node_scale:g}"
+    if sum(vc_nodes.values()) > MAX_NODES:
+        given = (
+            f"--node-scale {args.node_scale:g}"
+            if args.node_scale != 1.0
+            else f"--vcs {args.vcs}"
+            if args.vcs
+            else "the VC sizes"
+        )
+        raise UsageError(
+            f"{given}: {sum(vc_nodes.values()):,} nodes in all, more than a simulation runs "
+            f"in reasonable time (at most {MAX_NODES:,})"
+        )
     if args.pool:
         from dprobe.sim.inputs import pool_vcs
 
@@ -364,6 +409,15 @@ def run(args: argparse.Namespace) -> int:
         gate=not args.no_gate,
     )
     reclaims = ["wait", "preempt"] if args.sweep else [args.reclaim]
+    # the grid runs static once per seed and policy (it ignores moves), every other mode
+    # once per move latency x reclaim rule: no more processes than that
+    dynamic = len([m for m in modes if m != "static"])
+    n_runs = (
+        len(streams)
+        * len(policies)
+        * (int("static" in modes) + dynamic * len(latencies) * len(reclaims))
+    )
+    workers = max(1, min(args.workers, n_runs))
     jobs = _per_seed([len(r) for r in streams.values()])
     say(
         f"{jobs} jobs ({source}); {len(vc_nodes)} VCs, {sum(vc_nodes.values())} nodes; "
@@ -377,7 +431,7 @@ def run(args: argparse.Namespace) -> int:
         modes,
         sweep_settings(settings, latencies, reclaims),
         sharing=sharing,
-        workers=args.workers,
+        workers=workers,
         progress=True,
         label=f"simulate, {len(seeds)} seeds" if len(seeds) > 1 else "simulate",
     )
@@ -395,13 +449,13 @@ def run(args: argparse.Namespace) -> int:
                 "them out, so it compares badly with the other cells (column 'unfinished')"
             )
     several = len(seeds) > 1
-    if args.chart:
+    if chart_path is not None:
         try:
             draw = sweep_chart if args.sweep else chart
             title = f"Queueing delay ({source}" + (
                 f", mean of {len(seeds)} seeds)" if several else ")"
             )
-            drawn = draw(mean_cells(results) if several else results, args.chart, title=title)
+            drawn = draw(mean_cells(results) if several else results, chart_path, title=title)
         except OSError as exc:
             raise UsageError(f"--chart {args.chart}: {exc.strerror or exc}") from None
         say(f"chart written to {drawn}")
@@ -415,6 +469,28 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(table(results))
     return 0
+
+
+def _chart_path(text: str) -> Path:
+    """The file ``--chart`` will write, checked before the run: a name without an
+    extension gets ``.png`` (as matplotlib would add on its own), an extension must be a
+    format matplotlib writes, and the file must be writable (not a directory)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    path = Path(text)
+    try:
+        is_dir = path.is_dir()
+    except OSError:  # cannot look: output_file says why
+        is_dir = False
+    if path.name and not path.suffix and not is_dir:
+        path = path.with_name(path.name + ".png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix and path.suffix[1:].lower() not in formats:
+        raise UsageError(
+            f"--chart {text}: cannot write a {path.suffix} chart; give a file name ending "
+            f"in one of {', '.join('.' + f for f in sorted(formats))}"
+        )
+    return output_file(path, "--chart", shown=text)
 
 
 def _per_seed(counts: list[int]) -> str:

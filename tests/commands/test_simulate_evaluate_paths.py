@@ -1,0 +1,304 @@
+"""``dprobe simulate`` and ``dprobe evaluate`` refuse bad values and output paths up front:
+exit 2, one line on stderr naming the flag, nothing run and no file written."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dprobe.cli import main
+
+
+def _files(root: Path) -> set[Path]:
+    return set(root.rglob("*"))
+
+
+def _demand_csv(path: Path, n: int = 60) -> Path:
+    lines = ["ts,tenant,demand_gpus"]
+    for i in range(n):
+        t = 1_590_000_000 + 600 * i
+        lines.append(f"{t},vc-a,{8 + 8 * ((i // 12) % 2)}")
+        lines.append(f"{t},vc-b,{round(4 + 2 * math.sin(i / 10), 2)}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _jobs(tmp_path: Path) -> list[str]:
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(
+        "job_id,user,num_gpu,submit_time,duration,model_name\n"
+        + "".join(f"{i},a,8,0,20,vgg16\n" for i in range(3))
+    )
+    (tmp_path / "vcs.csv").write_text("vc,node num\na,1\nb,2\n")
+    return ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv")]
+
+
+def _refused(argv: list[str], root: Path, capsys: pytest.CaptureFixture[str], *needles: str) -> str:
+    """Run ``argv``: exit 2, nothing on stdout, one line on stderr holding every needle,
+    no file made or removed under ``root``."""
+    before = _files(root)
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    line = lines[0]
+    assert line.startswith(f"dprobe {argv[0]}: ")
+    for needle in needles:
+        assert needle in line
+    assert _files(root) == before
+    return line
+
+
+@pytest.fixture
+def cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)  # the default --out and --chart land here, if anywhere
+    return tmp_path
+
+
+# evaluate: output paths
+
+
+def _evaluate(trace: Path, *extra: str) -> list[str]:
+    return ["evaluate", "--trace", str(trace), "--format", "demand-csv", *extra]
+
+
+def test_evaluate_checkpoint_under_a_file_is_refused_before_the_run(cwd: Path, capsys) -> None:
+    trace = _demand_csv(cwd / "d.csv")
+    ckpt = f"{trace}/x.pt"  # the parent is a file
+    argv = _evaluate(trace, "--no-plots", "--models", "dprobe-mmoe", "--save-checkpoint", ckpt)
+    line = _refused(argv, cwd, capsys, "--save-checkpoint", ckpt, "not a directory")
+    assert "Traceback" not in line
+
+
+def test_evaluate_checkpoint_that_is_a_directory_is_refused_leaving_no_tmp(
+    cwd: Path, capsys
+) -> None:
+    trace = _demand_csv(cwd / "d.csv")
+    folder = cwd / "ckpts"
+    folder.mkdir()
+    argv = _evaluate(trace, "--no-plots", "--models", "dprobe-mmoe")
+    _refused(
+        [*argv, "--save-checkpoint", str(folder)], cwd, capsys, "--save-checkpoint", "directory"
+    )
+    assert not (cwd / "ckpts.tmp").exists()
+
+
+def test_evaluate_checkpoint_write_failure_leaves_no_temporary_file(
+    cwd: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = _demand_csv(cwd / "d.csv", n=40)
+    ckpt = cwd / "m.pt"
+
+    def refuse(self: Path, target: Any) -> Path:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pathlib.Path, "replace", refuse)
+    argv = _evaluate(trace, "--no-plots", "--json", "--models", "dprobe-mmoe")
+    assert main([*argv, "--save-checkpoint", str(ckpt)]) == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last == f"dprobe evaluate: --save-checkpoint {ckpt}: No space left on device"
+    assert not ckpt.exists()
+    assert not (cwd / "m.pt.tmp").exists()
+
+
+def test_evaluate_out_that_is_a_file_is_refused_before_the_run(cwd: Path, capsys) -> None:
+    trace = _demand_csv(cwd / "d.csv")
+    taken = cwd / "report"
+    taken.write_text("not a folder\n")
+    argv = _evaluate(trace, "--models", "last-value", "--out", str(taken))
+    _refused(argv, cwd, capsys, "--out", str(taken), "not a directory")
+    assert taken.read_text() == "not a folder\n"
+
+
+def test_evaluate_out_under_a_file_is_refused(cwd: Path, capsys) -> None:
+    trace = _demand_csv(cwd / "d.csv")
+    out = f"{trace}/report"
+    argv = _evaluate(trace, "--models", "last-value", "--out", out)
+    _refused(argv, cwd, capsys, "--out", out, f"{trace} is not a directory")
+
+
+def test_evaluate_out_holding_a_directory_where_a_plot_goes_is_refused(cwd: Path, capsys) -> None:
+    trace = _demand_csv(cwd / "d.csv")
+    (cwd / "report" / "summary.json").mkdir(parents=True)
+    argv = _evaluate(trace, "--models", "last-value", "--out", str(cwd / "report"))
+    _refused(argv, cwd, capsys, "--out", "summary.json", "is a directory")
+
+
+def test_evaluate_writes_plots_to_a_new_nested_out(cwd: Path, capsys) -> None:
+    trace = _demand_csv(cwd / "d.csv")
+    out = cwd / "a" / "b"
+    assert main(_evaluate(trace, "--models", "last-value", "--out", str(out))) == 0
+    assert (out / "summary.json").is_file() and (out / "error_by_horizon.png").is_file()
+    capsys.readouterr()
+
+
+# evaluate: values and messages
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-600"])
+@pytest.mark.parametrize("flag", ["--window-s", "--time-unit"])
+def test_evaluate_float_flags_must_be_finite_and_positive(
+    cwd: Path, capsys, flag: str, value: str
+) -> None:
+    trace = _demand_csv(cwd / "d.csv")
+    argv = _evaluate(trace, "--no-plots", "--models", "last-value", f"{flag}={value}")
+    line = _refused(argv, cwd, capsys)
+    assert line == (f"dprobe evaluate: {flag} must be a finite number > 0, got {float(value):g}")
+
+
+def test_evaluate_header_only_trace_says_it_has_no_rows(cwd: Path, capsys) -> None:
+    trace = cwd / "empty.csv"
+    trace.write_text("ts,tenant,demand_gpus\n")
+    line = _refused(_evaluate(trace, "--no-plots", "--models", "last-value"), cwd, capsys)
+    assert line == f"dprobe evaluate: {trace}: the trace has no rows"
+
+
+def test_evaluate_names_test_end_only_when_given(cwd: Path, capsys) -> None:
+    trace = _demand_csv(cwd / "d.csv")
+    argv = _evaluate(trace, "--no-plots", "--models", "last-value", "--test-end", "2000-01-01")
+    _refused(argv, cwd, capsys, "--test-end 2000-01-01", "no 600-s window")
+
+
+def test_evaluate_one_window_trace_says_so_without_naming_test_start(cwd: Path, capsys) -> None:
+    trace = cwd / "one.csv"
+    trace.write_text("ts,tenant,demand_gpus\n1590000000,a,1\n")
+    line = _refused(_evaluate(trace, "--no-plots", "--models", "last-value"), cwd, capsys)
+    assert "holds one 600-s window" in line and "at least 5 consecutive windows" in line
+    assert "--test-start" not in line and "outside" not in line
+
+
+def test_evaluate_five_windows_are_enough_as_the_one_window_message_says(cwd: Path, capsys) -> None:
+    trace = cwd / "five.csv"
+    rows = [f"{1_590_000_000 + 600 * i},a,{i}" for i in range(5)]
+    trace.write_text("ts,tenant,demand_gpus\n" + "\n".join(rows) + "\n")
+    assert main(_evaluate(trace, "--no-plots", "--models", "last-value")) == 0
+    capsys.readouterr()
+
+
+# simulate: --chart
+
+
+def test_simulate_chart_that_is_a_directory_is_refused(cwd: Path, capsys) -> None:
+    folder = cwd / "charts"
+    folder.mkdir()
+    argv = [*_jobs(cwd), "--policies", "fifo", "--modes", "static", "--chart", str(folder)]
+    _refused(argv, cwd, capsys, "--chart", str(folder), "is a directory")
+    assert not (cwd / "charts.png").exists()
+
+
+def test_simulate_chart_under_a_file_is_refused_before_the_run(cwd: Path, capsys) -> None:
+    argv = _jobs(cwd)
+    chart = f"{argv[2]}/chart.png"  # under jobs.csv
+    _refused(
+        [*argv, "--policies", "fifo", "--modes", "static", "--chart", chart],
+        cwd,
+        capsys,
+        f"--chart {chart}: ",
+        "not a directory",
+    )
+
+
+def test_simulate_chart_of_a_format_matplotlib_cannot_write_is_refused(cwd: Path, capsys) -> None:
+    argv = [*_jobs(cwd), "--policies", "fifo", "--modes", "static", "--chart", "c.txt"]
+    _refused(argv, cwd, capsys, "--chart c.txt", ".txt", ".png")
+
+
+def test_simulate_chart_without_extension_reports_the_png_it_writes(cwd: Path, capsys) -> None:
+    chart = cwd / "out" / "chart"
+    argv = [*_jobs(cwd), "--policies", "fifo", "--modes", "static", "--chart", str(chart)]
+    assert main(argv) == 0
+    assert f"chart written to {chart}.png" in capsys.readouterr().err
+    assert (cwd / "out" / "chart.png").is_file() and not chart.exists()
+
+
+# simulate: bounds
+
+
+@pytest.mark.parametrize("workers", ["0", "-1", "257", "100000"])
+def test_simulate_workers_out_of_bounds_are_refused(cwd: Path, capsys, workers: str) -> None:
+    argv = [*_jobs(cwd), "--policies", "fifo", "--modes", "static", "reactive"]
+    line = _refused([*argv, "--workers", workers], cwd, capsys)
+    assert line == f"dprobe simulate: --workers must be within 1 .. 256, got {workers}"
+
+
+def test_simulate_starts_no_more_workers_than_runs(
+    cwd: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dprobe.sim.grid as grid
+
+    seen: list[int] = []
+    real = grid.run_seeds
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs["workers"])
+        return real(*args, **{**kwargs, "workers": 1})
+
+    monkeypatch.setattr(grid, "run_seeds", spy)
+    argv = [*_jobs(cwd), "--policies", "fifo", "--modes", "static", "reactive", "--chart", ""]
+    assert main([*argv, "--workers", "256"]) == 0
+    assert seen == [2]  # fifo x (static, reactive)
+    assert main([*argv, "--sweep", "--latencies", "0,300", "--workers", "256"]) == 0
+    assert seen[-1] == 5  # static once, reactive at 2 latencies x 2 reclaim rules
+    capsys.readouterr()
+
+
+def test_simulate_help_documents_the_bounds(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "1 to 256" in text and "at most 100 and 100,000 nodes" in text
+
+
+@pytest.mark.parametrize("scale", ["1e6", "101", "0", "-1", "nan", "inf"])
+def test_simulate_node_scale_out_of_range_is_refused(cwd: Path, capsys, scale: str) -> None:
+    argv = [*_jobs(cwd), "--policies", "fifo", "--modes", "static", "--node-scale", scale]
+    _refused(argv, cwd, capsys, "--node-scale must be > 0 and at most 100")
+
+
+def test_simulate_too_many_nodes_after_scaling_is_refused(cwd: Path, capsys) -> None:
+    argv = _jobs(cwd)
+    argv = [argv[0], argv[1], argv[2], "--nodes", "99999", "--node-scale", "50"]
+    _refused(
+        [*argv, "--policies", "fifo", "--modes", "static"],
+        cwd,
+        capsys,
+        "--node-scale 50",
+        "100,000",
+    )
+
+
+def test_simulate_nodes_above_the_bound_are_refused(cwd: Path, capsys) -> None:
+    argv = _jobs(cwd)[:3]
+    _refused(
+        [*argv, "--nodes", "1000000000"],
+        cwd,
+        capsys,
+        "--nodes must be at most 100,000, got 1000000000",
+    )
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--interval", "nan", "--interval must be a finite number > 0, got nan"),
+        ("--horizon", "inf", "--horizon must be a finite number > 0, got inf"),
+        ("--time-unit", "nan", "--time-unit must be a finite number > 0, got nan"),
+        ("--move-latency", "inf", "--move-latency must be a finite number >= 0, got inf"),
+        (
+            "--checkpoint-interval",
+            "nan",
+            "--checkpoint-interval must be a finite number >= 0, got nan",
+        ),
+        ("--lend-horizon", "inf", "--lend-horizon must be a finite number >= 0, got inf"),
+    ],
+)
+def test_simulate_float_flags_must_be_finite(
+    cwd: Path, capsys, flag: str, value: str, message: str
+) -> None:
+    argv = [*_jobs(cwd), "--policies", "fifo", "--modes", "static", flag, value]
+    assert _refused(argv, cwd, capsys) == f"dprobe simulate: {message}"
