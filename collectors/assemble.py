@@ -68,16 +68,20 @@ def make_backend(settings: CollectorSettings, host: str, clock: Clock) -> GpuBac
 
 def make_resolver(settings: CollectorSettings) -> TenantResolver | None:
     """The pid -> tenant/job resolver of the NVML backend; ``None`` for the synthetic one,
-    whose processes carry their tenant and job already.
+    whose processes carry their tenant and job already. A given tenant map is read and
+    checked whatever the backend (:class:`UsageError` naming what is wrong), so a file
+    that is missing or invalid fails as early with the synthetic backend as with NVML,
+    though the synthetic backend then does not use it.
 
     >>> make_resolver(CollectorSettings(backend="synthetic")) is None
     True
     """
+    tenant_map = load_tenant_map(settings.tenant_map) if settings.tenant_map else None
     if settings.backend != "nvml":
         return None
     return TenantResolver(
         proc_root=settings.proc_root,
-        tenant_map=load_tenant_map(settings.tenant_map) if settings.tenant_map else None,
+        tenant_map=tenant_map,
         env_vars=settings.tenant_env_vars,
         pod_log_dir=settings.pod_log_dir,
     )

@@ -267,10 +267,17 @@ class CollectorSettings:
         if self.backend not in {"nvml", "synthetic"}:
             raise ConfigError("collector.backend must be 'nvml' or 'synthetic'")
         _check_port("collector.metrics_port", self.metrics_port)
-        for name in ("tenants", "synthetic_gpus", "synthetic_procs_per_gpu"):
+        for name, most in SYNTHETIC_MAX.items():
             if getattr(self, name) < 1:
                 raise ConfigError(f"collector.{name} must be >= 1")
+            if getattr(self, name) > most:  # a larger workload takes minutes per tick
+                raise ConfigError(f"collector.{name} must be at most {most:,}")
         _check_host_id(self.host_id)
+
+
+# the largest synthetic workload: a tick of 1,024 GPUs x 64 processes takes about 2 s to
+# generate, one of 100,000 GPUs minutes
+SYNTHETIC_MAX = {"tenants": 10_000, "synthetic_gpus": 1024, "synthetic_procs_per_gpu": 64}
 
 
 def _check_dir_path(name: str, path: Path) -> None:

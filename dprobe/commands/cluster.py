@@ -6,7 +6,10 @@ then); this command publishes one from a shell or a cron job, and shows the late
 of each source. Quotas are GPUs per tenant (Kueue: a ClusterQueue's nominalQuota; Volcano:
 a queue's deserved); --complete says tenants not listed hold none. --quotas-csv reads a
 file with the header tenant,quota_gpus; a bad line (a tenant listed twice, a row with more
-fields than the header included) exits 2 naming its line number.
+fields than the header included) exits 2 naming its line number; so does a tenant given
+twice by --quota (a --quota replaces the file's quota of its tenant). Quotas may sum above
+the capacity (an overcommitted scheduler's may, and a report that is not --complete lists
+only some tenants): the planner lends what reported quotas leave of the capacity.
 
   dprobe cluster publish --capacity 256 --quota vc-a=64 --quota vc-b=192 --complete
   dprobe cluster publish --quotas-csv quotas.csv --source kueue
@@ -59,13 +62,14 @@ def run(args: argparse.Namespace) -> int:
     worker = settings(WorkerSettings, args)  # the topic is created as the worker would
     kafka = worker.kafka
     if args.action == "show":
-        reports = asyncio.run(_latest(kafka))
+        reports, invalid = asyncio.run(_latest(kafka))
         if args.json:
             print(json.dumps([json.loads(_encoded(r)) for r in reports]))
         for r in reports:
             print(_describe(r), file=sys.stderr if args.json else sys.stdout)
         if not reports:
-            print(f"no report on {kafka.topic('cluster')} yet", file=sys.stderr)
+            skipped = f" ({invalid} invalid records skipped)" if invalid else ""
+            print(f"no valid report on {kafka.topic('cluster')} yet{skipped}", file=sys.stderr)
         return 0
     report = report_from(args)
     asyncio.run(_publish(kafka, report, worker.replication_factor))
@@ -84,18 +88,38 @@ def report_from(args: argparse.Namespace, now: float | None = None) -> ClusterRe
     >>> report_from(ns, now=5.0).quotas
     {'a': 16.0}
     """
-    from dprobe.schema import ClusterReport, SchemaError, decode_cluster_report, encode
+    from dprobe.schema import (
+        MAX_REPORTED_TENANTS,
+        ClusterReport,
+        SchemaError,
+        decode_cluster_report,
+        encode,
+    )
 
+    _check_name(args.source, f"--source {_shown(args.source)}", "a source")
     quotas: dict[str, float] = {}
     if args.quotas_csv is not None:
         quotas.update(_read_csv(args.quotas_csv))
+    given: dict[str, str] = {}  # tenant -> the --quota that named it (the CSV's may be replaced)
     for item in args.quota:
         tenant, sep, value = item.rpartition("=")
+        what = f"--quota {_shown(item)}"
         if not sep or not tenant:
-            raise UsageError(f"--quota {item!r}: expected TENANT=GPUS")
-        quotas[tenant] = _gpus(value, f"--quota {item!r}")
+            raise UsageError(f"{what}: expected TENANT=GPUS")
+        _check_name(tenant, what, "a tenant")
+        if tenant in given:
+            raise UsageError(
+                f"{what}: tenant {_shown(tenant)} is given twice (also --quota "
+                f"{_shown(given[tenant])})"
+            )
+        given[tenant] = item
+        quotas[tenant] = _gpus(value, what)
+    if len(quotas) > MAX_REPORTED_TENANTS:
+        raise UsageError(
+            f"{len(quotas)} tenants with a quota, more than a report holds ({MAX_REPORTED_TENANTS})"
+        )
     if args.capacity is not None:
-        _gpus(str(args.capacity), "--capacity")
+        _gpus(str(args.capacity), f"--capacity {args.capacity:g}")
     if args.capacity is None and not quotas and not args.complete:
         raise UsageError("nothing to publish: give --capacity, --quota or --quotas-csv")
     report = ClusterReport(
@@ -109,6 +133,30 @@ def report_from(args: argparse.Namespace, now: float | None = None) -> ClusterRe
         return decode_cluster_report(encode(report))
     except SchemaError as exc:
         raise UsageError(f"not a valid report: {exc}") from None
+
+
+def _shown(text: str) -> str:
+    """``text`` for an error line, cut short (a name may be thousands of characters).
+
+    >>> _shown("vc-a"), _shown("x" * 3000)
+    ("'vc-a'", "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'... (3000 characters)")
+    """
+    return repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text)} characters)"
+
+
+def _check_name(name: str, what: str, kind: str) -> None:
+    """:class:`UsageError` unless ``name`` is a name a report may hold (the schema's
+    ``Id``: 1 to 256 characters of valid UTF-8; any characters, spaces included)."""
+    from dprobe.traces.row_input import MAX_ID_CHARS
+
+    if not 1 <= len(name) <= MAX_ID_CHARS:
+        raise UsageError(
+            f"{what}: {kind} name must be 1 to {MAX_ID_CHARS} characters, not {len(name)}"
+        )
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise UsageError(f"{what}: {kind} name must be valid UTF-8") from None
 
 
 def _gpus(text: str, what: str) -> float:
@@ -223,8 +271,10 @@ async def _create(kafka: KafkaSettings, topic: str, replication: int) -> None:
         await admin.close()
 
 
-async def _latest(kafka: KafkaSettings) -> list[ClusterReport]:
-    """The newest valid report of each source on the cluster topic (read to its end)."""
+async def _latest(kafka: KafkaSettings) -> tuple[list[ClusterReport], int]:
+    """The newest valid report of each source on the cluster topic (read to its end), and
+    how many records were invalid (each named on stderr with its reason, as ``dprobe
+    events`` does; the worker dead-letters them)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.errors import KafkaConnectionError
 
@@ -234,10 +284,11 @@ async def _latest(kafka: KafkaSettings) -> list[ClusterReport]:
     topic = kafka.topic("cluster")
     partitions = await _partitions(kafka, topic)
     if not partitions:
-        return []
+        return [], 0
     consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
     await start_client(consumer.start, consumer.stop, kafka, KafkaConnectionError)
     latest: dict[str, ClusterReport] = {}
+    invalid = 0
     try:
         tps = [TopicPartition(topic, p) for p in partitions]
         consumer.assign(tps)
@@ -251,11 +302,14 @@ async def _latest(kafka: KafkaSettings) -> list[ClusterReport]:
                 for rec in records:
                     try:
                         r = decode_cluster_report(rec.value)
-                    except SchemaError:
+                    except SchemaError as exc:
+                        invalid += 1
+                        print(f"dprobe cluster: skipping {rec.topic}[{rec.partition}]@"
+                              f"{rec.offset}: {exc}", file=sys.stderr)  # fmt: skip
                         continue
                     if r.source not in latest or r.ts >= latest[r.source].ts:
                         latest[r.source] = r
             left = {tp for tp in left if await consumer.position(tp) < ends[tp]}
     finally:
         await consumer.stop()
-    return [latest[s] for s in sorted(latest)]
+    return [latest[s] for s in sorted(latest)], invalid

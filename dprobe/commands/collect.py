@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from dprobe.commands._common import settings
-from dprobe.config import CollectorSettings
+from dprobe.config import SYNTHETIC_MAX, CollectorSettings
 from dprobe.errors import UsageError
 
 
@@ -48,7 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spool-max-bytes", type=int, metavar="N", help="spool bound in bytes")
     p.add_argument("--state-dir", metavar="DIR", help="folder of the persisted seq")
     p.add_argument(
-        "--tenant-map", metavar="FILE", help="TOML mapping pods/namespaces/... to tenants"
+        "--tenant-map",
+        metavar="FILE",
+        help="TOML mapping pods/namespaces/... to tenants (nvml backend; the synthetic "
+        "backend names its own tenants: it checks a map given but does not use it)",
     )
     p.add_argument(
         "--tenant-env",
@@ -60,16 +63,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", help="destination topic (default <prefix>samples)")
     syn = p.add_argument_group("synthetic backend")
     syn.add_argument("--seed", type=int, help="random seed (default 0)")
-    syn.add_argument("--tenants", type=int, metavar="N", help="number of tenants (default 4)")
     syn.add_argument(
-        "--gpus", type=int, dest="synthetic_gpus", metavar="N", help="GPUs (default 8)"
+        "--tenants",
+        type=int,
+        metavar="N",
+        help=f"number of tenants (default 4, at most {SYNTHETIC_MAX['tenants']:,})",
+    )
+    syn.add_argument(
+        "--gpus",
+        type=int,
+        dest="synthetic_gpus",
+        metavar="N",
+        help=f"GPUs (default 8, at most {SYNTHETIC_MAX['synthetic_gpus']:,})",
     )
     syn.add_argument(
         "--procs-per-gpu",
         type=int,
         dest="synthetic_procs_per_gpu",
         metavar="N",
-        help="processes that may share a GPU (default 2)",
+        help="processes that may share a GPU "
+        f"(default 2, at most {SYNTHETIC_MAX['synthetic_procs_per_gpu']:,})",
     )
     syn.add_argument(
         "--clock-speed",
@@ -128,6 +141,10 @@ def run(args: argparse.Namespace) -> int:
 
     cli: dict[str, Any] = {name: getattr(args, name, None) for name in _SETTING_FLAGS}
     s = settings(CollectorSettings, args, **cli)
+    if s.tenant_map:  # checked whatever the backend, before --output or a spool is touched
+        from dprobe.collectors.tenant_map import load_tenant_map
+
+        load_tenant_map(s.tenant_map)
     if args.max_ticks is not None and args.max_ticks < 1:
         raise UsageError("--max-ticks must be >= 1")
     if args.once:

@@ -64,7 +64,7 @@ def test_a_bad_quotas_file_exits_2_with_its_line(
         (["--quota", "vc-a"], "expected TENANT=GPUS"),
         (["--quota", "vc-a=nan"], "GPUs must be within"),
         (["--capacity", "inf"], "GPUs must be within"),
-        (["--quota", "x" * 300 + "=8"], "not a valid report"),
+        (["--quota", "x" * 300 + "=8"], "a tenant name must be 1 to 256 characters, not 300"),
     ],
 )
 def test_bad_flags_exit_2(
