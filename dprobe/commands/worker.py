@@ -86,5 +86,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"worker.model: {exc}") from None
     from dprobe.streams.runner import run_worker  # faust: imported once the settings hold
 
-    asyncio.set_event_loop(asyncio.new_event_loop())
-    return run_worker(s, loglevel=args.log_level)
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return run_worker(s, loglevel=args.log_level)
+    finally:  # faust closes it when it ran; a start refused before that leaves it to us
+        loop.close()
