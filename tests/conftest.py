@@ -137,9 +137,13 @@ class KafkaHelper:
 
     async def create_topic(self, name: str, partitions: int = 1, **config: str) -> str:
         """Create a unique topic and return its name (waits until the broker has it)."""
+        return await self.create_named(self.unique(name), partitions, **config)
+
+    async def create_named(self, topic: str, partitions: int = 1, **config: str) -> str:
+        """Create ``topic`` as named (e.g. ``<unique prefix>cluster``), deleted after the
+        test; returns its name."""
         from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-        topic = self.unique(name)
         admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
         await admin.start()
         try:

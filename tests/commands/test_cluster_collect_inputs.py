@@ -275,17 +275,9 @@ def test_the_largest_synthetic_workload_runs(
 async def _cluster_topic_with(kafka, values: list[bytes]) -> tuple[str, str]:
     """A fresh ``<prefix>cluster`` topic (one partition) holding ``values``."""
     from aiokafka import AIOKafkaProducer
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     prefix = kafka.unique("cl") + "."
-    topic = f"{prefix}cluster"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 1, 1)])
-    finally:
-        await admin.close()
-    kafka.created.append(topic)
+    topic = await kafka.create_named(f"{prefix}cluster")
     async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
         for value in values:
             await producer.send_and_wait(topic, value, key=b"k")

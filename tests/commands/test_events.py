@@ -12,7 +12,6 @@ import time
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from dprobe.schema import Forecast, ModelInfo, ScalingEvent, encode
 
@@ -48,14 +47,7 @@ EVENTS = [
 async def _topic_with_events(kafka, records: list[tuple[int, bytes]]) -> str:
     """A fresh ``<prefix>scaling-events`` topic (2 partitions) holding ``records``."""
     prefix = kafka.unique("ev") + "."
-    topic = f"{prefix}scaling-events"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 2, 1)])
-    finally:
-        await admin.close()
-    kafka.created.append(topic)
+    topic = await kafka.create_named(f"{prefix}scaling-events", 2)
     async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
         for partition, value in records:
             await producer.send_and_wait(topic, value, partition=partition)

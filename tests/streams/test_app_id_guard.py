@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from dprobe.config import KafkaSettings, WorkerSettings
 from dprobe.streams.provision import (
@@ -27,14 +26,7 @@ from tests.conftest import KafkaHelper
 
 async def _live_group(kafka: KafkaHelper, prefix: str, group: str) -> None:
     """A group that read and committed one record of ``<prefix>samples``."""
-    topic = f"{prefix}samples"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 1, 1)])
-    finally:
-        await admin.close()
-    kafka.created.append(topic)
+    topic = await kafka.create_named(f"{prefix}samples")
     producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap)
     async with producer:
         await producer.send_and_wait(topic, b"snapshot", key=b"h1")
