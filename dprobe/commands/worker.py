@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         **{dest: getattr(args, dest) for _, dest, _ in DEMAND_FLAGS},
     )
     from dprobe.errors import UsageError
+    from dprobe.folders import check_writable
     from dprobe.models.forecast.registry import canonical_name  # names only: no torch yet
 
     try:
@@ -86,9 +87,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"worker.model: {exc}") from None
     from dprobe.streams.runner import run_worker  # faust: imported once the settings hold
 
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    try:
-        return run_worker(s, loglevel=args.log_level)
-    finally:  # faust closes it when it ran; a start refused before that leaves it to us
-        loop.close()
+    check_writable(s.data_dir, "worker.data_dir")  # said before a loop is made for faust
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    return run_worker(s, loglevel=args.log_level)
