@@ -674,8 +674,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
     dprobe.config.ConfigError: config file /: cannot read: Is a directory
     """
     text = read_text(path, max_bytes=1 << 20, error=ConfigError, what="config file ")
-    try:  # a byte-order mark (Windows editors write one) is not TOML, but means no harm
-        return tomllib.loads(text.removeprefix("\ufeff"))
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: {exc}") from None
 

@@ -4,6 +4,8 @@ every way that can fail into one :class:`~dprobe.errors.UsageError` line.
 A directory, an unreadable file, a file larger than ``max_bytes`` (a sparse file or a
 mistake that would exhaust memory) and bytes that are not UTF-8 (a binary or gzip file
 where text was expected) are each named with the path, and with the line for bad UTF-8.
+A leading byte-order mark (Windows editors write one) is dropped: it is not part of the
+text, and left in it would glue itself to the first key or column name.
 
 Example:
     >>> import tempfile, pathlib
@@ -48,7 +50,7 @@ def read_text(
     if len(raw) > max_bytes:
         raise error(f"{name}: larger than {max_bytes} bytes; not a file of this kind")
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise error(f"{name}:{line}: not UTF-8 text ({exc.reason})") from None

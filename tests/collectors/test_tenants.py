@@ -187,6 +187,17 @@ def test_mapping_file_is_read_and_validated(tmp_path: Path) -> None:
         load_tenant_map(tmp_path / "missing.toml")
 
 
+def test_a_mapping_file_saved_with_a_byte_order_mark_reads_like_one_without(
+    tmp_path: Path,
+) -> None:
+    plain, marked = tmp_path / "plain.toml", tmp_path / "marked.toml"
+    text = '[namespaces]\nteam-a = "vc-a"\n'
+    plain.write_text(text, encoding="utf-8")
+    marked.write_text(text, encoding="utf-8-sig")  # what Windows editors write
+    assert marked.read_bytes().startswith(b"\xef\xbb\xbf")
+    assert load_tenant_map(marked) == load_tenant_map(plain)
+
+
 STATIC_UID = "8d3b5e2ad0c2b0a2d6e4c76e7e8e2d02"  # the kubelet's MD5 hash of a static pod
 
 
