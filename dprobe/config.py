@@ -59,6 +59,33 @@ def _check_port(name: str, port: int, *, lowest: int = 0) -> None:
         raise ConfigError(f"{name} must be within [{lowest}, 65535]")
 
 
+# Kafka refuses any other topic name (and "." and ".." alone); the broker's own message
+# arrives only once a client tries to create or produce, so settings check it up front.
+_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]*")
+MAX_TOPIC_CHARS = 249
+_LONGEST_SUFFIX = len("scaling-events")  # the longest name dprobe appends to a prefix
+
+
+def check_topic_name(what: str, name: str, *, prefix: bool = False) -> None:
+    """Refuse a Kafka topic name (or, with ``prefix``, a prefix of dprobe's topic names)
+    that the broker would refuse, naming ``what`` and the rule.
+
+    >>> check_topic_name("--topic", "dprobe.samples")
+    >>> check_topic_name("replay.topic_prefix", "../", prefix=True)
+    Traceback (most recent call last):
+    ...
+    dprobe.config.ConfigError: replay.topic_prefix '../': Kafka topic names hold only ...
+    """
+    longest = MAX_TOPIC_CHARS - (_LONGEST_SUFFIX if prefix else 0)
+    rule = "letters, digits, '.', '_' and '-'"
+    if not _TOPIC_CHARS.fullmatch(name):
+        raise ConfigError(f"{what} {name!r}: Kafka topic names hold only {rule}")
+    if len(name) > longest:
+        raise ConfigError(f"{what}: at most {longest} characters, got {len(name)}")
+    if not prefix and name in ("", ".", ".."):
+        raise ConfigError(f"{what} {name!r}: not a Kafka topic name (1 or more of {rule})")
+
+
 class Secret:
     """A string that never shows itself in ``repr``/``str`` (logs, tracebacks, --help).
 
@@ -116,6 +143,7 @@ class KafkaSettings:
 
     def __post_init__(self) -> None:
         _check_servers(self.bootstrap)
+        check_topic_name("kafka.topic_prefix", self.topic_prefix, prefix=True)
         if self.request_timeout_ms < 1:
             raise ConfigError("kafka.request_timeout_ms must be >= 1")
         allowed = {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}
@@ -267,6 +295,11 @@ class CollectorSettings:
         if self.backend not in {"nvml", "synthetic"}:
             raise ConfigError("collector.backend must be 'nvml' or 'synthetic'")
         _check_port("collector.metrics_port", self.metrics_port)
+        for var in self.tenant_env_vars:  # a name no environment holds would never match
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
+                raise ConfigError(
+                    f"collector.tenant_env_vars: {var!r} is not an environment variable name"
+                )
         for name, most in SYNTHETIC_MAX.items():
             if getattr(self, name) < 1:
                 raise ConfigError(f"collector.{name} must be >= 1")
@@ -533,8 +566,10 @@ class LagSettings:
     metrics_port: int = 9403
 
     def __post_init__(self) -> None:
-        if not self.groups or not all(self.groups):
-            raise ConfigError("lag.groups must name at least one consumer group")
+        if not self.groups or not all(g.strip() for g in self.groups):
+            raise ConfigError("lag.groups must name at least one consumer group, none empty")
+        for topic in self.topics:
+            check_topic_name("lag.topics", topic)
         if not self.interval_s > 0:
             raise ConfigError("lag.interval_s must be > 0 seconds")
         _check_port("lag.metrics_port", self.metrics_port)
@@ -584,8 +619,9 @@ class ReplaySettings:
             raise ConfigError("replay.compression must be zstd, lz4, gzip, snappy or none")
         if self.await_every < 1:
             raise ConfigError("replay.await_every must be >= 1")
-        if not self.topic_prefix or any(c.isspace() for c in self.topic_prefix):
-            raise ConfigError("replay.topic_prefix must be non-empty, without spaces")
+        if not self.topic_prefix:
+            raise ConfigError("replay.topic_prefix must not be empty")
+        check_topic_name("replay.topic_prefix", self.topic_prefix, prefix=True)
 
     def topic(self, kind: str) -> str:
         """Target topic of a kind: ``topic("samples") -> "dprobe-replay.samples"``."""
@@ -887,10 +923,10 @@ def _convert(raw: Any, hint: Any) -> Any:
         return _convert(raw, args[0])
     if origin is tuple:
         (item,) = typing.get_args(hint)[:1]
-        parts = raw.split(",") if isinstance(raw, str) else list(raw)
-        return tuple(
-            _convert(p.strip() if isinstance(p, str) else p, item) for p in parts if p != ""
-        )
+        if not isinstance(raw, str):  # a TOML list or repeated flag: each item counts
+            return tuple(_convert(p, item) for p in raw)
+        # a comma-separated environment value: spaces and a trailing comma mean no harm
+        return tuple(_convert(p.strip(), item) for p in raw.split(",") if p.strip())
     if hint is bool:
         if isinstance(raw, bool):
             return raw
@@ -928,6 +964,8 @@ def _convert(raw: Any, hint: Any) -> Any:
     if kind and hint in (Path, Secret, str):
         raise ValueError(f"expected a string, got {kind}")
     if hint is Path:
+        if not str(raw).strip():  # Path("") is the current folder: never what was meant
+            raise ValueError("expected a path, got an empty string")
         return Path(str(raw)).expanduser()
     if hint is Secret:
         return raw if isinstance(raw, Secret) else Secret(str(raw))

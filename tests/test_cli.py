@@ -126,7 +126,8 @@ def test_a_bootstrap_server_without_a_numeric_port_exits_2_naming_it(
         ),
         (
             ["lag", "--group", ""],
-            "dprobe lag: lag.groups must name at least one consumer group (given: --group '')",
+            "dprobe lag: lag.groups must name at least one consumer group, none empty "
+            "(given: --group '')",
         ),
     ],
 )

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence, Set
 from typing import Any
 
 from dprobe.clock import Clock
-from dprobe.config import ReplaySettings
+from dprobe.config import ReplaySettings, check_topic_name
 from dprobe.errors import UsageError
 from dprobe.kafka_auth import start_client
 from dprobe.traces.replay import ReplayStats, replay
@@ -30,6 +30,7 @@ def topics_for(
     ``topic_prefix``), changed by ``KIND=TOPIC`` items, or a bare ``TOPIC`` for the
     ``primary`` kind."""
     topics = {k: settings.topic(k) for k in KINDS}
+    given: dict[str, str] = {}
     for item in overrides:
         kind, sep, topic = item.rpartition("=")
         kind = kind if sep else primary
@@ -37,7 +38,10 @@ def topics_for(
             raise UsageError(
                 f"--topic {item!r}: expected TOPIC or KIND=TOPIC (KIND: samples, jobs, cluster)"
             )
-        topics[kind] = topic
+        if kind in given:
+            raise UsageError(f"--topic {item!r}: the {kind} topic is already {given[kind]!r}")
+        check_topic_name("--topic", topic)
+        topics[kind] = given[kind] = topic
     return topics
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from dprobe.commands._common import settings
-from dprobe.config import SYNTHETIC_MAX, CollectorSettings
+from dprobe.config import SYNTHETIC_MAX, CollectorSettings, check_topic_name
 from dprobe.errors import UsageError
 
 
@@ -147,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
         load_tenant_map(s.tenant_map)
     if args.max_ticks is not None and args.max_ticks < 1:
         raise UsageError("--max-ticks must be >= 1")
+    if args.topic is not None:
+        check_topic_name("--topic", args.topic)
     if args.once:
         return asyncio.run(_once(s))
     if args.output:

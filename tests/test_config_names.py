@@ -1,0 +1,107 @@
+"""Names the broker or the operating system would refuse are refused by the settings first:
+topic names and prefixes, consumer groups, environment variable names, empty paths.
+
+Kafka's rule for a topic name (letters, digits, '.', '_', '-'; at most 249; not '.' or
+'..') is restated here from Kafka's documentation, not taken from the code under test.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from dprobe.config import (
+    ArchiveSettings,
+    CollectorSettings,
+    ConfigError,
+    KafkaSettings,
+    LagSettings,
+    ReplaySettings,
+    check_topic_name,
+    load,
+)
+from dprobe.errors import UsageError
+from dprobe.traces.replay_kafka import topics_for
+
+
+def _kafka_accepts(name: str) -> bool:
+    legal = re.fullmatch(r"[A-Za-z0-9._-]+", name) is not None
+    return legal and len(name) <= 249 and name not in (".", "..")
+
+
+NAMES = ["dprobe.samples", "a", "A-b_c.9", ".", "..", "", "a b", "../x", "a/b", "é"]
+NAMES += ["x" * 249, "x" * 250]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_topic_name_is_refused_exactly_when_kafka_would_refuse_it(name: str) -> None:
+    if _kafka_accepts(name):
+        check_topic_name("--topic", name)
+    else:
+        with pytest.raises(ConfigError, match="--topic"):
+            check_topic_name("--topic", name)
+
+
+@pytest.mark.parametrize("prefix", ["../", "a b", "dprobe/", "x" * 240])
+def test_a_topic_prefix_that_makes_illegal_names_is_refused_by_every_service(prefix: str) -> None:
+    # the longest name dprobe builds from a prefix is PREFIX + "scaling-events"
+    assert not _kafka_accepts(prefix + "scaling-events")
+    with pytest.raises(ConfigError, match=r"kafka\.topic_prefix"):
+        load(KafkaSettings, env={"DPROBE_KAFKA_TOPIC_PREFIX": prefix})
+    with pytest.raises(ConfigError, match=r"replay\.topic_prefix"):
+        load(ReplaySettings, env={}, cli={"topic_prefix": prefix})
+
+
+def test_the_prefixes_in_use_are_accepted() -> None:
+    assert load(KafkaSettings, env={"DPROBE_KAFKA_TOPIC_PREFIX": ""}).topic("samples") == "samples"
+    assert load(ReplaySettings, env={}, cli={"topic_prefix": "dprobe."}).into_live_topics
+    with pytest.raises(ConfigError, match="must not be empty"):
+        load(ReplaySettings, env={"DPROBE_REPLAY_TOPIC_PREFIX": ""})
+
+
+def test_replay_topic_overrides_are_checked_and_not_given_twice() -> None:
+    s = ReplaySettings()
+    assert topics_for(s, ["jobs=my.jobs", "my.samples"]) == {
+        "samples": "my.samples",
+        "jobs": "my.jobs",
+        "cluster": "dprobe-replay.cluster",
+    }
+    with pytest.raises(UsageError, match="already 'a'"):
+        topics_for(s, ["samples=a", "samples=b"])
+    with pytest.raises(UsageError, match="already 'a'"):  # the bare form names the main kind
+        topics_for(s, ["a", "samples=b"])
+    with pytest.raises(UsageError, match="Kafka topic names hold only"):
+        topics_for(s, ["cluster=a b"])
+
+
+def test_lag_refuses_an_empty_group_or_topic_given_among_others(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="none empty"):
+        load(LagSettings, env={}, cli={"groups": ("", "dprobe-worker")})
+    with pytest.raises(ConfigError, match=r"lag\.topics ''"):
+        load(LagSettings, env={}, cli={"topics": ("",)})
+    toml = tmp_path / "dprobe.toml"
+    toml.write_text('[lag]\ngroups = ["dprobe-worker", " "]\n')
+    with pytest.raises(ConfigError, match="none empty"):
+        load(LagSettings, env={}, file=toml)
+    # a comma-separated environment value may end in a comma or hold spaces
+    lag = load(LagSettings, env={"DPROBE_LAG_GROUPS": " dprobe-worker, w2,"})
+    assert lag.groups == ("dprobe-worker", "w2")
+
+
+def test_an_empty_path_is_refused_rather_than_read_as_the_current_folder() -> None:
+    with pytest.raises(ConfigError, match="expected a path, got an empty string"):
+        load(ArchiveSettings, env={}, cli={"out_dir": ""})
+    with pytest.raises(ConfigError, match="expected a path"):
+        load(ArchiveSettings, env={"DPROBE_ARCHIVE_OUT_DIR": " "})
+    # an optional path set empty means "not set", as before
+    assert load(CollectorSettings, env={"DPROBE_COLLECTOR_TENANT_MAP": ""}).tenant_map is None
+
+
+@pytest.mark.parametrize("var", ["SLURM JOB", "", "1ACCOUNT", "A=B"])
+def test_tenant_env_vars_must_be_environment_variable_names(var: str) -> None:
+    with pytest.raises(ConfigError, match="not an environment variable name"):
+        load(CollectorSettings, env={}, cli={"tenant_env_vars": (var,)})
+    ok = load(CollectorSettings, env={}, cli={"tenant_env_vars": ("SLURM_JOB_ACCOUNT", "_T1")})
+    assert ok.tenant_env_vars == ("SLURM_JOB_ACCOUNT", "_T1")
