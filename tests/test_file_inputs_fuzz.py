@@ -205,3 +205,46 @@ def test_an_archive_file_of_another_layout_is_one_line_with_exit_2(
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert str(path) in err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(("written", "named"), [("jobs", "samples"), ("samples", "cluster")])
+def test_an_archive_file_of_one_kind_named_as_another_is_one_line_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], written: str, named: str
+) -> None:
+    from dprobe.schema import HostSnapshot, JobEvent, encode
+    from dprobe.sinks.archive_schema import row_of
+    from dprobe.sinks.parquet_archive import ArchiveWriter
+    from dprobe.traces.archive_reader import read_archive
+
+    built = tmp_path / "built"
+    w = ArchiveWriter(built, fsync=False)
+    msg = (
+        JobEvent(ts=1_700_000_000.0, event="submit", job="j1", tenant="a", gpus=1)
+        if written == "jobs"
+        else HostSnapshot(ts=1_700_000_000.0, host="h", seq=0, interval_s=10.0, gpus=[], procs=[])
+    )
+    w.add(
+        written,
+        row_of(written, msg, key=b"k", value=encode(msg), partition=0, offset=0, timestamp_ms=None),
+    )
+    w.flush()
+    (made,) = built.rglob("*.parquet")
+    assert list(read_archive(built))  # as written, it reads
+    wrong = tmp_path / "copy" / named / made.parent.parent.name / made.parent.name
+    wrong.mkdir(parents=True)
+    path = wrong / made.name.replace(written, named, 1)
+    path.write_bytes(made.read_bytes())
+    with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}: holds {written} records"):
+        list(read_archive(tmp_path / "copy"))
+    code = main(
+        [
+            "--bootstrap",
+            "127.0.0.1:1",
+            "replay",
+            str(tmp_path / "copy"),
+            "--format",
+            "dprobe-parquet",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and f"not {named}" in err.strip().splitlines()[-1]

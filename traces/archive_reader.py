@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dprobe.errors import UsageError
-from dprobe.sinks.archive_schema import KINDS
+from dprobe.sinks.archive_schema import KINDS, SCHEMAS
 from dprobe.sinks.parquet_archive import NAME_RE, ArchiveFile, list_files
 from dprobe.traces.replay_record import ReplayRecord
 
@@ -148,7 +148,7 @@ def read_archive(
     for hour in sorted(by_hour):
         rows: list[tuple[float, int, int, int, int, bytes | None, bytes, str]] = []
         for f in by_hour[hour]:
-            d = _columns(f.path)
+            d = _columns(f.path, f.kind)
             lead, rank = _order(f.kind)
             rows += [
                 (ts, lead, part, rank, off, key, value, f.kind)
@@ -175,12 +175,13 @@ def _order(kind: str) -> tuple[int, int]:
     return (0 if kind == "cluster" else 1), KINDS.index(kind)
 
 
-def _columns(path: Path) -> dict[str, list[Any]]:
+def _columns(path: Path, kind: str) -> dict[str, list[Any]]:
     """The replayed columns of one archive file, checked: ``UsageError`` naming the file
-    (and the row) for a file that is not a dprobe archive file."""
+    (and the row) for a file that is not a dprobe archive file of ``kind``."""
     try:
         with pq.ParquetFile(path) as pf:
             have = pf.schema_arrow
+            _check_kind(path, kind, set(have.names))
             missing = [c for c in _COLUMNS if c not in have.names]
             if missing:
                 raise UsageError(
@@ -204,6 +205,33 @@ def _columns(path: Path) -> dict[str, list[Any]]:
     if bad is not None:
         raise UsageError(f"{path}: row {bad + 1}: ts must be a finite number")
     return d
+
+
+# The columns that tell a kind's files apart (all but those common to the three kinds).
+_COMMON_NAMES = set.intersection(*(set(v.names) for v in SCHEMAS.values()))
+_OWN = {k: set(SCHEMAS[k].names) - _COMMON_NAMES for k in KINDS}
+
+
+def _check_kind(path: Path, kind: str, names: set[str]) -> None:
+    """Refuse a file whose name gives one kind and whose columns are another's (a file
+    renamed or copied into the wrong folder): its records would be decoded as the wrong
+    messages and dropped one by one as invalid. A file with neither kind's own columns
+    (written by another tool) is left to the column checks.
+
+    >>> jobs = {"ts", "event", "job", "tenant", "gpus_requested"}
+    >>> _check_kind(Path("samples-p0-o0-o1.parquet"), "samples", jobs)
+    Traceback (most recent call last):
+    ...
+    dprobe.errors.UsageError: samples-p0-o0-o1.parquet: holds jobs records (columns ...), not ...
+    """
+    if _OWN[kind] <= names:
+        return
+    for other in KINDS:
+        if other != kind and _OWN[other] <= names:
+            raise UsageError(
+                f"{path}: holds {other} records (columns {', '.join(sorted(_OWN[other]))}), "
+                f"not {kind}; move it to a {other} folder and name it {other}-..."
+            )
 
 
 def _finite(x: object) -> bool:
