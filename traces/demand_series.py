@@ -46,7 +46,7 @@ from dprobe.traces.row_input import (
     open_text,
     parsed_rows,
     shown,
-    too_long,
+    unfit_name,
 )
 
 TraceFormat = Literal["demand-csv", "helios-vc"]
@@ -212,7 +212,7 @@ def read_demand_csv(path: str | Path, *, on_bad: OnBad | None = None) -> Iterato
         tenant = row["tenant"].strip()
         if not tenant:
             raise TraceFormatError("tenant: empty", path=p, line=line)
-        if problem := too_long(tenant, "tenant", MAX_TENANT_CHARS):
+        if problem := unfit_name(tenant, "tenant", MAX_TENANT_CHARS):
             raise TraceFormatError(problem, path=p, line=line)
         quota_text = row.get("quota_gpus", "").strip()
         quota = _gpus(quota_text, "quota_gpus", p, line) if quota_text else None
@@ -250,7 +250,7 @@ def read_helios_vc(path: str | Path, *, on_bad: OnBad | None = None) -> Iterator
     """
     p = Path(path)
     tenant = tenant_of(p)
-    if problem := too_long(tenant, "tenant (the file name)", MAX_TENANT_CHARS):
+    if problem := unfit_name(tenant, "tenant (the file name)", MAX_TENANT_CHARS):
         raise TraceFormatError(problem, path=p)
 
     def point(line: int, row: dict[str, str]) -> DemandPoint:

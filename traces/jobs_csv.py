@@ -41,7 +41,7 @@ from dprobe.traces.row_input import (
     csv_rows,
     open_text,
     parsed_rows,
-    too_long,
+    unfit_name,
 )
 
 DEFAULT_TIME_UNIT_S = 60.0  # assumption: Philly/Chronus MIX times are minutes
@@ -131,9 +131,9 @@ def _iter(fh: IO[str], name: str, unit: float, on_bad: OnBad | None) -> Iterator
             raise UsageError(f"{name}:{line}: empty job_id or user")
         model = row[model_col].strip() if model_col is not None else ""
         problem = (
-            too_long(job_id, "job_id", MAX_ID_CHARS)
-            or too_long(tenant, "user", MAX_TENANT_CHARS)
-            or too_long(model, "model_name", MAX_LABEL_CHARS)
+            unfit_name(job_id, "job_id", MAX_ID_CHARS)
+            or unfit_name(tenant, "user", MAX_TENANT_CHARS)
+            or unfit_name(model, "model_name", MAX_LABEL_CHARS)
         )
         if problem:
             raise UsageError(f"{name}:{line}: {problem}")

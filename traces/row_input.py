@@ -194,12 +194,21 @@ def replay_gpu(host: str, index: int) -> str:
 MAX_TENANT_CHARS: Final[int] = MAX_ID_CHARS - len(replay_gpu(replay_host("", 999_999), 4095))
 
 
-def too_long(value: str, what: str, limit: int) -> str | None:
-    """Why ``value`` is too long to be the ``what`` of a record (``None``: it is not).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
-    >>> too_long("x" * 240, "tenant", MAX_TENANT_CHARS)
+
+def unfit_name(value: str, what: str, limit: int) -> str | None:
+    """Why ``value`` cannot be the ``what`` (a tenant, job or model name) of a record:
+    too long, or holding a control character (a tab or line break read from a trace would
+    split log lines and reach metric labels and scheduler messages); ``None``: it can.
+
+    >>> unfit_name("x" * 240, "tenant", MAX_TENANT_CHARS)
     'tenant is 240 characters, more than 233 (a replay names hosts and GPUs after it)'
+    >>> print(unfit_name("vc\\x1b[31m", "user", MAX_TENANT_CHARS))
+    user 'vc\\x1b[31m' holds a control character
     """
+    if _CONTROL.search(value):
+        return f"{what} {value[:40]!r} holds a control character"
     if len(value) <= limit:
         return None
     why = " (a replay names hosts and GPUs after it)" if limit == MAX_TENANT_CHARS else ""

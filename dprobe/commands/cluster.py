@@ -171,7 +171,7 @@ def _gpus(text: str, what: str) -> float:
 
 def _read_csv(path: Path) -> dict[str, float]:
     from dprobe.text_input import read_text
-    from dprobe.traces.row_input import MAX_ID_CHARS, csv_rows, too_long
+    from dprobe.traces.row_input import MAX_ID_CHARS, csv_rows, unfit_name
 
     text = read_text(path, max_bytes=MAX_CSV_BYTES, error=UsageError, what="quotas file ")
     rows = csv_rows(
@@ -194,7 +194,7 @@ def _read_csv(path: Path) -> dict[str, float]:
         tenant = row[cols["tenant"]].strip()
         if not tenant:
             raise UsageError(f"{path}: line {line}: empty tenant")
-        if problem := too_long(tenant, "tenant", MAX_ID_CHARS):
+        if problem := unfit_name(tenant, "tenant", MAX_ID_CHARS):
             raise UsageError(f"{path}: line {line}: {problem}")
         if tenant in out:
             raise UsageError(f"{path}: line {line}: tenant {tenant!r} is listed twice")

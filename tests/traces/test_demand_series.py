@@ -75,6 +75,7 @@ def test_demand_csv_errors_name_file_and_line(tmp_path: Path, row: str, message:
         ("60,vc-a,1" + "9" * (200 << 10), "d.csv:3: not valid CSV (field larger than field"),
         ("60,vc-\udcff,1", "d.csv:3: not UTF-8 text (byte 0xff)"),
         ("60," + "t" * 234 + ",1", "d.csv:3: tenant is 234 characters, more than 233"),
+        ("60,vc\ta,1", "d.csv:3: tenant 'vc\\ta' holds a control character"),
     ],
 )
 def test_rows_the_worker_would_refuse_name_file_and_line(

@@ -102,6 +102,10 @@ BIG_FIELD = "x" * (200 << 10)  # over the csv module's 128 KiB field limit
         ("j" * 257 + ",u,1,0,5,m,z\n", 2, "job_id is 257 characters, more than 256"),
         ("a," + "u" * 234 + ",1,0,5,m,z\n", 2, "user is 234 characters, more than 233"),
         ("a,u,1,0,5," + "m" * 257 + ",z\n", 2, "model_name is 257 characters, more than 256"),
+        # a quoted line break (named by the line the row ends on) or an escape sequence
+        # would split log lines and colour terminals
+        ('a,"u\nv",1,0,5,m,z\n', 3, r"user 'u\\nv' holds a control character"),
+        ("a\x1b[2J,u,1,0,5,m,z\n", 2, r"job_id 'a\\x1b\[2J' holds a control character"),
         # ends after the schema's last time (1e11 s), though it starts before it
         ("a,u,1,1666666666,60,m,z\n", 2, "after the last time the schema allows"),
     ],
