@@ -272,10 +272,10 @@ def test_a_row_with_a_byte_that_is_not_utf8_is_skipped(tmp_path: Path) -> None:
 def test_a_bad_row_over_several_lines_is_skipped_whole(tmp_path: Path) -> None:
     f = tmp_path / "jobs.csv"
     f.write_text(
-        "job_id,user,num_gpu,submit_time,duration\n"
-        "1,a,1,0,5\n"
-        '2,"a\nb",oops,1,5\n'  # lines 3-4: one record, a bad num_gpu
-        "3,a,1,2,5\n"
+        "job_id,user,num_gpu,submit_time,duration,note\n"
+        "1,a,1,0,5,x\n"
+        '2,a,oops,1,5,"a\nb"\n'  # lines 3-4: one record, a bad num_gpu
+        "3,a,1,2,5,y\n"
     )
     bad: list[str] = []
     _, jobs = _decode(list(open_source(f, "jobs-csv", on_bad=bad.append)[0]))
