@@ -279,11 +279,7 @@ class CollectorSettings:
     def __post_init__(self) -> None:
         if self.interval_s <= 0:
             raise ConfigError("collector.interval_s must be > 0")
-        if not (1 <= self.partitions <= 10_000 and 1 <= self.replication_factor <= 100):
-            raise ConfigError(
-                "collector.partitions must be within [1, 10000] and replication_factor "
-                "within [1, 100]"
-            )
+        _check_topic_layout("collector", self.partitions, self.replication_factor)
         if self.compression not in {"zstd", "lz4", "gzip", "snappy", "none"}:
             raise ConfigError("collector.compression must be zstd, lz4, gzip, snappy or none")
         if self.clock_speed <= 0 or self.send_timeout_s <= 0 or self.nvml_timeout_s <= 0:
@@ -311,6 +307,20 @@ class CollectorSettings:
 # the largest synthetic workload: a tick of 1,024 GPUs x 64 processes takes about 2 s to
 # generate, one of 100,000 GPUs minutes
 SYNTHETIC_MAX = {"tenants": 10_000, "synthetic_gpus": 1024, "synthetic_procs_per_gpu": 64}
+
+
+def _check_topic_layout(section: str, partitions: int, replication_factor: int) -> None:
+    """Partitions and replication of a topic a service creates, within what a cluster runs.
+
+    >>> _check_topic_layout("replay", 4, 0)
+    Traceback (most recent call last):
+    ...
+    dprobe.config.ConfigError: replay.partitions must be within [1, 10000] and ...
+    """
+    if not (1 <= partitions <= 10_000 and 1 <= replication_factor <= 100):
+        raise ConfigError(
+            f"{section}.partitions must be within [1, 10000] and replication_factor within [1, 100]"
+        )
 
 
 def _check_dir_path(name: str, path: Path) -> None:
@@ -430,8 +440,10 @@ class WorkerSettings:
     def __post_init__(self) -> None:
         if self.window_s <= 0 or self.grace_s < 0:
             raise ConfigError("worker.window_s must be > 0 and worker.grace_s >= 0")
-        if self.batch_max < 1 or self.batch_within_s <= 0:
-            raise ConfigError("worker.batch_max must be >= 1 and worker.batch_within_s > 0")
+        if not 1 <= self.batch_max <= 1_000_000 or self.batch_within_s <= 0:
+            raise ConfigError(
+                "worker.batch_max must be within [1, 1000000] and worker.batch_within_s > 0"
+            )
         if not 65_536 <= self.fetch_partition_bytes <= 1 << 30:
             raise ConfigError("worker.fetch_partition_bytes must be within [65536, 2**30]")
         if not (1 <= self.partitions <= 10_000 and 1 <= self.events_partitions <= 10_000) or not (
@@ -455,15 +467,16 @@ class WorkerSettings:
             )
         if not self.health_stale_s >= 5:
             raise ConfigError("worker.health_stale_s must be >= 5 seconds")
-        if self.producer_buffer_messages < 1:
-            raise ConfigError("worker.producer_buffer_messages must be >= 1")
+        if not 1 <= self.producer_buffer_messages <= 10_000_000:
+            raise ConfigError("worker.producer_buffer_messages must be within [1, 10000000]")
         if "{" in str(self.data_dir) or "}" in str(self.data_dir):
             raise ConfigError(f"worker.data_dir may not hold '{{' or '}}': {self.data_dir}")
         if not 0 <= self.planning_checkpoint_s <= 86_400:
             raise ConfigError("worker.planning_checkpoint_s must be within [0, 86400] seconds")
-        if not 4_096 <= self.max_state_bytes <= self.max_message_bytes:
+        if not 4_096 <= self.max_state_bytes <= self.max_message_bytes <= 2**31 - 1:
             raise ConfigError(
-                "worker.max_state_bytes must be within [4096, worker.max_message_bytes]"
+                "worker.max_state_bytes must be within [4096, worker.max_message_bytes] and "
+                "max_message_bytes at most 2147483647 (Kafka's limit)"
             )
         shards = (self.window_host_shards, self.job_book_shards, self.tenant_index_shards)
         if not all(1 <= n <= 4_096 for n in shards):
@@ -472,17 +485,20 @@ class WorkerSettings:
                 "must be within [1, 4096]"
             )
         if not (
-            1 <= self.node_gpus <= self.capacity_gpus
+            1 <= self.node_gpus <= self.capacity_gpus <= 10_000_000
             and 0 <= self.guaranteed_gpus <= self.capacity_gpus
         ):
             raise ConfigError(
-                "worker.node_gpus must be within [1, worker.capacity_gpus] and "
-                "worker.guaranteed_gpus within [0, worker.capacity_gpus]"
+                "worker.node_gpus must be within [1, worker.capacity_gpus], "
+                "worker.guaranteed_gpus within [0, worker.capacity_gpus] and capacity_gpus "
+                "at most 10000000"
             )
         damping = (self.plan_cooldown_s, self.plan_scale_down_stabilization_s)
-        if not (self.plan_headroom >= 0 and 0 <= self.plan_tolerance < 1 and min(damping) >= 0):
+        if not (
+            0 <= self.plan_headroom <= 10 and 0 <= self.plan_tolerance < 1 and min(damping) >= 0
+        ):
             raise ConfigError(
-                "worker.plan_headroom must be >= 0, plan_tolerance within [0, 1), "
+                "worker.plan_headroom must be within [0, 10], plan_tolerance within [0, 1), "
                 "plan_cooldown_s and plan_scale_down_stabilization_s >= 0"
             )
         if not (self.plan_horizon_s > 0 and self.move_latency_s >= 0 and self.lend_horizon_s >= 0):
@@ -518,8 +534,8 @@ def _check_demand_settings(s: WorkerSettings) -> None:
             raise ConfigError(f"worker.{name} must be within [0, 100]")
     if not 0 < s.level_ex_min_mem_frac <= 1:
         raise ConfigError("worker.level_ex_min_mem_frac must be within (0, 1]")
-    if s.level_l1_max_mem_bytes < 0:
-        raise ConfigError("worker.level_l1_max_mem_bytes must be >= 0")
+    if not 0 <= s.level_l1_max_mem_bytes <= 2**53:
+        raise ConfigError("worker.level_l1_max_mem_bytes must be within [0, 2**53]")
     e = s.flow_edges_s
     if (
         not 1 <= len(e) <= MAX_FLOW_EDGES
@@ -548,6 +564,8 @@ class ArchiveSettings:
     def __post_init__(self) -> None:
         if self.flush_records < 1 or self.flush_bytes < 1 or self.flush_interval_s <= 0:
             raise ConfigError("archive.flush_records, flush_bytes and flush_interval_s must be > 0")
+        if not 1 <= self.compression_level <= 22:
+            raise ConfigError("archive.compression_level must be within [1, 22] (zstd's levels)")
         if not self.group_id.strip():
             raise ConfigError("archive.group_id must name a consumer group")
 
@@ -619,6 +637,7 @@ class ReplaySettings:
             raise ConfigError("replay.compression must be zstd, lz4, gzip, snappy or none")
         if self.await_every < 1:
             raise ConfigError("replay.await_every must be >= 1")
+        _check_topic_layout("replay", self.partitions, self.replication_factor)
         if not self.topic_prefix:
             raise ConfigError("replay.topic_prefix must not be empty")
         check_topic_name("replay.topic_prefix", self.topic_prefix, prefix=True)
@@ -766,6 +785,7 @@ def _build(
             if section == "kafka" and f.name == "bootstrap" and isinstance(raw, list):
                 raw = _join_servers(raw)
             values[f.name] = _convert(raw, hint)
+            _check_duration(f.name, values[f.name])
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{origin}: {exc}") from None
         secret = hint is Secret or isinstance(values[f.name], Secret)
@@ -781,6 +801,30 @@ def _build(
         return cls(**values)
     except (ConfigError, TypeError, ValueError) as exc:
         raise ConfigError(f"{exc}{_given_in(str(exc), section, given)}") from None
+
+
+MAX_DURATION_S = 1e7  # 115 days, the longest duration a message may hold; no setting is near
+
+
+def _check_duration(name: str, value: Any) -> None:
+    """A duration setting (``*_s``, ``*_ms``) no longer than :data:`MAX_DURATION_S`: a
+    larger one is a typo, and one near the largest float overflows the clock arithmetic it
+    feeds (``now + 1e308`` is infinity) instead of failing here.
+
+    >>> _check_duration("window_s", 60.0)
+    >>> _check_duration("plan_horizon_s", 1e308)
+    Traceback (most recent call last):
+    ...
+    ValueError: expected at most 10000000 seconds (115 days), got 1e+308
+    """
+    scale = 1.0 if name.endswith("_s") else 1e3 if name.endswith("_ms") else 0.0
+    values = value if isinstance(value, tuple) else (value,)
+    for v in values:
+        if scale and isinstance(v, float | int) and abs(v) > MAX_DURATION_S * scale:
+            unit = "seconds" if scale == 1.0 else "milliseconds"
+            raise ValueError(
+                f"expected at most {MAX_DURATION_S * scale:.0f} {unit} (115 days), got {v:g}"
+            )
 
 
 def _flag_given(flag: str, raw: Any, shown: str) -> str:

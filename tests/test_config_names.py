@@ -19,6 +19,7 @@ from dprobe.config import (
     KafkaSettings,
     LagSettings,
     ReplaySettings,
+    WorkerSettings,
     check_topic_name,
     load,
 )
@@ -105,3 +106,30 @@ def test_tenant_env_vars_must_be_environment_variable_names(var: str) -> None:
         load(CollectorSettings, env={}, cli={"tenant_env_vars": (var,)})
     ok = load(CollectorSettings, env={}, cli={"tenant_env_vars": ("SLURM_JOB_ACCOUNT", "_T1")})
     assert ok.tenant_env_vars == ("SLURM_JOB_ACCOUNT", "_T1")
+
+
+@pytest.mark.parametrize(
+    ("cls", "name", "value", "words"),
+    [
+        (WorkerSettings, "plan_horizon_s", 1e308, "at most 10000000 seconds"),
+        (WorkerSettings, "window_s", 2e7, "at most 10000000 seconds"),
+        (WorkerSettings, "producer_linger_ms", 1e11, "at most 10000000000 milliseconds"),
+        (WorkerSettings, "flow_edges_s", "60,1e9", "at most 10000000 seconds"),
+        (WorkerSettings, "plan_headroom", 1e308, r"plan_headroom must be within \[0, 10\]"),
+        (WorkerSettings, "capacity_gpus", 10**18, "capacity_gpus at most 10000000"),
+        (WorkerSettings, "max_message_bytes", 2**31, "at most 2147483647"),
+        (WorkerSettings, "level_l1_max_mem_bytes", 1e300, r"within \[0, 2\*\*53\]"),
+        (ReplaySettings, "partitions", 10**18, r"replay\.partitions must be within"),
+        (ArchiveSettings, "compression_level", 23, r"within \[1, 22\]"),
+    ],
+)
+def test_a_value_far_beyond_any_use_is_refused_naming_the_setting(
+    cls: type, name: str, value: object, words: str
+) -> None:
+    with pytest.raises(ConfigError, match=words):
+        load(cls, env={}, cli={name: value})
+
+
+def test_the_longest_durations_in_use_are_accepted() -> None:
+    s = load(WorkerSettings, env={}, cli={"forget_tenant_after_s": 1e7, "plan_headroom": 10.0})
+    assert (s.forget_tenant_after_s, s.plan_headroom) == (1e7, 10.0)
