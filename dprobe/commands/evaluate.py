@@ -243,6 +243,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--test-start {_iso(test_start)} is outside the trace ({_iso(first)} .. {_iso(last)})"
         )
+    if last - test_start < horizons[0]:  # no forecast of the test span could be scored
+        raise UsageError(
+            f"the test span {_iso(test_start)} .. {_iso(last)} ({last - test_start:g} s) is "
+            f"shorter than the shortest horizon ({horizons[0]:g} s): give an earlier "
+            "--test-start, shorter --horizons or a longer trace"
+        )
     tenants = sorted({w.tenant for w in windows})
     n_fit = sum(1 for w in windows if w.window_end < test_start)
     split = (

@@ -302,3 +302,14 @@ def test_simulate_float_flags_must_be_finite(
 ) -> None:
     argv = [*_jobs(cwd), "--policies", "fifo", "--modes", "static", flag, value]
     assert _refused(argv, cwd, capsys) == f"dprobe simulate: {message}"
+
+
+def test_evaluate_test_span_shorter_than_every_horizon_is_one_line(cwd: Path, capsys) -> None:
+    trace = _demand_csv(cwd / "d.csv")  # 60 windows of 600 s: the last 30 % is 17.7 windows
+    argv = _evaluate(trace, "--no-plots", "--models", "last-value", "--horizons", "86400")
+    line = _refused(argv, cwd, capsys, "shorter than the shortest horizon (86400 s)")
+    assert "(10620 s)" in line  # 0.3 x 59 windows x 600 s
+    # one horizon the span can score is enough
+    argv = _evaluate(trace, "--no-plots", "--models", "last-value", "--horizons", "600,86400")
+    assert main(argv) == 0
+    capsys.readouterr()
