@@ -82,8 +82,10 @@ def check_topic_name(what: str, name: str, *, prefix: bool = False) -> None:
         raise ConfigError(f"{what} {name!r}: Kafka topic names hold only {rule}")
     if len(name) > longest:
         raise ConfigError(f"{what}: at most {longest} characters, got {len(name)}")
-    if not prefix and name in ("", ".", ".."):
-        raise ConfigError(f"{what} {name!r}: not a Kafka topic name (1 or more of {rule})")
+    if not prefix and not name:
+        raise ConfigError(f"{what}: an empty name is not a Kafka topic name")
+    if not prefix and name in (".", ".."):
+        raise ConfigError(f"{what} {name!r}: '.' and '..' alone are not Kafka topic names")
 
 
 class Secret:
@@ -307,6 +309,9 @@ class CollectorSettings:
 # the largest synthetic workload: a tick of 1,024 GPUs x 64 processes takes about 2 s to
 # generate, one of 100,000 GPUs minutes
 SYNTHETIC_MAX = {"tenants": 10_000, "synthetic_gpus": 1024, "synthetic_procs_per_gpu": 64}
+
+
+ZSTD_LEVELS = (-131_072, 22)  # what zstd (and pyarrow's Parquet writer) accept
 
 
 def _check_topic_layout(section: str, partitions: int, replication_factor: int) -> None:
@@ -564,8 +569,11 @@ class ArchiveSettings:
     def __post_init__(self) -> None:
         if self.flush_records < 1 or self.flush_bytes < 1 or self.flush_interval_s <= 0:
             raise ConfigError("archive.flush_records, flush_bytes and flush_interval_s must be > 0")
-        if not 1 <= self.compression_level <= 22:
-            raise ConfigError("archive.compression_level must be within [1, 22] (zstd's levels)")
+        if not ZSTD_LEVELS[0] <= self.compression_level <= ZSTD_LEVELS[1]:
+            raise ConfigError(
+                f"archive.compression_level must be within [{ZSTD_LEVELS[0]}, {ZSTD_LEVELS[1]}] "
+                "(zstd's levels; below 1 faster and larger)"
+            )
         if not self.group_id.strip():
             raise ConfigError("archive.group_id must name a consumer group")
 
@@ -803,13 +811,16 @@ def _build(
         raise ConfigError(f"{exc}{_given_in(str(exc), section, given)}") from None
 
 
-MAX_DURATION_S = 1e7  # 115 days, the longest duration a message may hold; no setting is near
+MAX_DURATION_S = 1e7  # 115 days, the longest duration a message may hold
+# durations that no message holds and that may sensibly be longer: their own limit
+_LONG_DURATIONS_S = {"forget_tenant_after_s": 3650 * 86_400.0}  # ten years
 
 
 def _check_duration(name: str, value: Any) -> None:
-    """A duration setting (``*_s``, ``*_ms``) no longer than :data:`MAX_DURATION_S`: a
-    larger one is a typo, and one near the largest float overflows the clock arithmetic it
-    feeds (``now + 1e308`` is infinity) instead of failing here.
+    """A duration setting (``*_s``, ``*_ms``) no longer than :data:`MAX_DURATION_S` (or its
+    own limit): a larger one is a typo, and one near the largest float overflows the clock
+    arithmetic it feeds (``now + 1e308`` is infinity) instead of failing here. Below zero
+    is left to each setting's own check.
 
     >>> _check_duration("window_s", 60.0)
     >>> _check_duration("plan_horizon_s", 1e308)
@@ -818,12 +829,14 @@ def _check_duration(name: str, value: Any) -> None:
     ValueError: expected at most 10000000 seconds (115 days), got 1e+308
     """
     scale = 1.0 if name.endswith("_s") else 1e3 if name.endswith("_ms") else 0.0
+    limit_s = _LONG_DURATIONS_S.get(name, MAX_DURATION_S)
     values = value if isinstance(value, tuple) else (value,)
     for v in values:
-        if scale and isinstance(v, float | int) and abs(v) > MAX_DURATION_S * scale:
+        if scale and isinstance(v, float | int) and v > limit_s * scale:
             unit = "seconds" if scale == 1.0 else "milliseconds"
             raise ValueError(
-                f"expected at most {MAX_DURATION_S * scale:.0f} {unit} (115 days), got {v:g}"
+                f"expected at most {limit_s * scale:.0f} {unit} "
+                f"({limit_s // 86_400:.0f} days), got {v:g}"
             )
 
 
@@ -968,7 +981,7 @@ def _convert(raw: Any, hint: Any) -> Any:
     if origin is tuple:
         (item,) = typing.get_args(hint)[:1]
         if not isinstance(raw, str):  # a TOML list or repeated flag: each item counts
-            return tuple(_convert(p, item) for p in raw)
+            return tuple(_convert(p.strip() if isinstance(p, str) else p, item) for p in raw)
         # a comma-separated environment value: spaces and a trailing comma mean no harm
         return tuple(_convert(p.strip(), item) for p in raw.split(",") if p.strip())
     if hint is bool:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dprobe.cli import main
 from dprobe.config import (
     ArchiveSettings,
     CollectorSettings,
@@ -75,12 +76,16 @@ def test_replay_topic_overrides_are_checked_and_not_given_twice() -> None:
         topics_for(s, ["a", "samples=b"])
     with pytest.raises(UsageError, match="Kafka topic names hold only"):
         topics_for(s, ["cluster=a b"])
+    with pytest.raises(UsageError, match="jobs and samples would go to one topic 'x'"):
+        topics_for(s, ["samples=x", "jobs=x"])
+    with pytest.raises(UsageError, match=r"would go to one topic 'dprobe-replay\.jobs'"):
+        topics_for(s, ["dprobe-replay.jobs"])  # the samples into the jobs topic
 
 
 def test_lag_refuses_an_empty_group_or_topic_given_among_others(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="none empty"):
         load(LagSettings, env={}, cli={"groups": ("", "dprobe-worker")})
-    with pytest.raises(ConfigError, match=r"lag\.topics ''"):
+    with pytest.raises(ConfigError, match=r"lag\.topics: an empty name is not"):
         load(LagSettings, env={}, cli={"topics": ("",)})
     toml = tmp_path / "dprobe.toml"
     toml.write_text('[lag]\ngroups = ["dprobe-worker", " "]\n')
@@ -120,7 +125,10 @@ def test_tenant_env_vars_must_be_environment_variable_names(var: str) -> None:
         (WorkerSettings, "max_message_bytes", 2**31, "at most 2147483647"),
         (WorkerSettings, "level_l1_max_mem_bytes", 1e300, r"within \[0, 2\*\*53\]"),
         (ReplaySettings, "partitions", 10**18, r"replay\.partitions must be within"),
-        (ArchiveSettings, "compression_level", 23, r"within \[1, 22\]"),
+        (ArchiveSettings, "compression_level", 23, r"within \[-131072, 22\]"),
+        (WorkerSettings, "batch_max", 10**7, r"batch_max must be within \[1, 1000000\]"),
+        (WorkerSettings, "producer_buffer_messages", 10**8, r"within \[1, 10000000\]"),
+        (WorkerSettings, "forget_tenant_after_s", 3.2e8, r"at most 315360000 seconds \(3650"),
     ],
 )
 def test_a_value_far_beyond_any_use_is_refused_naming_the_setting(
@@ -130,6 +138,39 @@ def test_a_value_far_beyond_any_use_is_refused_naming_the_setting(
         load(cls, env={}, cli={name: value})
 
 
-def test_the_longest_durations_in_use_are_accepted() -> None:
-    s = load(WorkerSettings, env={}, cli={"forget_tenant_after_s": 1e7, "plan_headroom": 10.0})
-    assert (s.forget_tenant_after_s, s.plan_headroom) == (1e7, 10.0)
+def test_the_longest_values_in_use_are_accepted() -> None:
+    year = 365 * 86_400.0  # forgetting a silent tenant after a year is a fair choice
+    s = load(WorkerSettings, env={}, cli={"forget_tenant_after_s": year, "plan_headroom": 10.0})
+    assert (s.forget_tenant_after_s, s.plan_headroom) == (year, 10.0)
+    s = load(WorkerSettings, env={}, cli={"plan_horizon_s": 1e7})
+    assert s.plan_horizon_s == 1e7
+    for level in (-5, 0, 1, 22):  # zstd's fast levels and its default are levels too
+        archive = load(ArchiveSettings, env={}, cli={"compression_level": level})
+        assert archive.compression_level == level
+
+
+def test_a_negative_duration_is_named_by_its_own_rule_not_the_upper_bound() -> None:
+    with pytest.raises(ConfigError) as info:
+        load(WorkerSettings, env={}, cli={"grace_s": -2e7})
+    assert "grace_s >= 0" in str(info.value) and "at most" not in str(info.value)
+
+
+def test_items_of_a_list_setting_are_trimmed_like_those_of_a_comma_list(tmp_path: Path) -> None:
+    toml = tmp_path / "dprobe.toml"
+    toml.write_text('[lag]\ngroups = ["dprobe-worker ", " w2"]\ntopics = ["dprobe.samples "]\n')
+    lag = load(LagSettings, env={}, file=toml)
+    assert lag.groups == ("dprobe-worker", "w2") and lag.topics == ("dprobe.samples",)
+
+
+def test_collect_refuses_a_topic_kafka_would_refuse_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "snaps.jsonl"
+    argv = ["--bootstrap", "127.0.0.1:1", "collect", "--topic", "a/b", "--output", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "dprobe collect: --topic 'a/b': Kafka topic names hold only letters, "
+        "digits, '.', '_' and '-'"
+    ]
+    assert not out.exists()

@@ -42,6 +42,12 @@ def topics_for(
             raise UsageError(f"--topic {item!r}: the {kind} topic is already {given[kind]!r}")
         check_topic_name("--topic", topic)
         topics[kind] = given[kind] = topic
+    shared = sorted(k for k in KINDS if list(topics.values()).count(topics[k]) > 1)
+    if shared:  # a topic holds one kind of message: the others would be dead letters
+        raise UsageError(
+            f"--topic: {' and '.join(shared)} would go to one topic {topics[shared[0]]!r}; "
+            "each kind needs a topic of its own"
+        )
     return topics
 
 
