@@ -28,7 +28,7 @@ from pathlib import Path
 
 from dprobe.collectors.cgroup import is_tenant_slice
 from dprobe.errors import UsageError
-from dprobe.text_input import read_text
+from dprobe.text_input import has_control_character, read_text
 
 _TABLES = ("pods", "namespaces", "accounts", "slices", "users")
 
@@ -64,6 +64,11 @@ def load_tenant_map(path: Path | str) -> TenantMap:
             isinstance(v, str) and 0 < len(v) <= 256 for v in table.values()
         ):
             raise UsageError(f"tenant map {path}: [{name}] must map names to tenant strings")
+        bad = next((v for v in table.values() if has_control_character(v)), None)
+        if bad is not None:
+            raise UsageError(
+                f"tenant map {path}: [{name}] tenant {bad!r} holds a control character"
+            )
         tables[name] = {str(k): v for k, v in table.items()}
     for key in tables["slices"]:
         if not is_tenant_slice(key):

@@ -19,6 +19,8 @@ Example:
 
 from __future__ import annotations
 
+import codecs
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
@@ -49,11 +51,26 @@ def read_text(
         raise error(f"{name}: cannot read: {exc.strerror or exc}") from None
     if len(raw) > max_bytes:
         raise error(f"{name}: larger than {max_bytes} bytes; not a file of this kind")
+    body = raw.removeprefix(codecs.BOM_UTF8)
     try:
-        return raw.decode("utf-8-sig")
+        return body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
+        line = body[: exc.start].count(b"\n") + 1
         raise error(f"{name}:{line}: not UTF-8 text ({exc.reason})") from None
+
+
+# C0 and C1 control characters and the two Unicode line separators (str.splitlines splits
+# on them): none belongs in a name that reaches logs, metric labels or a terminal.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def has_control_character(value: str) -> bool:
+    """True when ``value`` holds a control character or a line separator.
+
+    >>> [has_control_character(s) for s in ("vc-a", "vc\\ta", "a\\x85", "a\\u2028")]
+    [False, True, True, True]
+    """
+    return _CONTROL.search(value) is not None
 
 
 MAX_LINE_CHARS = 1 << 20  # no line of a trace or table is near this long

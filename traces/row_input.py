@@ -39,7 +39,7 @@ from typing import IO, Final, TypeVar, get_args
 
 from dprobe.errors import UsageError
 from dprobe.schema import EpochS, Id, Label
-from dprobe.text_input import bounded_lines
+from dprobe.text_input import bounded_lines, has_control_character
 
 ErrorAt = Callable[[str, int], UsageError]
 """Makes the error of a bad line from a message and a line number."""
@@ -194,9 +194,6 @@ def replay_gpu(host: str, index: int) -> str:
 MAX_TENANT_CHARS: Final[int] = MAX_ID_CHARS - len(replay_gpu(replay_host("", 999_999), 4095))
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
 def unfit_name(value: str, what: str, limit: int) -> str | None:
     """Why ``value`` cannot be the ``what`` (a tenant, job or model name) of a record:
     too long, or holding a control character (a tab or line break read from a trace would
@@ -207,7 +204,7 @@ def unfit_name(value: str, what: str, limit: int) -> str | None:
     >>> print(unfit_name("vc\\x1b[31m", "user", MAX_TENANT_CHARS))
     user 'vc\\x1b[31m' holds a control character
     """
-    if _CONTROL.search(value):
+    if has_control_character(value):
         return f"{what} {value[:40]!r} holds a control character"
     if len(value) <= limit:
         return None

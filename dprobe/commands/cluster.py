@@ -146,7 +146,8 @@ def _shown(text: str) -> str:
 
 def _check_name(name: str, what: str, kind: str) -> None:
     """:class:`UsageError` unless ``name`` is a name a report may hold (the schema's
-    ``Id``: 1 to 256 characters of valid UTF-8; any characters, spaces included)."""
+    ``Id``: 1 to 256 characters of valid UTF-8; spaces included, control characters not)."""
+    from dprobe.text_input import has_control_character
     from dprobe.traces.row_input import MAX_ID_CHARS
 
     if not 1 <= len(name) <= MAX_ID_CHARS:
@@ -157,6 +158,8 @@ def _check_name(name: str, what: str, kind: str) -> None:
         name.encode()
     except UnicodeEncodeError:
         raise UsageError(f"{what}: {kind} name must be valid UTF-8") from None
+    if has_control_character(name):
+        raise UsageError(f"{what}: {kind} name {_shown(name)} holds a control character")
 
 
 def _gpus(text: str, what: str) -> float:

@@ -198,6 +198,13 @@ def test_a_mapping_file_saved_with_a_byte_order_mark_reads_like_one_without(
     assert load_tenant_map(marked) == load_tenant_map(plain)
 
 
+def test_a_mapping_to_a_tenant_with_a_control_character_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "map.toml"
+    path.write_text('[users]\nalice = "vc-a\\u001b[31m"\n')  # a TOML escape: ESC
+    with pytest.raises(UsageError, match=r"\[users\] tenant 'vc-a\\x1b\[31m' holds a control"):
+        load_tenant_map(path)
+
+
 STATIC_UID = "8d3b5e2ad0c2b0a2d6e4c76e7e8e2d02"  # the kubelet's MD5 hash of a static pod
 
 

@@ -63,6 +63,8 @@ def _one_line(err: str) -> str:
         (["--quota", "x" * 257 + "=8"], "a tenant name must be 1 to 256 characters, not 257"),
         (["--quota", "\udcff=1"], "dprobe cluster: --quota '\\udcff=1': a tenant name must be"),
         (["--quota", "a=1", "--source", "\udcff"], "--source '\\udcff': a source name must be"),
+        (["--quota", "vc\x1b[2Ja=1"], "a tenant name 'vc\\x1b[2Ja' holds a control character"),
+        (["--quota", "a=1", "--source", "kueue\n"], "a source name 'kueue\\n' holds a control"),
         (["--capacity", "inf"], "dprobe cluster: --capacity inf: GPUs must be within [0, 1e7]"),
         (["--quota", "a=lots"], "dprobe cluster: --quota 'a=lots': not a number of GPUs"),
     ],
@@ -82,6 +84,15 @@ def test_names_the_schema_accepts_are_still_accepted() -> None:
     r = report_from(_args(quota=["a,b=1", "a b=2", f"{long}=3", "x=y=4"], source="a b"), 5.0)
     assert r.source == "a b"
     assert r.quotas == {"a,b": 1.0, "a b": 2.0, long: 3.0, "x=y": 4.0}
+
+
+def test_a_tenant_with_a_control_character_in_a_quotas_file_names_the_line(
+    tmp_path: Path,
+) -> None:
+    csv = tmp_path / "q.csv"
+    csv.write_text("tenant,quota_gpus\nvc-a,16\nvc\tb,8\n")
+    with pytest.raises(UsageError, match=r"q\.csv: line 3: tenant 'vc\\tb' holds a control"):
+        report_from(_args(quotas_csv=csv), 5.0)
 
 
 def test_a_quota_flag_still_replaces_the_files_quota_of_its_tenant(tmp_path: Path) -> None:
