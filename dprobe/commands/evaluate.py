@@ -243,7 +243,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--test-start {_iso(test_start)} is outside the trace ({_iso(first)} .. {_iso(last)})"
         )
-    if last - test_start < horizons[0]:  # no forecast of the test span could be scored
+    # a forecast h ahead is scored against the window round(h / window) windows later
+    reach = round(horizons[0] / args.window_s) * args.window_s
+    if last - test_start < reach:  # no forecast of the test span could be scored
         raise UsageError(
             f"the test span {_iso(test_start)} .. {_iso(last)} ({last - test_start:g} s) is "
             f"shorter than the shortest horizon ({horizons[0]:g} s): give an earlier "

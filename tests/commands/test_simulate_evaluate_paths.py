@@ -313,3 +313,15 @@ def test_evaluate_test_span_shorter_than_every_horizon_is_one_line(cwd: Path, ca
     argv = _evaluate(trace, "--no-plots", "--models", "last-value", "--horizons", "600,86400")
     assert main(argv) == 0
     capsys.readouterr()
+
+
+def test_evaluate_counts_a_horizon_as_the_windows_it_scores_against(cwd: Path, capsys) -> None:
+    trace = _demand_csv(cwd / "d.csv")  # the last 600-s window ends at 1,590,036,000
+    span = ["--test-start", "1590034800"]  # a 1,200-s test span: two windows
+    # 1,300 s is scored two windows ahead (round(1300 / 600) = 2): it fits the span
+    argv = _evaluate(trace, "--no-plots", "--models", "last-value", *span, "--horizons", "1300")
+    assert main(argv) == 0
+    capsys.readouterr()
+    # 1,600 s is three windows ahead: it does not
+    argv = _evaluate(trace, "--no-plots", "--models", "last-value", *span, "--horizons", "1600")
+    _refused(argv, cwd, capsys, "(1200 s) is shorter than the shortest horizon (1600 s)")
