@@ -4,6 +4,7 @@ matches its topic, a state folder it cannot create."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,17 @@ async def test_samples_partitions_changed_under_the_tables_is_refused(
     try:
         from aiokafka.admin import NewPartitions
 
-        await admin.create_partitions({f"{s.kafka.topic_prefix}samples": NewPartitions(4)})
+        samples = f"{s.kafka.topic_prefix}samples"
+        await admin.create_partitions({samples: NewPartitions(4)})
+        # the broker answers before its metadata shows the new partitions: a worker started
+        # in that moment still sees 2, as the tables do (nothing changed, for it)
+        for _ in range(150):
+            (described,) = await admin.describe_topics([samples])
+            if len(described["partitions"]) == 4:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            pytest.fail(f"{samples} never showed 4 partitions")
     finally:
         await admin.close()
     with pytest.raises(
