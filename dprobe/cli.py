@@ -54,8 +54,38 @@ BROKEN_PIPE_EXIT = 141
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(2, f"dprobe: error: {message}\n")
+        """Bad usage: one line naming the command, the reason and where help is (exit 2),
+        like every other refusal of dprobe, instead of argparse's usage block."""
+        self.exit(2, f"{self.prog}: {message} (see: {self.prog} --help)\n")
+
+
+def _add_global_options(p: argparse.ArgumentParser, *, after_command: bool = False) -> None:
+    """``--bootstrap``, ``--config`` and ``--log-level``: before the command, and also after
+    it (``dprobe worker --bootstrap kafka-1:9092``), where a value given overrides the one
+    before and an absent one leaves it as it was."""
+    where = (
+        p.add_argument_group("global options (also accepted before the command)")
+        if after_command
+        else p
+    )
+    absent = argparse.SUPPRESS  # after the command: a flag not given sets nothing
+    where.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT",
+        default=absent if after_command else None,
+        help="Kafka bootstrap servers (env DPROBE_KAFKA_BOOTSTRAP; default 127.0.0.1:9092)",
+    )
+    where.add_argument(
+        "--config",
+        metavar="FILE",
+        default=absent if after_command else None,
+        help="TOML settings file (env DPROBE_CONFIG)",
+    )
+    where.add_argument(
+        "--log-level",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        default=absent if after_command else "INFO",
+    )
 
 
 def _version() -> str:
@@ -83,16 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
             "scaling events (DProbe, Euro-Par 2024)."
         ),
     )
-    parser.add_argument(
-        "--bootstrap",
-        metavar="HOST:PORT",
-        help="Kafka bootstrap servers (env DPROBE_KAFKA_BOOTSTRAP; default 127.0.0.1:9092)",
-    )
-    parser.add_argument("--config", metavar="FILE", help="TOML settings file (env DPROBE_CONFIG)")
+    _add_global_options(parser)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name, (module, help_text) in COMMANDS.items():
@@ -100,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=mod.__doc__)
         p.formatter_class = argparse.RawDescriptionHelpFormatter
         mod.add_arguments(p)
-        p.set_defaults(_module=mod, _flags={**flag_names(parser), **flag_names(p)})
+        _add_global_options(p, after_command=True)
+        p.set_defaults(_module=mod, _parser=p, _flags={**flag_names(parser), **flag_names(p)})
     return parser
 
 
@@ -132,7 +155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # named by the command they were given to, whose --help lists its flags
+        args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(
         level=args.log_level,
         stream=sys.stderr,

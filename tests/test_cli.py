@@ -47,6 +47,56 @@ def test_unknown_command_is_bad_usage() -> None:
     assert "invalid choice" in res.stderr
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["worker", "--window", "abc"],
+            "dprobe worker: argument --window: invalid float value: 'abc' "
+            "(see: dprobe worker --help)",
+        ),
+        ([], "dprobe: the following arguments are required: COMMAND (see: dprobe --help)"),
+        (
+            ["events", "--no-such-flag"],
+            "dprobe events: unrecognized arguments: --no-such-flag (see: dprobe events --help)",
+        ),
+    ],
+)
+def test_bad_usage_is_one_line_naming_the_command_and_its_help(
+    capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.splitlines() == [expected]
+
+
+@pytest.mark.parametrize(
+    ("argv", "bootstrap", "config", "level"),
+    [
+        (["events"], None, None, "INFO"),
+        (["--bootstrap", "a:1", "events"], "a:1", None, "INFO"),
+        (["events", "--bootstrap", "b:2", "--config", "d.toml"], "b:2", "d.toml", "INFO"),
+        # after the command wins, as the later of two flags does
+        (
+            ["--bootstrap", "a:1", "--log-level", "DEBUG", "events", "--bootstrap", "b:2"],
+            "b:2",
+            None,
+            "DEBUG",
+        ),
+        (["--log-level", "DEBUG", "events", "--log-level", "ERROR"], None, None, "ERROR"),
+    ],
+)
+def test_global_options_are_accepted_before_and_after_the_command(
+    argv: list[str], bootstrap: str | None, config: str | None, level: str
+) -> None:
+    from dprobe.cli import build_parser
+
+    args = build_parser().parse_args(argv)
+    assert (args.bootstrap, args.config, args.log_level) == (bootstrap, config, level)
+
+
 def test_bad_setting_in_environment_exits_2_naming_it() -> None:
     import os
 
