@@ -932,6 +932,10 @@ def _check_servers(bootstrap: str) -> None:
         else:
             host, _, port_text = server.partition(":")
             port = port_text if ":" in server else None
+        if any(c.isspace() or c in "/@?#" for c in host):  # a URL or two names run together
+            raise ConfigError(
+                f"kafka.bootstrap: server {server!r}: host {host!r} is no host name or address"
+            )
         if not host or (port is not None and not (port.isdigit() and 0 < int(port) < 65536)):
             raise ConfigError(
                 f"kafka.bootstrap: server {server!r} is not HOST:PORT "
