@@ -405,6 +405,13 @@ class WorkerSettings:
     plan_tolerance: float = 0.1  # a change within this share of the quota is no change
     plan_cooldown_s: float = 60.0  # no reversal of a tenant's last move within this long
     plan_scale_down_stabilization_s: float = 300.0  # shrink to the highest of this long
+    plan_scale_up_stabilization_s: float = 0.0  # grow to the lowest of this long (HPA: 0)
+    # rate limits (HPA's behavior policies): per period, up at most max(percent, nodes)
+    plan_period_s: float = 15.0
+    plan_scale_up_max_percent: float = 100.0
+    plan_scale_up_max_nodes: int = 4
+    plan_scale_down_max_percent: float = 100.0
+    plan_urgent_first: bool = True  # waiting jobs take idle nodes before forecast demand
     # reconfiguration costs the planner acts ahead of (assumptions; docs/planner.md)
     move_latency_s: float = 0.0
     lend_horizon_s: float = 0.0
@@ -498,13 +505,24 @@ class WorkerSettings:
                 "worker.guaranteed_gpus within [0, worker.capacity_gpus] and capacity_gpus "
                 "at most 10000000"
             )
-        damping = (self.plan_cooldown_s, self.plan_scale_down_stabilization_s)
+        damping = (
+            self.plan_cooldown_s,
+            self.plan_scale_down_stabilization_s,
+            self.plan_scale_up_stabilization_s,
+        )
         if not (
             0 <= self.plan_headroom <= 10 and 0 <= self.plan_tolerance < 1 and min(damping) >= 0
         ):
             raise ConfigError(
                 "worker.plan_headroom must be within [0, 10], plan_tolerance within [0, 1), "
-                "plan_cooldown_s and plan_scale_down_stabilization_s >= 0"
+                "plan_cooldown_s and plan_scale_down/up_stabilization_s >= 0"
+            )
+        rates = (self.plan_scale_up_max_percent, self.plan_scale_down_max_percent)
+        period_ok = 0 < self.plan_period_s <= 1800  # HPA's periodSeconds: at most 1800
+        if not (period_ok and min(rates) >= 0 and self.plan_scale_up_max_nodes >= 0):
+            raise ConfigError(
+                "worker.plan_period_s must be within (0, 1800], plan_scale_up_max_percent, "
+                "plan_scale_down_max_percent and plan_scale_up_max_nodes >= 0"
             )
         if not (self.plan_horizon_s > 0 and self.move_latency_s >= 0 and self.lend_horizon_s >= 0):
             raise ConfigError(

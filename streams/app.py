@@ -140,10 +140,16 @@ def plan_settings(s: WorkerSettings) -> PlanLoopSettings:
             node_gpus=s.node_gpus,
             quantile=s.plan_quantile,  # type: ignore[arg-type]
             headroom=s.plan_headroom,
+            urgent_first=s.plan_urgent_first,
             damping=DampingSettings(
                 tolerance=s.plan_tolerance,
                 cooldown_s=s.plan_cooldown_s,
                 scale_down_stabilization_s=s.plan_scale_down_stabilization_s,
+                scale_up_stabilization_s=s.plan_scale_up_stabilization_s,
+                period_s=s.plan_period_s,
+                scale_up_max_percent=s.plan_scale_up_max_percent,
+                scale_up_max_nodes=s.plan_scale_up_max_nodes,
+                scale_down_max_percent=s.plan_scale_down_max_percent,
             ),
         ),
     )

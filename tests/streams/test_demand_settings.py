@@ -69,6 +69,35 @@ def test_the_planners_sizing_and_damping_come_from_the_settings(tmp_path: Path) 
     assert planner.damping.scale_down_stabilization_s == 900.0
 
 
+def test_the_rate_limits_and_urgent_pass_come_from_the_settings() -> None:
+    from dprobe.models.planner_damping import MoveHistory, damp, record
+
+    default = plan_settings(WorkerSettings()).planner
+    d = default.damping  # Kubernetes HPA's behavior defaults, as docs/planner.md states
+    assert (d.scale_up_stabilization_s, d.period_s) == (0.0, 15.0)
+    assert (d.scale_up_max_percent, d.scale_up_max_nodes, d.scale_down_max_percent) == (
+        100.0,
+        4,
+        100.0,
+    )
+    assert default.urgent_first is True
+    s = load(
+        WorkerSettings,
+        cli={"plan_scale_up_max_nodes": "2", "plan_urgent_first": "false"},
+        env={"DPROBE_WORKER_PLAN_PERIOD_S": "600", "DPROBE_WORKER_PLAN_SCALE_UP_MAX_PERCENT": "0"},
+    )
+    planner = plan_settings(s).planner
+    assert planner.urgent_first is False
+    # docs/planner.md's example: at most two nodes more per tenant every ten minutes
+    h, quota, grown = MoveHistory(), 16, []
+    for ts in (0.0, 60.0, 300.0, 601.0, 660.0):
+        target = damp(planner.damping, h, ts=ts, current=quota, desired=128, node_gpus=8)
+        record(h, ts=ts, delta=target - quota)
+        grown.append(target - quota)
+        quota = target
+    assert grown == [16, 0, 0, 16, 0]
+
+
 @pytest.mark.parametrize(
     ("env", "needle"),
     [
@@ -81,6 +110,11 @@ def test_the_planners_sizing_and_damping_come_from_the_settings(tmp_path: Path) 
         ({"DPROBE_WORKER_PLAN_HEADROOM": "-0.1"}, "plan_headroom"),
         ({"DPROBE_WORKER_PLAN_TOLERANCE": "1"}, "plan_tolerance"),
         ({"DPROBE_WORKER_PLAN_COOLDOWN_S": "-1"}, "plan_cooldown_s"),
+        ({"DPROBE_WORKER_PLAN_PERIOD_S": "0"}, "plan_period_s"),
+        ({"DPROBE_WORKER_PLAN_PERIOD_S": "3600"}, "plan_period_s"),
+        ({"DPROBE_WORKER_PLAN_SCALE_UP_MAX_NODES": "-1"}, "plan_scale_up_max_nodes"),
+        ({"DPROBE_WORKER_PLAN_SCALE_UP_STABILIZATION_S": "-5"}, "up_stabilization_s"),
+        ({"DPROBE_WORKER_PLAN_URGENT_FIRST": "maybe"}, "PLAN_URGENT_FIRST"),
     ],
 )
 def test_bad_values_name_the_setting(env: dict[str, str], needle: str) -> None:
