@@ -26,8 +26,7 @@ from dprobe import schema
 from dprobe.config import KafkaSettings, WorkerSettings
 from dprobe.models.forecast.registry import make_forecaster
 from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
-from dprobe.models.planner import PlannerSettings
-from dprobe.models.planner_damping import DampingSettings
+from dprobe.models.worker_planner import planner_settings_of
 from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec, demand_settings
 from dprobe.streams.deadletter import DeadLetters, where
@@ -136,22 +135,7 @@ def plan_settings(s: WorkerSettings) -> PlanLoopSettings:
         hold_s=s.lend_horizon_s,
         guaranteed_gpus=s.guaranteed_gpus,
         forget_after_s=s.forget_tenant_after_s,
-        planner=PlannerSettings(
-            node_gpus=s.node_gpus,
-            quantile=s.plan_quantile,  # type: ignore[arg-type]
-            headroom=s.plan_headroom,
-            urgent_first=s.plan_urgent_first,
-            damping=DampingSettings(
-                tolerance=s.plan_tolerance,
-                cooldown_s=s.plan_cooldown_s,
-                scale_down_stabilization_s=s.plan_scale_down_stabilization_s,
-                scale_up_stabilization_s=s.plan_scale_up_stabilization_s,
-                period_s=s.plan_period_s,
-                scale_up_max_percent=s.plan_scale_up_max_percent,
-                scale_up_max_nodes=s.plan_scale_up_max_nodes,
-                scale_down_max_percent=s.plan_scale_down_max_percent,
-            ),
-        ),
+        planner=planner_settings_of(s),
     )
 
 

@@ -30,15 +30,20 @@ reaches:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dprobe.commands._common import positive
 from dprobe.errors import UsageError
 from dprobe.folders import output_file
+
+if TYPE_CHECKING:
+    from dprobe.models.planner import PlannerSettings
 
 POLICIES = ("fifo", "sjf", "srtf", "qssf", "las")
 MODES = ("static", "reactive", "predictive", "oracle")
@@ -232,6 +237,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "profiler levels L1 or L2)",
     )
     p.add_argument(
+        "--worker-planner",
+        action="store_true",
+        help="plan (predictive, oracle) with the worker's planner settings: plan_quantile, "
+        "plan_headroom, damping, rate limits and plan_urgent_first from [worker] of "
+        "--config and DPROBE_WORKER_* (default: the planner's defaults)",
+    )
+    p.add_argument(
         "--workers",
         type=int,
         default=1,
@@ -292,6 +304,27 @@ def _check_combinations(args: argparse.Namespace) -> None:
             )
 
 
+def _worker_planner(args: argparse.Namespace, node_gpus: int) -> PlannerSettings:
+    """The planner settings ``dprobe worker`` would run with the same ``--config`` and
+    environment, on the simulator's nodes of ``node_gpus``; one line says what they are."""
+    from dprobe.commands._common import settings
+    from dprobe.config import WorkerSettings
+    from dprobe.models.worker_planner import planner_settings_of
+
+    p = planner_settings_of(settings(WorkerSettings, args), node_gpus=node_gpus)
+    d = p.damping
+    print(
+        f"planner as the worker's settings give it: {p.quantile} x (1 + {p.headroom:g}), "
+        f"tolerance {d.tolerance:g}, stabilisation up {d.scale_up_stabilization_s:g} s / "
+        f"down {d.scale_down_stabilization_s:g} s, per {d.period_s:g} s up at most "
+        f"max({d.scale_up_max_percent:g} %, {d.scale_up_max_nodes} nodes) and down "
+        f"{d.scale_down_max_percent:g} %, cooldown {d.cooldown_s:g} s, waiting jobs "
+        f"{'first' if p.urgent_first else 'not first'}",
+        file=sys.stderr,
+    )
+    return p
+
+
 def run(args: argparse.Namespace) -> int:
     from dprobe.models.forecast.registry import canonical_name
     from dprobe.sim.grid import run_seeds, sweep_settings
@@ -305,6 +338,8 @@ def run(args: argparse.Namespace) -> int:
     _check_combinations(args)
     policies = _names(args.policies, POLICIES, "policy")
     modes = _names(args.modes, MODES, "mode")
+    if args.worker_planner and not {"predictive", "oracle"} & set(modes):
+        raise UsageError("--worker-planner applies only with --modes predictive or oracle")
     try:
         forecaster = canonical_name(
             args.forecaster or ("recent-peak" if args.sweep else "dprobe-mmoe")
@@ -345,6 +380,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--days must be > 0 (at least one hour, 1/24)")
     latencies = _latencies(args.latencies) if args.sweep else [args.move_latency]
     chart_path = _chart_path(args.chart) if args.chart else None
+    planner = _worker_planner(args, SimSettings.node_gpus) if args.worker_planner else None
 
     def say(text: str) -> None:
         print(text, file=sys.stderr)
@@ -408,6 +444,8 @@ def run(args: argparse.Namespace) -> int:
         lend_horizon_s=args.lend_horizon,
         gate=not args.no_gate,
     )
+    if planner is not None:
+        settings = dataclasses.replace(settings, planner=planner)
     reclaims = ["wait", "preempt"] if args.sweep else [args.reclaim]
     # the grid runs static once per seed and policy (it ignores moves), every other mode
     # once per move latency x reclaim rule: no more processes than that

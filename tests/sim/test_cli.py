@@ -378,3 +378,45 @@ def test_a_flag_that_would_be_ignored_is_a_usage_error(
 def test_time_unit_applies_only_to_a_job_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--helios", "/nonexistent", "--time-unit", "1", "--chart", ""]) == 2
     assert "--time-unit applies only with --jobs" in capsys.readouterr().err
+
+
+def _predictive(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict:
+    jobs = _trace(tmp_path)
+    argv = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv")]
+    argv += ["--policies", "fifo", "--modes", "predictive", "--forecaster", "recent-peak"]
+    argv += ["--move-latency", "0", "--chart", "", "--json", *extra]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    (row,) = json.loads(out)
+    return {**row, "stderr": err}
+
+
+def test_worker_planner_plans_with_the_workers_rate_limits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the planner's defaults lend b's idle nodes to a's waiting jobs
+    default = _predictive(tmp_path, capsys)
+    assert default["node_moves"] > 0 and "planner as the worker's" not in default["stderr"]
+    # a worker that may not grow any quota (0 nodes, 0 % per period) and does not serve
+    # waiting jobs first never moves a node: the simulator plans as that worker would
+    toml = tmp_path / "worker.toml"
+    toml.write_text("[worker]\nplan_scale_up_max_nodes = 0\nplan_scale_up_max_percent = 0\n")
+    monkeypatch.setenv("DPROBE_WORKER_PLAN_URGENT_FIRST", "false")
+    frozen = _predictive(tmp_path, capsys, "--worker-planner", "--config", str(toml))
+    assert frozen["node_moves"] == 0
+    assert frozen["avg_queue_s"] > default["avg_queue_s"]
+    assert "per 15 s up at most max(0 %, 0 nodes)" in frozen["stderr"]
+    assert "waiting jobs not first" in frozen["stderr"]
+    # without the flag the same settings change nothing
+    assert _predictive(tmp_path, capsys, "--config", str(toml))["node_moves"] > 0
+
+
+def test_worker_planner_needs_a_mode_that_plans(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = _trace(tmp_path)
+    argv = ["simulate", "--jobs", str(jobs), "--modes", "static,reactive", "--worker-planner"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        "dprobe simulate: --worker-planner applies only with --modes predictive or oracle"
+    )
