@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("evaluate", "forecast accuracy of every model vs baselines on a trace"),
     "simulate": ("simulate", "trace-driven cluster simulation of quota modes and policies"),
     "demo": ("demo", "everything on one machine on an accelerated clock; ends by itself"),
+    "config": ("config", "check a settings file, or show what a service would run with"),
 }
 
 

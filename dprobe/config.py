@@ -699,12 +699,14 @@ def load(
     env: Mapping[str, str] | None = None,
     file: Path | str | None = None,
     flags: Mapping[str, str] | None = None,
+    origins: dict[str, str] | None = None,
 ) -> S:
     """Build ``cls`` from CLI values (``None`` = not given) > ``env`` > TOML ``file`` > defaults.
 
     ``env`` defaults to ``os.environ`` read at call time. A nested ``kafka`` field is built
     from the same sources (``DPROBE_KAFKA_*``, ``[kafka]``, CLI key ``bootstrap``).
-    ``flags`` maps a CLI value's key to the flag that gave it, which error lines name.
+    ``flags`` maps a CLI value's key to the flag that gave it, which error lines name;
+    ``origins``, when given, receives where each setting's value came from.
     """
     env = os.environ if env is None else env
     doc: dict[str, Any] = {}
@@ -714,7 +716,7 @@ def load(
         doc = _read_toml(path)
         _check_sections(doc, path)
         where = f"config file {path}: "
-    return _build(cls, dict(cli or {}), env, doc, where, flags=dict(flags or {}))
+    return _build(cls, dict(cli or {}), env, doc, where, flags=dict(flags or {}), origins=origins)
 
 
 def _check_sections(doc: dict[str, Any], path: Path) -> None:
@@ -769,9 +771,11 @@ def _build(
     where: str = "",
     *,
     flags: dict[str, str] | None = None,
+    origins: dict[str, str] | None = None,
 ) -> S:
     """``cls`` from its sources; ``where`` names the config file and ``flags`` the
-    command line's flags in error lines."""
+    command line's flags in error lines; ``origins`` receives where each setting came from
+    (``"worker.window_s" -> "environment DPROBE_WORKER_WINDOW_S"``, else ``"default"``)."""
     flags = flags or {}
     section: str = getattr(cls, "section")  # noqa: B009 - class attribute, not a field
     table = doc.get(section, {})
@@ -795,7 +799,9 @@ def _build(
                     "which every command reads"
                 )
             kafka_cli = {"bootstrap": cli.get("bootstrap")}
-            values[f.name] = _build(KafkaSettings, kafka_cli, env, doc, where, flags=flags)
+            values[f.name] = _build(
+                KafkaSettings, kafka_cli, env, doc, where, flags=flags, origins=origins
+            )
             continue
         env_key = env_keys[f.name]
         if cli.get(f.name) is not None:
@@ -806,7 +812,12 @@ def _build(
         elif f.name in table:
             raw, origin, kind = table[f.name], f"{where}[{section}] {f.name}", "file"
         else:
+            if origins is not None:
+                origins[f"{section}.{f.name}"] = "default"
             continue
+        if origins is not None:
+            shown_origin = where.removesuffix(": ") if kind == "file" else origin
+            origins[f"{section}.{f.name}"] = shown_origin
         try:
             if section == "kafka" and f.name == "bootstrap" and isinstance(raw, list):
                 raw = _join_servers(raw)

@@ -1,0 +1,163 @@
+"""Check a settings file before a service starts with it, or show what a service would run with.
+
+`dprobe config check` builds the settings of every service (kafka, broker, collector,
+worker, archive, lag, replay) from the file given with --config (or DPROBE_CONFIG) and the
+environment, as each service does when it starts. It prints one line per service that is
+fine and, for each that is not, the reason naming the setting and where it was given.
+It exits 2 if any service's settings are refused. Like `promtool check config`, it can run
+in a deployment pipeline: it talks to no broker. It does read the TLS files the [kafka]
+table names, as every service does when it starts.
+
+`dprobe config show SERVICE` prints the settings SERVICE would run with, each with where
+its value came from (default, the file, an environment variable, or a flag before or
+after the command). Passwords are shown as ***. With --json it prints one JSON document:
+{"section": {"setting": {"value": ..., "from": "..."}}}.
+
+Examples:
+    dprobe --config /etc/dprobe/worker.toml config check
+    dprobe --config /etc/dprobe/worker.toml config show worker
+    DPROBE_WORKER_WINDOW_S=30 dprobe config show worker --json | jq .worker.window_s
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from dprobe.config import SERVICES
+
+    sections = [c.section for c in SERVICES]
+    p.add_argument("action", choices=["check", "show"], help="check every service, or show one")
+    p.add_argument(
+        "service",
+        nargs="?",
+        choices=sections,
+        metavar="SERVICE",
+        help=f"with show: the service ({', '.join(sections)})",
+    )
+    p.add_argument("--json", action="store_true", help="with show: one JSON document on stdout")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dprobe.errors import UsageError
+
+    if args.action == "check":
+        if args.service is not None or args.json:
+            raise UsageError("check takes no SERVICE nor --json: it checks every service")
+        return _check(args)
+    if args.service is None:
+        raise UsageError("show needs the SERVICE whose settings to show")
+    return _show(args)
+
+
+def _load(cls: type, args: argparse.Namespace, origins: dict[str, str] | None = None) -> Any:
+    import os
+
+    from dprobe.config import load
+
+    file = getattr(args, "config", None) or os.environ.get("DPROBE_CONFIG")
+    bootstrap = getattr(args, "bootstrap", None)
+    return load(
+        cls,
+        cli={"bootstrap": bootstrap},
+        file=file,
+        flags=getattr(args, "_flags", None),
+        origins=origins,
+    )
+
+
+def _check(args: argparse.Namespace) -> int:
+    from dprobe.config import SERVICES, ConfigError
+
+    refused = 0
+    for cls in SERVICES:
+        try:
+            _load(cls, args)
+        except ConfigError as exc:
+            refused += 1
+            print(f"dprobe config: [{cls.section}] refused: {exc}", file=sys.stderr)
+        else:
+            print(f"[{cls.section}] ok")
+    return 2 if refused else 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from dprobe.config import SERVICES
+
+    cls = next(c for c in SERVICES if c.section == args.service)
+    origins: dict[str, str] = {}
+    settings = _load(cls, args, origins)
+    tables = _tables(settings, cls.section)
+    if args.json:
+        doc = {
+            section: {k: {"value": v, "from": origins[f"{section}.{k}"]} for k, v in t.items()}
+            for section, t in tables.items()
+        }
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    for n, (section, table) in enumerate(tables.items()):
+        print(("\n" if n else "") + f"[{section}]")
+        width = min(40, max(len(_toml_line(k, v)) for k, v in table.items()))
+        for key, value in table.items():
+            line = _toml_line(key, value)
+            print(f"{line:<{width}}  # {origins[f'{section}.{key}']}")
+    return 0
+
+
+def _tables(settings: Any, section: str) -> dict[str, dict[str, Any]]:
+    """The settings as plain tables: ``section`` first, then a nested ``kafka``.
+
+    >>> from dprobe.config import LagSettings
+    >>> t = _tables(LagSettings(), "lag")
+    >>> list(t), t["lag"]["groups"], t["kafka"]["sasl_password"]
+    (['lag', 'kafka'], ['dprobe-worker', 'dprobe-archive'], None)
+    """
+    from dprobe.config import KafkaSettings
+
+    own: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if isinstance(value, KafkaSettings):
+            nested.update(_tables(value, "kafka"))
+        else:
+            own[f.name] = _plain(value)
+    return {section: own, **nested}
+
+
+def _plain(value: Any) -> Any:
+    """A setting's value as JSON and TOML hold it (a secret as ``***``).
+
+    >>> from dprobe.config import Secret
+    >>> _plain(Secret("x")), _plain(Path("/a")), _plain((1.0, 2.0))
+    ('***', '/a', [1.0, 2.0])
+    """
+    from dprobe.config import Secret
+
+    if isinstance(value, Secret):
+        return "***"
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _toml_line(key: str, value: Any) -> str:
+    """``key = value`` in TOML (a value not set is a comment: TOML has no null).
+
+    >>> _toml_line("window_s", 60.0), _toml_line("groups", ["a"]), _toml_line("ssl_cafile", None)
+    ('window_s = 60.0', 'groups = ["a"]', '# ssl_cafile (not set)')
+    """
+    if value is None:
+        return f"# {key} (not set)"
+    if isinstance(value, bool):
+        return f"{key} = {str(value).lower()}"
+    return f"{key} = {json.dumps(value)}"

@@ -1,0 +1,116 @@
+"""``dprobe config check`` and ``dprobe config show``: a settings file checked as every
+service would check it, and the settings a service would run with, with their origins."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from dprobe.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SECTIONS = ["kafka", "broker", "collector", "worker", "archive", "lag", "replay"]
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for key in [k for k in os.environ if k.startswith("DPROBE_") and k != "DPROBE_TRACE_DIR"]:
+        monkeypatch.delenv(key)
+
+
+@pytest.mark.parametrize("shipped", sorted((ROOT / "infra" / "systemd").glob("*.toml")))
+def test_every_shipped_settings_file_checks_ok(
+    shipped: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--config", str(shipped), "config", "check"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [f"[{s}] ok" for s in SECTIONS] and err == ""
+
+
+def test_check_names_every_refused_service_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[worker]\nwindow_s = -1\n\n[lag]\ngroups = []\n")
+    assert main(["config", "check", "--config", str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [f"[{s}] ok" for s in SECTIONS if s not in ("worker", "lag")]
+    lines = err.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("dprobe config: [worker] refused: worker.window_s must be > 0")
+    assert f"window_s = -1 in [worker] of config file {bad}" in lines[0]
+    assert lines[1].startswith("dprobe config: [lag] refused: lag.groups must name")
+
+
+def test_show_gives_each_value_and_where_it_came_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = tmp_path / "w.toml"
+    f.write_text(
+        '[worker]\ncapacity_gpus = 128\n\n[kafka]\nsecurity_protocol = "SASL_PLAINTEXT"\n'
+        'sasl_mechanism = "PLAIN"\nsasl_username = "dprobe"\nsasl_password = "hunter2"\n'
+    )
+    monkeypatch.setenv("DPROBE_WORKER_WINDOW_S", "30")
+    argv = ["--config", str(f), "config", "show", "worker", "--bootstrap", "k1:9092", "--json"]
+    assert main(argv) == 0
+    out, _ = capsys.readouterr()
+    assert "hunter2" not in out
+    doc = json.loads(out)
+    assert list(doc) == ["worker", "kafka"]
+    w, k = doc["worker"], doc["kafka"]
+    assert w["capacity_gpus"] == {"value": 128, "from": f"config file {f}"}
+    assert w["window_s"] == {"value": 30.0, "from": "environment DPROBE_WORKER_WINDOW_S"}
+    assert w["grace_s"] == {"value": 10.0, "from": "default"}
+    assert k["bootstrap"] == {"value": "k1:9092", "from": "--bootstrap on the command line"}
+    assert k["sasl_password"] == {"value": "***", "from": f"config file {f}"}
+    assert k["ssl_cafile"] == {"value": None, "from": "default"}
+    # the text form says the same, line by line
+    assert main(["--config", str(f), "config", "show", "worker"]) == 0
+    text, _ = capsys.readouterr()
+    assert "hunter2" not in text
+    assert re.search(r"^window_s = 30\.0 +# environment DPROBE_WORKER_WINDOW_S$", text, re.M)
+    assert re.search(r"^# ssl_cafile \(not set\) +# default$", text, re.M)
+
+
+def test_what_show_prints_is_a_settings_file_that_gives_the_same_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DPROBE_WORKER_LEVEL_WEIGHTS", "0.2,0.4,0.6,1.0")
+    monkeypatch.setenv("DPROBE_WORKER_PLAN_URGENT_FIRST", "false")
+    assert main(["config", "show", "worker", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(["config", "show", "worker"]) == 0
+    written = tmp_path / "shown.toml"
+    written.write_text(capsys.readouterr().out)
+    tomllib.loads(written.read_text())  # valid TOML, comments and all
+    monkeypatch.delenv("DPROBE_WORKER_LEVEL_WEIGHTS")
+    monkeypatch.delenv("DPROBE_WORKER_PLAN_URGENT_FIRST")
+    assert main(["--config", str(written), "config", "show", "worker", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    for section in ("worker", "kafka"):
+        values = {k: v["value"] for k, v in again[section].items()}
+        assert values == {k: v["value"] for k, v in first[section].items()}
+    assert again["worker"]["level_weights"]["from"] == f"config file {written}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["config", "show"], "dprobe config: show needs the SERVICE whose settings to show"),
+        (
+            ["config", "check", "worker"],
+            "dprobe config: check takes no SERVICE nor --json: it checks every service",
+        ),
+    ],
+)
+def test_a_missing_or_extra_service_is_bad_usage(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == expected
