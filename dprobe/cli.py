@@ -158,7 +158,9 @@ def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # named by the command they were given to, whose --help lists its flags
-        args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        given = list(sys.argv[1:] if argv is None else argv)
+        before = args.command in given and unknown[0] in given[: given.index(args.command)]
+        (parser if before else args._parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(
         level=args.log_level,
         stream=sys.stderr,

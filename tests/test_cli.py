@@ -60,6 +60,10 @@ def test_unknown_command_is_bad_usage() -> None:
             ["events", "--no-such-flag"],
             "dprobe events: unrecognized arguments: --no-such-flag (see: dprobe events --help)",
         ),
+        (
+            ["--no-such-flag", "events"],
+            "dprobe: unrecognized arguments: --no-such-flag (see: dprobe --help)",
+        ),
     ],
 )
 def test_bad_usage_is_one_line_naming_the_command_and_its_help(
