@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from dprobe.errors import DprobeError
 
@@ -54,13 +54,35 @@ BROKEN_PIPE_EXIT = 141
 
 
 class _Parser(argparse.ArgumentParser):
+    """dprobe's parsers: one-line errors; a command's parser refuses, under its own name,
+    what it does not know, and a prefix of one of its own flags is that flag even where a
+    global option (accepted after the command too) starts the same (``broker --con``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.late_globals: set[argparse.Action] = set()  # global options after the command
+        self.refuses_extras = False  # set on a command's parser
+
     def error(self, message: str) -> NoReturn:
         """Bad usage: one line naming the command, the reason and where help is (exit 2),
         like every other refusal of dprobe, instead of argparse's usage block."""
         self.exit(2, f"{self.prog}: {message} (see: {self.prog} --help)\n")
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and self.refuses_extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
 
-def _add_global_options(p: argparse.ArgumentParser, *, after_command: bool = False) -> None:
+    def _get_option_tuples(self, option_string: str) -> list[Any]:
+        found = super()._get_option_tuples(option_string)
+        own = [t for t in found if t[0] not in self.late_globals]
+        return own or found
+
+
+def _add_global_options(p: _Parser, *, after_command: bool = False) -> None:
     """``--bootstrap``, ``--config`` and ``--log-level``: before the command, and also after
     it (``dprobe worker --bootstrap kafka-1:9092``), where a value given overrides the one
     before and an absent one leaves it as it was."""
@@ -70,23 +92,28 @@ def _add_global_options(p: argparse.ArgumentParser, *, after_command: bool = Fal
         else p
     )
     absent = argparse.SUPPRESS  # after the command: a flag not given sets nothing
-    where.add_argument(
-        "--bootstrap",
-        metavar="HOST:PORT",
-        default=absent if after_command else None,
-        help="Kafka bootstrap servers (env DPROBE_KAFKA_BOOTSTRAP; default 127.0.0.1:9092)",
-    )
-    where.add_argument(
-        "--config",
-        metavar="FILE",
-        default=absent if after_command else None,
-        help="TOML settings file (env DPROBE_CONFIG)",
-    )
-    where.add_argument(
-        "--log-level",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        default=absent if after_command else "INFO",
-    )
+    added = [
+        where.add_argument(
+            "--bootstrap",
+            metavar="HOST:PORT",
+            default=absent if after_command else None,
+            help="Kafka bootstrap servers (env DPROBE_KAFKA_BOOTSTRAP; default 127.0.0.1:9092)",
+        ),
+        where.add_argument(
+            "--config",
+            metavar="FILE",
+            default=absent if after_command else None,
+            help="TOML settings file (env DPROBE_CONFIG)",
+        ),
+        where.add_argument(
+            "--log-level",
+            choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+            default=absent if after_command else "INFO",
+        ),
+    ]
+    if after_command:
+        p.late_globals.update(added)
+        p.refuses_extras = True
 
 
 def _version() -> str:

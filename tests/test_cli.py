@@ -64,6 +64,10 @@ def test_unknown_command_is_bad_usage() -> None:
             ["--no-such-flag", "events"],
             "dprobe: unrecognized arguments: --no-such-flag (see: dprobe --help)",
         ),
+        (  # "x" is also a value before the command: still the command's own error
+            ["--bootstrap", "x", "worker", "x"],
+            "dprobe worker: unrecognized arguments: x (see: dprobe worker --help)",
+        ),
     ],
 )
 def test_bad_usage_is_one_line_naming_the_command_and_its_help(
@@ -206,3 +210,14 @@ def test_an_unknown_forecaster_exits_2_before_kafka_is_asked(
         "recent-peak, job-aware"
     ]
     assert out == ""
+
+
+def test_a_prefix_of_a_commands_own_flag_is_that_flag_not_a_global_option() -> None:
+    from dprobe.cli import build_parser
+
+    # --con starts both broker's --controller-port and the global --config
+    args = build_parser().parse_args(["broker", "--con", "9999", "status"])
+    assert args.controller_port == 9999 and args.config is None
+    # a prefix only a global option has is still that option after the command
+    args = build_parser().parse_args(["events", "--boot", "k:1"])
+    assert args.bootstrap == "k:1"
