@@ -700,13 +700,16 @@ def load(
     file: Path | str | None = None,
     flags: Mapping[str, str] | None = None,
     origins: dict[str, str] | None = None,
+    with_kafka: bool = True,
 ) -> S:
     """Build ``cls`` from CLI values (``None`` = not given) > ``env`` > TOML ``file`` > defaults.
 
     ``env`` defaults to ``os.environ`` read at call time. A nested ``kafka`` field is built
     from the same sources (``DPROBE_KAFKA_*``, ``[kafka]``, CLI key ``bootstrap``).
     ``flags`` maps a CLI value's key to the flag that gave it, which error lines name;
-    ``origins``, when given, receives where each setting's value came from.
+    ``origins``, when given, receives where each setting's value came from. Without
+    ``with_kafka`` the ``kafka`` settings are not read (nor their TLS files loaded): for a
+    command that uses a service's other settings and never connects.
     """
     env = os.environ if env is None else env
     doc: dict[str, Any] = {}
@@ -716,7 +719,16 @@ def load(
         doc = _read_toml(path)
         _check_sections(doc, path)
         where = f"config file {path}: "
-    return _build(cls, dict(cli or {}), env, doc, where, flags=dict(flags or {}), origins=origins)
+    return _build(
+        cls,
+        dict(cli or {}),
+        env,
+        doc,
+        where,
+        flags=dict(flags or {}),
+        origins=origins,
+        with_kafka=with_kafka,
+    )
 
 
 def _check_sections(doc: dict[str, Any], path: Path) -> None:
@@ -772,10 +784,12 @@ def _build(
     *,
     flags: dict[str, str] | None = None,
     origins: dict[str, str] | None = None,
+    with_kafka: bool = True,
 ) -> S:
     """``cls`` from its sources; ``where`` names the config file and ``flags`` the
     command line's flags in error lines; ``origins`` receives where each setting came from
-    (``"worker.window_s" -> "environment DPROBE_WORKER_WINDOW_S"``, else ``"default"``)."""
+    (``"worker.window_s" -> "environment DPROBE_WORKER_WINDOW_S"``, else ``"default"``);
+    without ``with_kafka`` a nested ``kafka`` is the default, whatever its sources say."""
     flags = flags or {}
     section: str = getattr(cls, "section")  # noqa: B009 - class attribute, not a field
     table = doc.get(section, {})
@@ -798,6 +812,9 @@ def _build(
                     f"{where}[{section}] {f.name}: Kafka settings go in the [kafka] table, "
                     "which every command reads"
                 )
+            if not with_kafka:
+                values[f.name] = KafkaSettings()
+                continue
             kafka_cli = {"bootstrap": cli.get("bootstrap")}
             values[f.name] = _build(
                 KafkaSettings, kafka_cli, env, doc, where, flags=flags, origins=origins

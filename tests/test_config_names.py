@@ -176,14 +176,17 @@ def test_collect_refuses_a_topic_kafka_would_refuse_before_anything_runs(
     assert not out.exists()
 
 
-@pytest.mark.parametrize("bootstrap", ["kafka 1:9092", "http://kafka-1:9092", "user@kafka:9092"])
+@pytest.mark.parametrize(
+    "bootstrap", ["kafka 1:9092", "http://kafka-1:9092", "user@kafka:9092", "k?x:1", "k#x:1"]
+)
 def test_a_bootstrap_server_that_is_no_host_name_is_refused(bootstrap: str) -> None:
     with pytest.raises(ConfigError, match="is no host name or address"):
         load(KafkaSettings, env={}, cli={"bootstrap": bootstrap})
 
 
 @pytest.mark.parametrize(
-    "bootstrap", ["k1:9092, k2:9092", "[::1]:9092", "kafka-1", "10.0.0.1:9093"]
+    "bootstrap",
+    ["k1:9092, k2:9092", "[::1]:9092", "::1", "[::1]", "fe80::1%eth0", "kafka-1", "10.0.0.1:9093"],
 )
 def test_bootstrap_lists_in_use_are_accepted(bootstrap: str) -> None:
     assert load(KafkaSettings, env={}, cli={"bootstrap": bootstrap}).bootstrap == bootstrap

@@ -136,15 +136,20 @@ _SETTING_FLAGS = (
 )
 
 
+def check_tenant_map(s: CollectorSettings) -> None:
+    """Refuse a ``tenant_map`` file that cannot be read or holds a bad mapping."""
+    if s.tenant_map:
+        from dprobe.collectors.tenant_map import load_tenant_map
+
+        load_tenant_map(s.tenant_map)
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
     cli: dict[str, Any] = {name: getattr(args, name, None) for name in _SETTING_FLAGS}
     s = settings(CollectorSettings, args, **cli)
-    if s.tenant_map:  # checked whatever the backend, before --output or a spool is touched
-        from dprobe.collectors.tenant_map import load_tenant_map
-
-        load_tenant_map(s.tenant_map)
+    check_tenant_map(s)  # whatever the backend, before --output or a spool is touched
     if args.max_ticks is not None and args.max_ticks < 1:
         raise UsageError("--max-ticks must be >= 1")
     if args.topic is not None:

@@ -25,6 +25,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,14 +46,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dprobe.errors import UsageError
-
+    parser: argparse.ArgumentParser = args._parser
     if args.action == "check":
         if args.service is not None or args.json:
-            raise UsageError("check takes no SERVICE nor --json: it checks every service")
+            parser.error("check takes no SERVICE nor --json: it checks every service")
         return _check(args)
     if args.service is None:
-        raise UsageError("show needs the SERVICE whose settings to show")
+        parser.error("show needs the SERVICE whose settings to show")
     return _show(args)
 
 
@@ -73,13 +73,21 @@ def _load(cls: type, args: argparse.Namespace, origins: dict[str, str] | None = 
 
 
 def _check(args: argparse.Namespace) -> int:
-    from dprobe.config import SERVICES, ConfigError
+    from dprobe.commands.collect import check_tenant_map
+    from dprobe.commands.worker import check_model
+    from dprobe.config import SERVICES, CollectorSettings, WorkerSettings
+    from dprobe.errors import UsageError
 
+    # what a service checks on start beyond its settings object, before Kafka
+    more: dict[type, Callable[[Any], None]] = {
+        WorkerSettings: check_model,
+        CollectorSettings: check_tenant_map,
+    }
     refused = 0
     for cls in SERVICES:
         try:
-            _load(cls, args)
-        except ConfigError as exc:
+            more.get(cls, lambda _: None)(_load(cls, args))
+        except UsageError as exc:
             refused += 1
             print(f"dprobe config: [{cls.section}] refused: {exc}", file=sys.stderr)
         else:
@@ -107,7 +115,7 @@ def _show(args: argparse.Namespace) -> int:
         width = min(40, max(len(_toml_line(k, v)) for k, v in table.items()))
         for key, value in table.items():
             line = _toml_line(key, value)
-            print(f"{line:<{width}}  # {origins[f'{section}.{key}']}")
+            print(f"{line:<{width}}  # {_comment(origins[f'{section}.{key}'])}")
     return 0
 
 
@@ -151,13 +159,45 @@ def _plain(value: Any) -> Any:
 
 
 def _toml_line(key: str, value: Any) -> str:
-    """``key = value`` in TOML (a value not set is a comment: TOML has no null).
+    """``key = value`` in TOML. A value not set is a comment (TOML has no null), and so is
+    a password: read back, ``***`` would be taken for it.
 
     >>> _toml_line("window_s", 60.0), _toml_line("groups", ["a"]), _toml_line("ssl_cafile", None)
     ('window_s = 60.0', 'groups = ["a"]', '# ssl_cafile (not set)')
+    >>> _toml_line("sasl_password", "***")
+    '# sasl_password = "***" (hidden)'
     """
     if value is None:
         return f"# {key} (not set)"
+    if value == "***":
+        return f'# {key} = "***" (hidden)'
+    return f"{key} = {_toml_value(value)}"
+
+
+def _toml_value(value: Any) -> str:
+    """``value`` as TOML writes it: any character a string holds, control characters
+    escaped (JSON's surrogate pairs for characters beyond U+FFFF are not TOML).
+
+    >>> print(_toml_value(['a"b\\n', "ü"]), _toml_value(True), _toml_value(1e-05))
+    ["a\\"b\\u000a", "ü"] true 1e-05
+    """
     if isinstance(value, bool):
-        return f"{key} = {str(value).lower()}"
-    return f"{key} = {json.dumps(value)}"
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, str):
+        return '"' + "".join(_toml_char(c) for c in value) + '"'
+    return json.dumps(value)  # int, float: JSON's numbers are TOML's
+
+
+def _toml_char(c: str) -> str:
+    if c in '"\\':
+        return "\\" + c
+    if c < " " or c == "\x7f":
+        return f"\\u{ord(c):04x}"
+    return c
+
+
+def _comment(text: str) -> str:
+    """``text`` safe after ``#``: a line break in it would end the comment."""
+    return "".join(f"\\u{ord(c):04x}" if c < " " or c == "\x7f" else c for c in text)

@@ -307,11 +307,15 @@ def _check_combinations(args: argparse.Namespace) -> None:
 def _worker_planner(args: argparse.Namespace, node_gpus: int) -> PlannerSettings:
     """The planner settings ``dprobe worker`` would run with the same ``--config`` and
     environment, on the simulator's nodes of ``node_gpus``; one line says what they are."""
-    from dprobe.commands._common import settings
-    from dprobe.config import WorkerSettings
+    import os
+
+    from dprobe.config import WorkerSettings, load
     from dprobe.models.worker_planner import planner_settings_of
 
-    p = planner_settings_of(settings(WorkerSettings, args), node_gpus=node_gpus)
+    file = getattr(args, "config", None) or os.environ.get("DPROBE_CONFIG")
+    # a production file's [kafka] may name TLS files this machine has not: never read here
+    worker = load(WorkerSettings, file=file, with_kafka=False)
+    p = planner_settings_of(worker, node_gpus=node_gpus)
     d = p.damping
     print(
         f"planner as the worker's settings give it: {p.quantile} x (1 + {p.headroom:g}), "
@@ -380,7 +384,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--days must be > 0 (at least one hour, 1/24)")
     latencies = _latencies(args.latencies) if args.sweep else [args.move_latency]
     chart_path = _chart_path(args.chart) if args.chart else None
-    planner = _worker_planner(args, SimSettings.node_gpus) if args.worker_planner else None
 
     def say(text: str) -> None:
         print(text, file=sys.stderr)
@@ -433,6 +436,7 @@ def run(args: argparse.Namespace) -> int:
 
         names = [m for m in args.share_models.split(",") if m]
         sharing = load_colocation(args.colocate, names or None)
+    planner = _worker_planner(args, SimSettings.node_gpus) if args.worker_planner else None
     settings = SimSettings(
         interval_s=args.interval,
         horizon_s=args.horizon,

@@ -11,6 +11,10 @@ and emits one TenantWindow per tenant per window. Start more workers with the sa
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dprobe.config import WorkerSettings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -77,6 +81,17 @@ DEMAND_FLAGS = (
 )
 
 
+def check_model(s: WorkerSettings) -> None:
+    """Refuse a ``model`` no forecaster is registered under (names only: no torch yet)."""
+    from dprobe.errors import UsageError
+    from dprobe.models.forecast.registry import canonical_name
+
+    try:
+        canonical_name(s.model)
+    except ValueError as exc:
+        raise UsageError(f"worker.model: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -95,14 +110,9 @@ def run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         **{dest: getattr(args, dest) for _, dest, _ in DEMAND_FLAGS},
     )
-    from dprobe.errors import UsageError
     from dprobe.folders import check_writable
-    from dprobe.models.forecast.registry import canonical_name  # names only: no torch yet
 
-    try:
-        canonical_name(s.model)
-    except ValueError as exc:  # before any topic is made or Kafka is asked
-        raise UsageError(f"worker.model: {exc}") from None
+    check_model(s)  # before any topic is made or Kafka is asked
     from dprobe.streams.runner import run_worker  # faust: imported once the settings hold
 
     check_writable(s.data_dir, "worker.data_dir")  # said before a loop is made for faust

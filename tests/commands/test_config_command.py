@@ -48,6 +48,24 @@ def test_check_names_every_refused_service_and_exits_2(
     assert lines[1].startswith("dprobe config: [lag] refused: lag.groups must name")
 
 
+def test_check_also_makes_the_checks_a_service_makes_on_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'[worker]\nmodel = "nope"\n\n[collector]\ntenant_map = "{tmp_path}/no.toml"\n')
+    assert main(["config", "check", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"dprobe config: [collector] refused: tenant map {tmp_path}/no.toml does not exist",
+        "dprobe config: [worker] refused: worker.model: unknown forecaster 'nope'; choose "
+        "from dprobe-mmoe, dprobe-mmoe-jobs, last-value, moving-average, holt-winters, "
+        "seasonal-naive, recent-peak, job-aware",
+    ]
+    # and dprobe worker refuses the same file for the same reason
+    assert main(["--config", str(bad), "worker"]) == 2
+    assert "worker.model: unknown forecaster 'nope'" in capsys.readouterr().err
+
+
 def test_show_gives_each_value_and_where_it_came_from(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -78,39 +96,84 @@ def test_show_gives_each_value_and_where_it_came_from(
     assert re.search(r"^# ssl_cafile \(not set\) +# default$", text, re.M)
 
 
+# values of every kind a setting holds, some only TOML's escapes can write
+ODD_ENV = {
+    "DPROBE_KAFKA_CLIENT_ID": 'w\U0001f600 "x" \\ \u00e9',  # beyond U+FFFF, quote, backslash
+    "DPROBE_KAFKA_BOOTSTRAP": "k1:9092,[::1]:9093",
+    "DPROBE_WORKER_LEVEL_WEIGHTS": "0.2,0.4,0.6,1.0",
+    "DPROBE_WORKER_PLAN_URGENT_FIRST": "false",
+    "DPROBE_LAG_GROUPS": "g1,g2",
+    "DPROBE_COLLECTOR_TENANT_ENV_VARS": "SLURM_JOB_ACCOUNT",
+    "DPROBE_REPLAY_SPEED": "1e-05",
+}
+
+
+@pytest.mark.parametrize("service", SECTIONS)
 def test_what_show_prints_is_a_settings_file_that_gives_the_same_settings(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    service: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("DPROBE_WORKER_LEVEL_WEIGHTS", "0.2,0.4,0.6,1.0")
-    monkeypatch.setenv("DPROBE_WORKER_PLAN_URGENT_FIRST", "false")
-    assert main(["config", "show", "worker", "--json"]) == 0
+    for key, value in ODD_ENV.items():
+        monkeypatch.setenv(key, value)
+    assert main(["config", "show", service, "--json"]) == 0
     first = json.loads(capsys.readouterr().out)
-    assert main(["config", "show", "worker"]) == 0
+    assert main(["config", "show", service]) == 0
     written = tmp_path / "shown.toml"
-    written.write_text(capsys.readouterr().out)
-    tomllib.loads(written.read_text())  # valid TOML, comments and all
-    monkeypatch.delenv("DPROBE_WORKER_LEVEL_WEIGHTS")
-    monkeypatch.delenv("DPROBE_WORKER_PLAN_URGENT_FIRST")
-    assert main(["--config", str(written), "config", "show", "worker", "--json"]) == 0
+    written.write_text(capsys.readouterr().out, encoding="utf-8")
+    tomllib.loads(written.read_text(encoding="utf-8"))  # valid TOML, comments and all
+    for key in ODD_ENV:
+        monkeypatch.delenv(key)
+    assert main(["--config", str(written), "config", "show", service, "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
-    for section in ("worker", "kafka"):
+    assert list(again) == list(first)
+    for section in first:
         values = {k: v["value"] for k, v in again[section].items()}
         assert values == {k: v["value"] for k, v in first[section].items()}
-    assert again["worker"]["level_weights"]["from"] == f"config file {written}"
+        assert {v["from"] for v in again[section].values()} <= {"default", f"config file {written}"}
+    if "kafka" in again:  # every service but the local broker talks to Kafka
+        assert again["kafka"]["client_id"]["value"] == ODD_ENV["DPROBE_KAFKA_CLIENT_ID"]
+
+
+def test_a_password_is_shown_masked_and_as_a_comment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DPROBE_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+    monkeypatch.setenv("DPROBE_KAFKA_SASL_MECHANISM", "PLAIN")
+    monkeypatch.setenv("DPROBE_KAFKA_SASL_USERNAME", "dprobe")
+    monkeypatch.setenv("DPROBE_KAFKA_SASL_PASSWORD", "hunter2")
+    assert main(["config", "show", "kafka"]) == 0
+    text = capsys.readouterr().out
+    assert "hunter2" not in text
+    assert re.search(
+        r'^# sasl_password = "\*\*\*" \(hidden\) +# environment DPROBE_KAFKA_SASL_PASSWORD$',
+        text,
+        re.M,
+    )
+    # read back, the file holds no password: the service asks for one, it does not use ***
+    assert "sasl_password" not in tomllib.loads(text)["kafka"]
 
 
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["config", "show"], "dprobe config: show needs the SERVICE whose settings to show"),
+        (
+            ["config", "show"],
+            "dprobe config: show needs the SERVICE whose settings to show "
+            "(see: dprobe config --help)",
+        ),
         (
             ["config", "check", "worker"],
-            "dprobe config: check takes no SERVICE nor --json: it checks every service",
+            "dprobe config: check takes no SERVICE nor --json: it checks every service "
+            "(see: dprobe config --help)",
         ),
     ],
 )
 def test_a_missing_or_extra_service_is_bad_usage(
     argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(argv) == 2
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
     assert capsys.readouterr().err.strip() == expected
