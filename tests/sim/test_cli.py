@@ -400,7 +400,11 @@ def test_worker_planner_plans_with_the_workers_rate_limits(
     # a worker that may not grow any quota (0 nodes, 0 % per period) and does not serve
     # waiting jobs first never moves a node: the simulator plans as that worker would
     toml = tmp_path / "worker.toml"
-    toml.write_text("[worker]\nplan_scale_up_max_nodes = 0\nplan_scale_up_max_percent = 0\n")
+    toml.write_text(
+        "[worker]\nplan_scale_up_max_nodes = 0\nplan_scale_up_max_percent = 0\n\n"
+        # a production file: its TLS files are on the worker's host, not here
+        '[kafka]\nsecurity_protocol = "SSL"\nssl_cafile = "/nonexistent/ca.pem"\n'
+    )
     monkeypatch.setenv("DPROBE_WORKER_PLAN_URGENT_FIRST", "false")
     frozen = _predictive(tmp_path, capsys, "--worker-planner", "--config", str(toml))
     assert frozen["node_moves"] == 0
