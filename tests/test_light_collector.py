@@ -60,6 +60,8 @@ def test_the_base_install_holds_no_package_of_the_extras() -> None:
         ["lag", "--help"],
         ["events", "--help"],
         ["topics", "--help"],
+        ["config", "check"],  # the install steps of the collector's unit run it
+        ["config", "show", "collector"],
     ],
 )  # fmt: skip
 def test_the_collector_runs_without_the_extras(argv: list[str]) -> None:
