@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import socket
 import threading
@@ -136,7 +137,15 @@ class MetricsServer:
         try:
             return self.start()
         except OSError as exc:
-            raise UsageError(f"cannot serve /metrics on {self.addr}:{self.port}: {exc}") from None
+            hint = ""
+            if exc.errno == errno.EADDRINUSE:
+                hint = (
+                    " (another service serves there: give this one its own port with "
+                    "--metrics-port, 0 for any free port, which its log names)"
+                )
+            raise UsageError(
+                f"cannot serve /metrics on {self.addr}:{self.port}: {exc}{hint}"
+            ) from None
 
     def stop(self) -> None:
         """Stop serving (idempotent)."""

@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         name = s.topic_prefix.rstrip(".-_") + "-worker"
         print(
             f"a worker reads them with: DPROBE_KAFKA_TOPIC_PREFIX={s.topic_prefix} dprobe "
-            f"worker --app-id {name} --data-dir ~/.cache/dprobe/{name}",
+            f"worker --app-id {name} --data-dir ~/.cache/dprobe/{name} --metrics-port 0",
             file=sys.stderr,
         )
     live = sorted(t for k, t in topics.items() if t == s.kafka.topic(k))

@@ -52,6 +52,7 @@ def test_a_busy_metrics_port_is_one_line_and_exit_2(argv: list[str], busy_port: 
     lines = [line for line in done.stderr.splitlines() if "cannot serve /metrics" in line]
     assert done.returncode == 2, done.stderr[-2000:]
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "give this one its own port with --metrics-port" in lines[0]
 
 
 @pytest.mark.parametrize(

@@ -187,7 +187,8 @@ def test_the_worker_to_run_on_a_replay_is_named_before_the_replay_starts(tmp_pat
     assert lines[0].startswith("replaying ")
     assert (
         "a worker reads them with: DPROBE_KAFKA_TOPIC_PREFIX=dprobe-replay. dprobe worker "
-        "--app-id dprobe-replay-worker --data-dir ~/.cache/dprobe/dprobe-replay-worker"
+        "--app-id dprobe-replay-worker --data-dir ~/.cache/dprobe/dprobe-replay-worker "
+        "--metrics-port 0"
     ) in lines[1:-1]
     assert lines[-1].startswith("dprobe replay: cannot reach Kafka at 127.0.0.1:1")
 
