@@ -5,9 +5,9 @@
 Contract (scripts depend on it): ``--json`` prints one JSON document on stdout and nothing
 else there (``events --json``, a tail: one per line); human text goes to stderr. Exit 0 on
 success, 2 on bad usage or bad input (one-line reason), 1 on other failures. When stdout
-is a pipe whose reader has gone (``dprobe collect --once | head -1``), the command ends
-quietly with 141, the status a shell reports for a tool that SIGPIPE ended (``dprobe
-events`` ends its tail with 0).
+is a pipe whose reader has gone (``dprobe collect --backend synthetic --output - | head
+-1``, at the second snapshot), the command ends quietly with 141, the status a shell
+reports for a tool that SIGPIPE ended (``dprobe events`` ends its tail with 0).
 
 Example:
     >>> main(["broker", "--help"])  # doctest: +SKIP

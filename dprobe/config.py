@@ -754,10 +754,18 @@ def _check_sections(doc: dict[str, Any], path: Path) -> None:
         )
     unknown = sorted(k for k in doc if k not in known)
     if unknown:
-        raise ConfigError(
-            f"config file {path}: unknown section(s) {', '.join(f'[{k}]' for k in unknown)}; "
-            f"known: {listed}"
-        )
+        named = ", ".join(f"[{k}]{_did_you_mean(k, known, '[{}]')}" for k in unknown)
+        raise ConfigError(f"config file {path}: unknown section(s) {named}; known: {listed}")
+
+
+def _did_you_mean(name: str, known: list[str], form: str = "{}") -> str:
+    """`` (did you mean X?)`` for the known name closest to a misspelt ``name``, else "".
+
+    >>> _did_you_mean("windw_s", ["window_s", "grace_s"]), _did_you_mean("zzz", ["grace_s"])
+    (' (did you mean window_s?)', '')
+    """
+    near = difflib.get_close_matches(name, sorted(known), n=1)
+    return f" (did you mean {form.format(near[0])}?)" if near else ""
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -799,9 +807,11 @@ def _build(
     values: dict[str, Any] = {}
     given: dict[str, str] = {}  # field -> where its value came from, for error lines
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
-    unknown = set(table) - {f.name for f in fields}
+    names = [f.name for f in fields]
+    unknown = sorted(set(table) - set(names))
     if unknown:
-        raise ConfigError(f"{where}[{section}] has unknown settings: {', '.join(sorted(unknown))}")
+        named = ", ".join(k + _did_you_mean(k, names) for k in unknown)
+        raise ConfigError(f"{where}[{section}] has unknown settings: {named}")
     env_keys = {f.name: _env_key(section, f.name) for f in fields}
     _warn_unknown_env(section, env, set(env_keys.values()))
     for f in fields:

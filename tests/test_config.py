@@ -180,7 +180,10 @@ def test_a_list_of_bootstrap_servers_is_the_comma_list(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
-        ("[replya]\nspeed = 5\n", r"unknown section\(s\) \[replya\]; known: \[archive\], "),
+        (
+            "[replya]\nspeed = 5\n",
+            r"unknown section\(s\) \[replya\] \(did you mean \[replay\]\?\); known: \[archive\], ",
+        ),
         ("speed = 5\n[replay]\ntick_s = 5\n", r"top-level key\(s\) speed .* in a section"),
         ("kafka = 5\n", r"\[kafka\] in the config file must be a table"),
     ],

@@ -75,7 +75,7 @@ def _load(cls: type, args: argparse.Namespace, origins: dict[str, str] | None = 
 def _check(args: argparse.Namespace) -> int:
     from dprobe.commands.collect import check_tenant_map
     from dprobe.commands.worker import check_model
-    from dprobe.config import SERVICES, CollectorSettings, WorkerSettings
+    from dprobe.config import SERVICES, CollectorSettings, KafkaSettings, WorkerSettings
     from dprobe.errors import UsageError
 
     # what a service checks on start beyond its settings object, before Kafka
@@ -83,16 +83,45 @@ def _check(args: argparse.Namespace) -> int:
         WorkerSettings: check_model,
         CollectorSettings: check_tenant_map,
     }
-    refused = 0
+    refused: dict[str, list[str]] = {}  # reason -> the services refused for it
     for cls in SERVICES:
         try:
             more.get(cls, lambda _: None)(_load(cls, args))
         except UsageError as exc:
-            refused += 1
-            print(f"dprobe config: [{cls.section}] refused: {exc}", file=sys.stderr)
+            refused.setdefault(str(exc), []).append(f"[{cls.section}]")
         else:
             print(f"[{cls.section}] ok")
+    for reason, services in refused.items():  # a file-wide problem is told once
+        who = "every service" if len(services) == len(SERVICES) else ", ".join(services)
+        print(f"dprobe config: {who} refused: {reason}", file=sys.stderr)
+    if not refused:
+        kafka = _load(KafkaSettings, args)
+        placeholders = example_hosts(kafka.bootstrap)
+        if placeholders:
+            print(
+                f"dprobe config: warning: kafka.bootstrap names {', '.join(placeholders)}: "
+                "example host names, as in the shipped settings files; set your brokers' "
+                "addresses",
+                file=sys.stderr,
+            )
     return 2 if refused else 0
+
+
+def example_hosts(bootstrap: str) -> list[str]:
+    """The hosts of ``bootstrap`` under a name reserved for examples (RFC 2606, and the
+    ``example.internal`` of the shipped settings files): left as shipped, not a broker.
+
+    >>> example_hosts("kafka-1.example.internal:9092,k2:9092,[::1]:9093,a.example.com")
+    ['kafka-1.example.internal', 'a.example.com']
+    """
+    hosts = []
+    for server in bootstrap.split(","):
+        host = server.strip().rsplit(":", 1)[0] if "[" not in server else ""
+        name = host.lower().rstrip(".")
+        suffixes = ("example.internal", "example", "example.com", "example.net", "example.org")
+        if any(name == s or name.endswith("." + s) for s in suffixes):
+            hosts.append(host)
+    return hosts
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -1,12 +1,12 @@
 """Create dprobe's topics before anything runs, with the configured partitions.
 
-A collector started before any worker would otherwise make Kafka auto-create
-dprobe.samples with the broker's default of one partition, and no more than one worker
-could then share the load. `dprobe topics create` creates every topic the worker uses
-(samples with broker timestamps, jobs, features, dead letters, scaling events with one
-partition so plans stay in order, the worker's internal and changelog topics) and lists
-them; existing topics are left as they are, with a warning when one has fewer partitions
-than configured. `dprobe topics list` only lists.
+The collector and the worker create the topics they need when they are missing, with the
+configured partitions, if they may; where only an administrator may create topics, or to
+choose the partitions once for the whole fleet, `dprobe topics create` creates every
+topic the worker uses (samples with broker timestamps, jobs, features, dead letters,
+scaling events with one partition so plans stay in order, the worker's internal and
+changelog topics) and lists them; existing topics are left as they are, with a warning
+when one has fewer partitions than configured. `dprobe topics list` only lists.
 
   dprobe topics create --partitions 8
   dprobe topics list

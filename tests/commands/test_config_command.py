@@ -30,7 +30,57 @@ def test_every_shipped_settings_file_checks_ok(
 ) -> None:
     assert main(["--config", str(shipped), "config", "check"]) == 0
     out, err = capsys.readouterr()
-    assert out.splitlines() == [f"[{s}] ok" for s in SECTIONS] and err == ""
+    assert out.splitlines() == [f"[{s}] ok" for s in SECTIONS]
+    # the shipped files name example brokers, which a user must replace
+    bootstrap = tomllib.loads(shipped.read_text()).get("kafka", {}).get("bootstrap")
+    if bootstrap is None:
+        assert err == ""
+    else:
+        hosts = ", ".join(server.rsplit(":", 1)[0] for server in bootstrap.split(","))
+        assert err == (
+            f"dprobe config: warning: kafka.bootstrap names {hosts}: example host names, as "
+            "in the shipped settings files; set your brokers' addresses\n"
+        )
+        assert "example" in hosts
+
+
+def test_a_file_wide_problem_is_told_once_with_the_likely_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[replya]\nspeed = 5\n\n[worker]\nwindow_s = 30\n")
+    assert main(["config", "check", "--config", str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        f"dprobe config: every service refused: config file {bad}: unknown section(s) "
+        "[replya] (did you mean [replay]?); known: [archive], [broker], [collector], "
+        "[kafka], [lag], [replay], [worker]"
+    ]
+    bad.write_text("[worker]\nwindw_s = 30\nzzz = 1\n\n[kafka]\nbootstrap = 'k1:9092'\n")
+    assert main(["config", "check", "--config", str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [f"[{s}] ok" for s in SECTIONS if s != "worker"]
+    assert err.splitlines() == [
+        f"dprobe config: [worker] refused: config file {bad}: [worker] has unknown "
+        "settings: windw_s (did you mean window_s?), zzz"
+    ]
+
+
+def test_a_kafka_problem_is_told_once_for_the_services_it_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[kafka]\nbootstrap = 'k1:x'\n")
+    assert main(["config", "check", "--config", str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "[broker] ok\n"  # the local broker's settings hold no client settings
+    lines = err.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(
+        "dprobe config: [kafka], [collector], [worker], [archive], [lag], [replay] refused: "
+        "kafka.bootstrap: server 'k1:x' is not HOST:PORT"
+    )
 
 
 def test_check_names_every_refused_service_and_exits_2(
