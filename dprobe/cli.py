@@ -22,7 +22,7 @@ import importlib.metadata
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from dprobe.errors import DprobeError
@@ -48,6 +48,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # top-level modules of the optional extras (`pip install dprobe` alone is the collector's
 # install; `dprobe[worker]` adds the stream worker's, `dprobe[all]` every command's)
 EXTRAS = frozenset({"faust", "mode", "croniter", "torch", "numpy", "pyarrow", "matplotlib", "tqdm"})
+
+# commands that run once and end: the Kafka client's progress reports (subscriptions,
+# metadata, coordinators) are noise beside their own lines unless --log-level DEBUG
+ONE_SHOT_KAFKA_COMMANDS = frozenset({"topics", "cluster", "replay", "events"})
 
 # what a shell reports for a process that SIGPIPE ended (128 + 13), like `yes | head -1`
 BROKEN_PIPE_EXIT = 141
@@ -194,7 +198,8 @@ def _run(argv: Sequence[str] | None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return int(args._module.run(args) or 0)
+        with _client_progress_hidden(args.command in ONE_SHOT_KAFKA_COMMANDS, args.log_level):
+            return int(args._module.run(args) or 0)
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in EXTRAS:
             raise
@@ -210,6 +215,20 @@ def _run(argv: Sequence[str] | None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+
+
+@contextlib.contextmanager
+def _client_progress_hidden(one_shot: bool, level: str) -> Iterator[None]:
+    """For a one-shot command at the default level, the Kafka client's INFO lines are not
+    shown (its warnings and errors are); the logger is as it was afterwards."""
+    logger = logging.getLogger("aiokafka")
+    before = logger.level
+    if one_shot and level == "INFO":
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
 
 
 def _flush_stdout() -> bool:

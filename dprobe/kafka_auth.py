@@ -61,9 +61,10 @@ class AuthWatch(logging.Handler):
 def watching_auth(*, quiet: bool = False) -> Iterator[AuthWatch]:
     """An :class:`AuthWatch` on the ``aiokafka`` logger for the duration of the block
     (which lets its errors through meanwhile, even where they were silenced). ``quiet``:
-    the client's own log lines are held back meanwhile, unless it logs at DEBUG, and
-    passed on only if the block ends without an error (a command whose failure to start
-    is one line of its own says it all, with :attr:`AuthWatch.last_error` as the cause)."""
+    the client's own log lines are held back meanwhile, unless it logs at DEBUG, and its
+    warnings and errors passed on only if the block ends without an error (a command whose
+    failure to start is one line of its own says it all, with
+    :attr:`AuthWatch.last_error` as the cause)."""
     logger = logging.getLogger("aiokafka")
     level, propagate = logger.level, logger.propagate
     shown = logger.getEffectiveLevel()
@@ -82,10 +83,23 @@ def watching_auth(*, quiet: bool = False) -> Iterator[AuthWatch]:
         logger.removeHandler(watch)
         logger.setLevel(level)
         logger.propagate = propagate
-        if not failed and watch.held:  # the start went well: what it logged goes on
+        if not failed and watch.held:  # the start went well: its warnings go on
             for record in watch.held:
-                if record.levelno >= shown:
+                if _worth_passing_on(record, shown):
                     logging.getLogger(record.name).handle(record)
+
+
+def _worth_passing_on(record: logging.LogRecord, shown: int) -> bool:
+    """Whether a line the client logged during a start that went well still matters: a
+    warning or error (a first bootstrap server that is down while the second answered),
+    not its progress reports (subscriptions, metadata), nor the "topic not found" of a
+    topic the command then finds or reports itself."""
+    if record.levelno < max(shown, logging.WARNING):
+        return False
+    return not (record.name == "aiokafka.cluster" and _MISSING_TOPIC in record.getMessage())
+
+
+_MISSING_TOPIC = "not found in cluster metadata"
 
 
 def auth_refused(kafka: KafkaSettings) -> str:

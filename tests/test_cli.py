@@ -221,3 +221,27 @@ def test_a_prefix_of_a_commands_own_flag_is_that_flag_not_a_global_option() -> N
     # a prefix only a global option has is still that option after the command
     args = build_parser().parse_args(["events", "--boot", "k:1"])
     assert args.bootstrap == "k:1"
+
+
+@pytest.mark.parametrize(
+    ("one_shot", "level", "shown"),
+    [(True, "INFO", ["warned"]), (True, "DEBUG", ["progress", "warned"]), (False, "INFO", None)],
+)
+def test_a_one_shot_command_hides_the_kafka_clients_progress_reports(
+    one_shot: bool, level: str, shown: list[str] | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``dprobe cluster show`` at the default level: the client's INFO lines (subscribed
+    topics, metadata) are not shown beside the command's own; its warnings are; a service
+    (``worker``) or ``--log-level DEBUG`` shows them all; the logger is restored after."""
+    import logging
+
+    from dprobe.cli import _client_progress_hidden
+
+    caplog.set_level(logging.DEBUG)
+    client = logging.getLogger("aiokafka.consumer.subscription_state")
+    before = logging.getLogger("aiokafka").level
+    with _client_progress_hidden(one_shot, level):
+        client.info("progress")
+        client.warning("warned")
+    assert [r.getMessage() for r in caplog.records] == (shown or ["progress", "warned"])
+    assert logging.getLogger("aiokafka").level == before

@@ -45,6 +45,20 @@ def test_a_start_that_succeeds_passes_on_what_the_client_logged(
     assert logging.getLogger("aiokafka").propagate
 
 
+def test_a_start_that_succeeds_passes_on_no_progress_reports(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """At the default level (INFO) the client's subscription and metadata lines, and the
+    "not found" of a topic the command then reads or reports itself, are not passed on."""
+    caplog.set_level(logging.INFO)
+    with watching_auth(quiet=True):
+        logging.getLogger("aiokafka.consumer.subscription_state").info("Updating subscribed")
+        logging.getLogger("aiokafka.cluster").error("Topic t not found in cluster metadata")
+        logging.getLogger("aiokafka.cluster").error("something else")
+        CONN.warning('Unable connect to "k1:9092": refused')
+    assert _aiokafka_lines(caplog) == ["something else", 'Unable connect to "k1:9092": refused']
+
+
 def test_at_debug_nothing_is_held_back(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     with pytest.raises(OSError), watching_auth(quiet=True):

@@ -312,6 +312,7 @@ async def test_cluster_show_warns_about_each_invalid_record_and_prints_the_valid
     assert "source kueue: capacity 64 GPUs; quotas vc-a=16" in res.stdout
     warnings = [line for line in res.stderr.splitlines() if line.startswith("dprobe cluster:")]
     assert len(warnings) == 2, res.stderr
+    assert warnings == res.stderr.splitlines()  # nothing of the client's progress reports
     assert warnings[0].startswith(f"dprobe cluster: skipping {topic}[0]@0: not valid JSON")
     assert warnings[1].startswith(f"dprobe cluster: skipping {topic}[0]@2: ")
     assert "(at $.source)" in warnings[1]
