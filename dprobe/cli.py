@@ -220,15 +220,27 @@ def _run(argv: Sequence[str] | None) -> int:
 @contextlib.contextmanager
 def _client_progress_hidden(one_shot: bool, level: str) -> Iterator[None]:
     """For a one-shot command at the default level, the Kafka client's INFO lines are not
-    shown (its warnings and errors are); the logger is as it was afterwards."""
+    shown, nor its warning that it retries a send (a topic just created has no leader for
+    a moment; a send that fails for good fails the command); its other warnings and errors
+    are. The loggers are as they were afterwards."""
     logger = logging.getLogger("aiokafka")
+    sender = logging.getLogger("aiokafka.producer.sender")
     before = logger.level
-    if one_shot and level == "INFO":
+    hide = one_shot and level == "INFO"
+    if hide:
         logger.setLevel(logging.WARNING)
+        sender.addFilter(_not_a_retried_send)
     try:
         yield
     finally:
         logger.setLevel(before)
+        sender.removeFilter(_not_a_retried_send)
+
+
+def _not_a_retried_send(record: logging.LogRecord) -> bool:
+    return not (
+        str(record.msg).startswith("Got error produce response") and "retrying" in str(record.msg)
+    )
 
 
 def _flush_stdout() -> bool:
