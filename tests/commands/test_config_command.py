@@ -24,6 +24,15 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(key)
 
 
+def _refused(bad: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[list, list]:
+    """``config check`` of a file holding ``text``, which must exit 2: its lines on
+    stdout and on stderr."""
+    bad.write_text(text)
+    assert main(["config", "check", "--config", str(bad)]) == 2
+    out, err = capsys.readouterr()
+    return out.splitlines(), err.splitlines()
+
+
 @pytest.mark.parametrize("shipped", sorted((ROOT / "infra" / "systemd").glob("*.toml")))
 def test_every_shipped_settings_file_checks_ok(
     shipped: Path, capsys: pytest.CaptureFixture[str]
@@ -48,20 +57,17 @@ def test_a_file_wide_problem_is_told_once_with_the_likely_names(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = tmp_path / "bad.toml"
-    bad.write_text("[replya]\nspeed = 5\n\n[worker]\nwindow_s = 30\n")
-    assert main(["config", "check", "--config", str(bad)]) == 2
-    out, err = capsys.readouterr()
-    assert out == ""
-    assert err.splitlines() == [
+    out, err = _refused(bad, "[replya]\nspeed = 5\n\n[worker]\nwindow_s = 30\n", capsys)
+    assert out == []
+    assert err == [
         f"dprobe config: every service refused: config file {bad}: unknown section(s) "
         "[replya] (did you mean [replay]?); known: [archive], [broker], [collector], "
         "[kafka], [lag], [replay], [worker]"
     ]
-    bad.write_text("[worker]\nwindw_s = 30\nzzz = 1\n\n[kafka]\nbootstrap = 'k1:9092'\n")
-    assert main(["config", "check", "--config", str(bad)]) == 2
-    out, err = capsys.readouterr()
-    assert out.splitlines() == [f"[{s}] ok" for s in SECTIONS if s != "worker"]
-    assert err.splitlines() == [
+    text = "[worker]\nwindw_s = 30\nzzz = 1\n\n[kafka]\nbootstrap = 'k1:9092'\n"
+    out, err = _refused(bad, text, capsys)
+    assert out == [f"[{s}] ok" for s in SECTIONS if s != "worker"]
+    assert err == [
         f"dprobe config: [worker] refused: config file {bad}: [worker] has unknown "
         "settings: windw_s (did you mean window_s?), zzz"
     ]
@@ -70,12 +76,8 @@ def test_a_file_wide_problem_is_told_once_with_the_likely_names(
 def test_a_kafka_problem_is_told_once_for_the_services_it_refuses(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bad = tmp_path / "bad.toml"
-    bad.write_text("[kafka]\nbootstrap = 'k1:x'\n")
-    assert main(["config", "check", "--config", str(bad)]) == 2
-    out, err = capsys.readouterr()
-    assert out == "[broker] ok\n"  # the local broker's settings hold no client settings
-    lines = err.splitlines()
+    out, lines = _refused(tmp_path / "bad.toml", "[kafka]\nbootstrap = 'k1:x'\n", capsys)
+    assert out == ["[broker] ok"]  # the local broker's settings hold no client settings
     assert len(lines) == 1
     assert lines[0].startswith(
         "dprobe config: [kafka], [collector], [worker], [archive], [lag], [replay] refused: "
@@ -87,11 +89,8 @@ def test_check_names_every_refused_service_and_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = tmp_path / "bad.toml"
-    bad.write_text("[worker]\nwindow_s = -1\n\n[lag]\ngroups = []\n")
-    assert main(["config", "check", "--config", str(bad)]) == 2
-    out, err = capsys.readouterr()
-    assert out.splitlines() == [f"[{s}] ok" for s in SECTIONS if s not in ("worker", "lag")]
-    lines = err.splitlines()
+    out, lines = _refused(bad, "[worker]\nwindow_s = -1\n\n[lag]\ngroups = []\n", capsys)
+    assert out == [f"[{s}] ok" for s in SECTIONS if s not in ("worker", "lag")]
     assert len(lines) == 2
     assert lines[0].startswith("dprobe config: [worker] refused: worker.window_s must be > 0")
     assert f"window_s = -1 in [worker] of config file {bad}" in lines[0]
@@ -102,9 +101,8 @@ def test_check_also_makes_the_checks_a_service_makes_on_start(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = tmp_path / "bad.toml"
-    bad.write_text(f'[worker]\nmodel = "nope"\n\n[collector]\ntenant_map = "{tmp_path}/no.toml"\n')
-    assert main(["config", "check", "--config", str(bad)]) == 2
-    err = capsys.readouterr().err.splitlines()
+    text = f'[worker]\nmodel = "nope"\n\n[collector]\ntenant_map = "{tmp_path}/no.toml"\n'
+    _, err = _refused(bad, text, capsys)
     assert err == [
         f"dprobe config: [collector] refused: tenant map {tmp_path}/no.toml does not exist",
         "dprobe config: [worker] refused: worker.model: unknown forecaster 'nope'; choose "
