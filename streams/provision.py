@@ -20,6 +20,7 @@ from dprobe import topic_configs
 from dprobe.config import WorkerSettings
 from dprobe.errors import DprobeError, UsageError
 from dprobe.kafka_auth import connect_error, start_client, watching_auth
+from dprobe.streams.group_window import check_group_window
 from dprobe.streams.topics import TopicNames
 from dprobe.topic_create import create_topics
 
@@ -70,8 +71,12 @@ async def check_app_id(admin: AIOKafkaAdminClient, s: WorkerSettings) -> None:
         )
 
 
-async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, int]:
-    """Create missing external topics with ``s.partitions``; return partitions per topic."""
+async def ensure_topics(
+    s: WorkerSettings, *, attempts: int = 30, joining: bool = False
+) -> dict[str, int]:
+    """Create missing external topics with ``s.partitions``; return partitions per topic.
+    ``joining``: for a worker about to join its group, which must window as the group's
+    running workers do (:func:`~dprobe.streams.group_window.check_group_window`)."""
     names = TopicNames.from_settings(s)
     admin = AIOKafkaAdminClient(**s.kafka.client_kwargs())
     started = time.monotonic()
@@ -98,6 +103,8 @@ async def ensure_topics(s: WorkerSettings, *, attempts: int = 30) -> dict[str, i
     try:
         await check_app_id(admin, s)
         existing = set(await admin.list_topics())
+        if joining and names.planning in existing:
+            await check_group_window(admin, s, names.planning)
         # The internal updates topic is created here too: a consumer group that starts
         # before its topic exists is never assigned its partitions.
         missing = [t for t in (*names.external(), names.updates) if t not in existing]

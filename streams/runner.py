@@ -47,7 +47,7 @@ def run_worker(s: WorkerSettings, *, loglevel: str = "INFO") -> int:
     beating = loop.create_task(heartbeat.run())  # runs as long as the loop: faust's too
     server = _serve_metrics(s, registry, heartbeat)  # a busy port is said before Kafka
     try:
-        partitions = loop.run_until_complete(ensure_topics(s))
+        partitions = loop.run_until_complete(ensure_topics(s, joining=True))
     except BaseException:
         _stop(beating)
         server.stop()
