@@ -128,6 +128,25 @@ def queue_quotas(
     return out
 
 
+def gpu_flavors(queues: Mapping[str, Any], *, cohort: str | None = None) -> set[str]:
+    """The ResourceFlavors that give GPU quota in the ClusterQueues (of ``cohort``).
+
+    >>> q = {"items": [{"metadata": {"name": "a"}, "spec": {"resourceGroups": [{"flavors": [
+    ...     {"name": "a100", "resources": [{"name": GPU, "nominalQuota": 8}]},
+    ...     {"name": "cpu", "resources": [{"name": "cpu", "nominalQuota": 64}]}]}]}}]}
+    >>> gpu_flavors(q)
+    {'a100'}
+    """
+    return {
+        fl.get("name", "")
+        for cq in queues.get("items", ())
+        if cohort is None or cohort_of(cq) == cohort
+        for group in cq.get("spec", {}).get("resourceGroups", ())
+        for fl in group.get("flavors", ())
+        if any(res.get("name") == GPU for res in fl.get("resources", ()))
+    }
+
+
 def publish_line(quotas: Mapping[str, int], *, source: str = "kueue") -> str:
     """The ``dprobe cluster publish`` command reporting ``quotas`` (complete; capacity =
     their sum), shell-quoted."""
@@ -174,6 +193,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if not quotas:
         p.error("no ClusterQueue with GPU quota found (check --cohort and --flavor)")
+    flavors = gpu_flavors(queues, cohort=args.cohort)
+    if args.flavor is not None and args.flavor not in flavors:
+        # every tenant would be reported as holding 0: the planner would stop scaling
+        p.error(
+            f"no ClusterQueue gives GPU quota in flavor {args.flavor!r} (flavors with GPU "
+            f"quota: {', '.join(sorted(flavors)) or 'none'}); check --flavor"
+        )
+    if sum(quotas.values()) == 0:
+        p.error("every ClusterQueue found holds 0 GPUs: check --cohort and --flavor")
     print(publish_line(quotas, source=args.source))
     return 0
 

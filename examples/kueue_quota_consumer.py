@@ -39,7 +39,7 @@ Usage:
     python examples/kueue_quota_consumer.py --bootstrap 127.0.0.1:9092 --apply \\
         --queue-map vc-a=team-a,vc-b=team-b --flavor a100
     dprobe events --json --from-beginning --timeout 5 | \\
-        python examples/kueue_quota_consumer.py --stdin --known-queues vc-a,vc-b | sh
+        python examples/kueue_quota_consumer.py --stdin --known-queues vc-a,vc-b --flavor a100 | sh
 
 Example (a ClusterQueue with 16 GPUs, 12 of them lendable, set to 8):
     >>> cq = {"metadata": {"name": "team-a", "resourceVersion": "41"}, "spec": {
@@ -293,7 +293,12 @@ class PlanRunner:
         try:
             event = decode_scaling_event(raw)
         except SchemaError as exc:
-            log.warning("skipping an invalid event: %s", exc)
+            hint = (
+                ""
+                if raw.lstrip()[:1] == b"{"
+                else " (no JSON object: is the input `dprobe events --json`?)"
+            )
+            log.warning("skipping an invalid event: %s%s", exc, hint)
             return
         self.run(self.plans.add(event))
 
@@ -327,17 +332,29 @@ async def consume(args: argparse.Namespace, runner: PlanRunner) -> None:
     """Read the topic. With ``--apply``, commit once every plan read is applied (none is
     half-received); without it, never commit."""
     from aiokafka import AIOKafkaConsumer
+    from aiokafka.errors import KafkaConnectionError
 
     consumer = AIOKafkaConsumer(
-        args.topic,
         bootstrap_servers=args.bootstrap,
         group_id=args.group,
         enable_auto_commit=False,
         auto_offset_reset="earliest" if args.from_beginning else "latest",
         isolation_level="read_committed",  # what the worker's transactions committed
     )
-    await consumer.start()
     try:
+        await consumer.start()
+    except KafkaConnectionError as exc:
+        await consumer.stop()
+        raise SetupError(f"cannot reach Kafka at {args.bootstrap}: {exc}") from None
+    try:
+        # asked before subscribing: a broker that creates topics on demand would make a
+        # misspelt one, and the consumer would wait on it for ever
+        if args.topic not in await consumer.topics():
+            raise SetupError(
+                f"topic {args.topic} does not exist: check --topic (the workers' topic "
+                "prefix), or start a worker first (it creates the topic)"
+            )
+        consumer.subscribe([args.topic])
         while args.max_plans is None or runner.done < args.max_plans:
             batch = await consumer.getmany(timeout_ms=1000)
             for records in batch.values():
@@ -348,6 +365,10 @@ async def consume(args: argparse.Namespace, runner: PlanRunner) -> None:
                 await consumer.commit()
     finally:
         await consumer.stop()
+
+
+class SetupError(Exception):
+    """Kafka cannot be read as asked (unreachable, no such topic): exit 2, one line."""
 
 
 def _set_quotas(args: argparse.Namespace, kubectl: list[str]) -> int:
@@ -409,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         known_queues=known, apply=args.apply, kubectl=kubectl,
     )  # fmt: skip
     stopped: Exception | None = None
+    setup_failed: SetupError | None = None
     try:
         if args.stdin:
             for line in sys.stdin.buffer:
@@ -418,10 +440,15 @@ def main(argv: list[str] | None = None) -> int:
             if not args.apply:
                 log.info("printing plans only, committing nothing (--apply to apply them)")
             asyncio.run(consume(args, runner))
+    except SetupError as exc:
+        setup_failed = exc
     except (PlanRefused, ApplyError) as exc:
         stopped = exc
     except KeyboardInterrupt:
         log.info("interrupted")
+    if setup_failed is not None:
+        log.error("%s", setup_failed)  # one line: no traceback for a setting to fix
+        return 2
     if stopped is not None:
         log.error("%s; stopped, nothing after it applied", stopped)
         if not args.apply:  # the printed script stops there too

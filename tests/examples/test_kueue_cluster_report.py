@@ -147,6 +147,35 @@ def test_a_queue_it_cannot_read_stops_the_complete_report() -> None:
     assert ok.stdout.startswith("dprobe cluster publish --source kueue --complete --capacity 56 ")
 
 
+def _report(queues: dict[str, Any], *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(PATH), *flags],
+        input=json.dumps(queues),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_flavor_with_no_gpu_quota_is_refused_not_reported_as_zero() -> None:
+    """A misspelt --flavor would report every tenant as holding 0 (complete), and the
+    planner would stop scaling: it exits 2 naming the flavors that do give GPUs."""
+    res = _report(READABLE, "--cohort", "gpu-pool", "--flavor", "h200")
+    assert res.returncode == 2 and res.stdout == ""
+    assert "no ClusterQueue gives GPU quota in flavor 'h200'" in res.stderr
+    assert "(flavors with GPU quota: a100, h100); check --flavor" in res.stderr
+    zero = {"items": [_cq("team-a", "gpu-pool", {"a100": 0}), _cq("team-b", "gpu-pool", {})]}
+    res = _report(zero, "--cohort", "gpu-pool", "--flavor", "a100")
+    assert res.returncode == 2 and res.stdout == ""
+    assert "every ClusterQueue found holds 0 GPUs" in res.stderr
+    ok = _report(READABLE, "--cohort", "gpu-pool", "--flavor", "h100")  # team-a's 8
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.split() == shlex.split(
+        kr.publish_line({"team-a": 8, "team-b": 0}, source="kueue")
+    )
+
+
 def test_docstring_examples() -> None:
     assert doctest.testmod(kr).failed == 0
 

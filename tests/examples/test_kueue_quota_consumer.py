@@ -368,6 +368,20 @@ def test_a_plan_naming_an_unmapped_tenant_is_refused_and_stops_the_consumer() ->
     assert out.splitlines()[-1] == "exit 1"
 
 
+def test_lines_that_are_not_json_objects_hint_at_events_json() -> None:
+    """``dprobe events`` without --json prints text: each line is skipped, saying so."""
+    res = subprocess.run(
+        [sys.executable, str(PATH), "--stdin", "--known-queues", "vc-a"],
+        input=b"2026-12-04 15:04:29 UTC plan 1 vc-a scale_up\n3\n",
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    warnings = [line for line in res.stderr.decode().splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 2
+    assert all("(no JSON object: is the input `dprobe events --json`?)" in w for w in warnings)
+
+
 def test_without_any_queue_mapping_it_does_not_start() -> None:
     res = _script([ev("e1", "vc-a", 8, 16)])
     assert res.returncode == 2
@@ -389,6 +403,12 @@ class FakeConsumer:
     async def start(self) -> None:
         pass
 
+    async def topics(self) -> set[str]:
+        return {"t"}
+
+    def subscribe(self, topics: list[str]) -> None:
+        assert topics == ["t"]
+
     async def stop(self) -> None:
         self.timeline.append("stop")
 
@@ -403,8 +423,11 @@ class FakeConsumer:
 
 @pytest.fixture
 def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> type[FakeConsumer]:
+    import aiokafka.errors  # the real errors, which the consumer catches
+
     FakeConsumer.timeline = []
-    monkeypatch.setitem(sys.modules, "aiokafka", SimpleNamespace(AIOKafkaConsumer=FakeConsumer))
+    fake = SimpleNamespace(AIOKafkaConsumer=FakeConsumer, errors=aiokafka.errors)
+    monkeypatch.setitem(sys.modules, "aiokafka", fake)
     return FakeConsumer
 
 
@@ -468,6 +491,30 @@ async def test_kafka_mode_without_apply_prints_and_commits_nothing(
     await kq.consume(ARGS, runner)
     assert runner.done == 2
     assert fake_kafka.timeline == ["stop"]
+
+
+@pytest.mark.integration
+def test_a_misspelt_topic_or_an_unreachable_kafka_is_one_line_and_exit_2(
+    kafka_bootstrap: str,
+) -> None:
+    """A broker that creates topics on demand would make a misspelt topic, and the
+    consumer would wait on it for ever; it says so instead, without creating it."""
+
+    def consumer(*flags: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, str(PATH), "--known-queues", "vc-a", *flags]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+    misspelt = f"dprobe.scaling-evnts-{os.getpid()}"
+    res = consumer("--bootstrap", kafka_bootstrap, "--topic", misspelt)
+    assert res.returncode == 2, res.stderr
+    assert f"ERROR topic {misspelt} does not exist: check --topic" in res.stderr
+    assert "Traceback" not in res.stderr
+    res = consumer("--bootstrap", kafka_bootstrap, "--topic", misspelt)  # still not made
+    assert res.returncode == 2 and "does not exist" in res.stderr
+    res = consumer("--bootstrap", "127.0.0.1:1")
+    assert res.returncode == 2
+    assert "ERROR cannot reach Kafka at 127.0.0.1:1" in res.stderr
+    assert "Traceback" not in res.stderr and "Unclosed" not in res.stderr
 
 
 def test_docstring_examples_run() -> None:
