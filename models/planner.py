@@ -76,6 +76,8 @@ class PlannerSettings:
             raise ValueError("node_gpus must be >= 1")
         if self.headroom < 0:
             raise ValueError("headroom must be >= 0")
+        if self.quantile not in ("p50", "p90"):  # any other would silently size to p50
+            raise ValueError(f"quantile must be 'p50' or 'p90', not {self.quantile!r}")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -368,3 +369,19 @@ def test_idle_borrowed_capacity_goes_back_to_its_owner() -> None:
     # b keeps what its forecast wants (24) and gives back only the borrowed part (16)
     assert plan(True) == {"a": (16, "returned"), "b": (-16, "lend_idle")}
     assert plan(False) == {"a": (0, "held"), "b": (0, "held")}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"quantile": "p95"}, "quantile must be 'p50' or 'p90', not 'p95'"),
+        ({"quantile": "P90"}, "quantile must be 'p50' or 'p90', not 'P90'"),
+        ({"node_gpus": 0}, "node_gpus must be >= 1"),
+        ({"headroom": -0.1}, "headroom must be >= 0"),
+    ],
+)
+def test_settings_that_would_plan_something_else_are_refused(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        PlannerSettings(**kwargs)  # type: ignore[arg-type]
