@@ -233,12 +233,25 @@ def plan_moves(
             "ClusterQueue has the tenant's name)"
         )
     try:
-        return [
+        moves = [
             Move(queue_for.get(e.tenant, e.tenant), whole_gpus(e.target_quota_gpus, e.resource), e)
             for e in ordered
         ]
     except ValueError as exc:
         raise PlanRefused(f"plan {plan_id} refused, nothing of it applied: {exc}") from exc
+    tenants_of: dict[str, list[str]] = {}
+    for m in moves:
+        tenants_of.setdefault(m.queue, []).append(m.event.tenant)
+    shared = {q: ts for q, ts in tenants_of.items() if len(ts) > 1}
+    if shared:  # the last move would silently win over the other
+        raise PlanRefused(
+            f"plan {plan_id} refused, nothing of it applied: "
+            + "; ".join(
+                f"tenants {', '.join(ts)} share ClusterQueue {q}" for q, ts in shared.items()
+            )
+            + " (each tenant needs a ClusterQueue of its own: check --queue-map and --known-queues)"
+        )
+    return moves
 
 
 def set_quota_command(move: Move, *, flavor: str, kubectl: Sequence[str] = ("kubectl",)) -> str:

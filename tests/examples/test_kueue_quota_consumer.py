@@ -219,6 +219,14 @@ def test_a_tenant_without_cluster_queue_refuses_the_whole_plan() -> None:
         kq.plan_moves(plan, queue_for={"vc-a": "team-a"}, known_queues={"vc-b"})
 
 
+def test_two_tenants_of_one_cluster_queue_refuse_the_whole_plan() -> None:
+    """vc-a mapped to team-a, and tenant team-a named like its queue: one queue, two
+    targets; applying both would leave whichever came last."""
+    plan = [ev("e1", "vc-a", 0, 24), ev("e2", "team-a", 16, 0), ev("e3", "vc-b", 16, 8)]
+    with pytest.raises(kq.PlanRefused, match=r"tenants team-a, vc-a share ClusterQueue team-a"):
+        kq.plan_moves(plan, queue_for={"vc-a": "team-a"}, known_queues={"team-a", "vc-b"})
+
+
 def test_plans_are_kept_apart_and_a_stale_half_plan_expires() -> None:
     now = [0.0]
     plans = kq.PlanAssembler(max_age_s=60, clock=lambda: now[0])
