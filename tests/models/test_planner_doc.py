@@ -25,3 +25,24 @@ def test_the_planner_example_runs_as_shown() -> None:
     # moves quota, creating none
     assert float(by_tenant["vc-a"][4]) >= 88.0
     assert sum(float(m[5]) for m in moves) == 0.0
+
+
+def test_a_raise_beyond_the_need_names_the_forecast_too() -> None:
+    """vc-a needs 72 GPUs now and is forecast at p90 88: the move to 88 says both."""
+    from dprobe.models.planner import Planner, PlanInput, TenantState
+
+    def plan(need: float) -> str:
+        a = TenantState("a", quota_gpus=64, guaranteed_gpus=0, idle_gpus=0, p50=70.0,
+                        p90=88.0, horizon_s=600, need_gpus=need)  # fmt: skip
+        b = TenantState("b", quota_gpus=512, guaranteed_gpus=0, idle_gpus=320, p50=90.0,
+                        p90=120.0, horizon_s=600)  # fmt: skip
+        moves = Planner().plan(PlanInput(ts=0.0, capacity_gpus=576, tenants=(a, b))).moves
+        (up,) = [d for d in moves if d.tenant == "a"]
+        assert up.reason == "waiting_jobs" and up.target_quota_gpus == 88
+        return up.message
+
+    assert plan(72.0) == (
+        "64 -> 88 GPUs for jobs waiting now (need 72) and the forecast "
+        "(p90=88.0 p50=70.0 GPUs at 600s)"
+    )
+    assert plan(88.0) == "64 -> 88 GPUs for jobs waiting now (need 88)"
