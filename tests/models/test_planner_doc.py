@@ -29,7 +29,7 @@ def test_the_planner_example_runs_as_shown() -> None:
 
 def test_a_raise_beyond_the_need_names_the_forecast_too() -> None:
     """vc-a needs 72 GPUs now and is forecast at p90 88: the move to 88 says both."""
-    from dprobe.models.planner import Planner, PlanInput, TenantState
+    from dprobe.models.planner import PlanInput, Planner, TenantState
 
     def plan(need: float) -> str:
         a = TenantState("a", quota_gpus=64, guaranteed_gpus=0, idle_gpus=0, p50=70.0,
