@@ -155,6 +155,7 @@ class PlanLoop:
         if report.capacity_gpus is not None:
             self._capacity = _whole_nodes(report.capacity_gpus, node)
         if report.complete:
+            _warn_left_out(report, windowed=set(self._learned))
             for t in set(self._quotas) - set(report.quotas):
                 self._quotas[t] = 0
                 self._reported.add(t)
@@ -436,6 +437,24 @@ def _other_length(before: TenantWindow, now: TenantWindow) -> bool:
     a = before.window_end - before.window_start
     b = now.window_end - now.window_start
     return a > 0 and b > 0 and abs(a - b) > 0.01 * max(a, b)
+
+
+def _warn_left_out(report: ClusterReport, *, windowed: set[str]) -> None:
+    """Log when a complete report leaves out tenants that send windows: they now hold no
+    quota, which is right for a tenant the scheduler has no queue for, and wrong when the
+    report names tenants otherwise (a ClusterQueue's name for a VC's)."""
+    left_out = sorted(windowed - set(report.quotas))
+    if not left_out:
+        return
+    unknown = sorted(set(report.quotas) - windowed)
+    log.warning(
+        "complete cluster report from %s gives no quota to %d tenant(s) that send windows: "
+        "%s%s; they hold 0 GPUs from now on%s",
+        report.source, len(left_out), ", ".join(left_out[:10]),
+        " ..." if len(left_out) > 10 else "",
+        f" (it names {', '.join(unknown[:10])}, which no window names: does the report "
+        "name tenants as the collectors do?)" if unknown else "",
+    )  # fmt: skip
 
 
 def _whole_nodes(gpus: float, node: int) -> int:

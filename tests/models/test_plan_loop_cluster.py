@@ -4,7 +4,10 @@ under other cluster settings keeps its forecaster but not its quotas."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+import pytest
 
 from dprobe.models.forecast.baselines import LastValue
 from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
@@ -88,6 +91,28 @@ def test_a_complete_report_takes_quota_from_tenants_it_does_not_list() -> None:
     _step(partial, W, {"a": (8.0, 0.0), "b": (8.0, 0.0)})
     partial.on_cluster(ClusterReport(ts=W, source="s", quotas={"a": 16}))
     assert partial.quotas() == {"a": 16, "b": 16}  # not complete: b keeps what it had
+
+
+def test_a_complete_report_that_leaves_out_windowed_tenants_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A report naming tenants by their ClusterQueues (team-a) where the windows name VCs
+    (a, b) takes every VC's quota away; the log names both sides."""
+    loop = _loop(capacity=32)
+    _step(loop, W, {"a": (8.0, 0.0), "b": (8.0, 0.0)})
+    with caplog.at_level(logging.WARNING, logger="dprobe.models.plan_loop"):
+        loop.on_cluster(
+            ClusterReport(ts=W, source="kueue", quotas={"team-a": 16, "b": 16}, complete=True)
+        )
+        loop.on_cluster(
+            ClusterReport(ts=W, source="kueue", quotas={"a": 0, "b": 32}, complete=True)
+        )
+    assert [r.getMessage() for r in caplog.records] == [
+        "complete cluster report from kueue gives no quota to 1 tenant(s) that send windows: "
+        "a; they hold 0 GPUs from now on (it names team-a, which no window names: does the "
+        "report name tenants as the collectors do?)"
+    ]  # the second report lists a (at 0): nothing to say
+    assert loop.quotas() == {"a": 0, "b": 32, "team-a": 0}
 
 
 def test_a_quiet_tenant_that_holds_quota_lends_its_idle_nodes() -> None:
