@@ -246,6 +246,11 @@ async def _announce(consumer: Any, topic: str, args: argparse.Namespace) -> None
         for tp in partitions:
             await consumer.position(tp)
         n = len(partitions)
+        if n == 0:  # a broker that does not create topics on demand
+            print(f"dprobe events: {topic} does not exist yet; waiting for it (a worker "
+                  "creates it when it starts; is the topic prefix right?)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            return
         print(f"dprobe events: reading {topic} ({n} partition{'' if n == 1 else 's'}) "
               f"from {where}", file=sys.stderr, flush=True)  # fmt: skip
     else:

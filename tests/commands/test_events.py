@@ -222,3 +222,24 @@ async def test_plans_mode_prints_whole_plans_and_the_newest_target_wins(kafka) -
         final[ev["tenant"]] = ev["target_quota_gpus"]
     assert final == {"vc-a": 24, "vc-b": 16, "vc-c": 8}
     assert [ev["event_id"] for ev in printed] == ["a1", "b1", "a2", "c2"]
+
+
+async def test_a_topic_that_does_not_exist_yet_is_named_as_such(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Where the broker does not create topics on demand, the tail starts with no
+    partition: it says the topic does not exist yet instead of "0 partitions"."""
+    import argparse
+
+    from dprobe.commands.events import _announce
+
+    class NoPartitions:  # what a consumer subscribed to a missing topic holds
+        def assignment(self) -> set[object]:
+            return set()
+
+    args = argparse.Namespace(group=None, from_beginning=True)
+    await _announce(NoPartitions(), "dprobe.scaling-events", args)
+    assert capsys.readouterr().err == (
+        "dprobe events: dprobe.scaling-events does not exist yet; waiting for it (a worker "
+        "creates it when it starts; is the topic prefix right?)\n"
+    )
