@@ -21,6 +21,7 @@ import importlib
 import importlib.metadata
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
@@ -66,6 +67,9 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.late_globals: set[argparse.Action] = set()  # global options after the command
         self.refuses_extras = False  # set on a command's parser
+        # a value that starts like a negative number is a value, not a flag: `--latencies
+        # -1,900` and `--move-latency -1e3` reach the command's own check of the number
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?(,.*)?$")
 
     def error(self, message: str) -> NoReturn:
         """Bad usage: one line naming the command, the reason and where help is (exit 2),

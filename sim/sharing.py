@@ -151,6 +151,13 @@ def load_colocation(
     sums: dict[tuple[str, str], list[float]] = defaultdict(list)
     reader = csv.DictReader(io.StringIO(read_text(p), newline=""))
     try:
+        missing = [
+            c
+            for c in ("model1", "speed1", "model2", "speed2")
+            if c not in (reader.fieldnames or ())
+        ]
+        if missing and reader.fieldnames:  # the header says it is another file
+            raise UsageError(f"{p}:1: no {', '.join(missing)} column(s) in its header")
         for row in reader:
             try:
                 a, b = row["model1"], row["model2"]

@@ -251,3 +251,21 @@ def test_a_one_shot_command_hides_the_kafka_clients_progress_reports(
     assert got == (shown or ["progress", "warned", retried])  # None: all of them
     assert logging.getLogger("aiokafka").level == before
     assert not sender.filters
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["simulate", "--helios", "x", "--sweep", "--latencies", "-1,900"], "--latencies: need"),
+        (["simulate", "--helios", "x", "--move-latency", "-1e3"], "--move-latency must be a"),
+        (["simulate", "--helios", "x", "--move-latency", "-.5"], "--move-latency must be a"),
+    ],
+)
+def test_a_value_that_starts_like_a_negative_number_reaches_the_commands_check(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse would take `-1,900` for a flag ("expected one argument"); it is the value
+    the command then refuses, naming why."""
+    assert main([*argv, "--chart", ""]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "expected one argument" not in err

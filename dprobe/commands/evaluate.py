@@ -82,9 +82,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--origin-stride", type=int, default=1, help="forecast from every N-th window (default 1)"
     )
     p.add_argument(
-        "--horizons", default=DEFAULT_HORIZONS, help="horizons in seconds, comma-separated"
+        "--horizons",
+        default=DEFAULT_HORIZONS,
+        help=f"horizons in seconds, comma-separated (default {DEFAULT_HORIZONS})",
     )
-    p.add_argument("--models", default=",".join(MODEL_NAMES), help="models to evaluate")
+    p.add_argument(
+        "--models",
+        default=",".join(MODEL_NAMES),
+        help="registered forecasters to evaluate, comma-separated (default: "
+        f"{','.join(MODEL_NAMES)})",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the multi-task model")
     p.add_argument(
         "--no-calibration",
@@ -213,6 +220,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--horizons: every horizon is shorter than --window-s {args.window_s:g}")
     test_end = _time(args.test_end, "--test-end") if args.test_end else math.inf
     given_start = _time(args.test_start, "--test-start") if args.test_start else None
+    if given_start is not None and given_start >= test_end:
+        raise UsageError(
+            f"--test-end {_iso(test_end)} is not after --test-start {_iso(given_start)}"
+        )
     if args.save_checkpoint:
         _check_checkpoint_path(args.save_checkpoint)
     if not args.no_plots:

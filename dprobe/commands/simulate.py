@@ -110,14 +110,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         nargs="+",
         default=list(POLICIES),
         metavar="P",
-        help=f"any of {', '.join(POLICIES)} (default: all)",
+        help=f"any of {', '.join(POLICIES)}, space- or comma-separated (default: all)",
     )
     p.add_argument(
         "--modes",
         nargs="+",
         default=list(MODES),
         metavar="M",
-        help=f"any of {', '.join(MODES)} (default: all)",
+        help=f"any of {', '.join(MODES)}, space- or comma-separated (default: all)",
     )
     p.add_argument(
         "--node-scale",
@@ -339,9 +339,15 @@ def run(args: argparse.Namespace) -> int:
     from dprobe.sim.settings import SimSettings
     from dprobe.traces.jobs_csv import read_jobs
 
+    costs_given = [flag for flag, attr, _ in _NOT_WITH_SWEEP if getattr(args, attr) is not None]
     _check_combinations(args)
     policies = _names(args.policies, POLICIES, "policy")
     modes = _names(args.modes, MODES, "mode")
+    if costs_given and set(modes) == {"static"}:
+        raise UsageError(
+            f"{' and '.join(costs_given)} {'does' if len(costs_given) == 1 else 'do'} not apply "
+            "with --modes static (static quotas never move a node)"
+        )
     if args.worker_planner and not {"predictive", "oracle"} & set(modes):
         raise UsageError("--worker-planner applies only with --modes predictive or oracle")
     try:

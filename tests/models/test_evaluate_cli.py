@@ -112,6 +112,10 @@ def test_bad_line_exits_2_naming_file_and_line(
     ("extra", "message"),
     [
         (["--test-start", "1999-01-01"], "outside the trace"),
+        (
+            ["--test-start", "2020-05-22", "--test-end", "2020-05-10"],
+            "--test-end 2020-05-10 00:00 is not after --test-start 2020-05-22 00:00",
+        ),
         (["--models", "prophet"], "unknown prophet"),
         (["--horizons", "abc"], "--horizons"),
     ],

@@ -364,6 +364,11 @@ def test_the_oracle_prefers_the_run_that_left_no_job_unfinished() -> None:
         (["--share-models", "vgg16"], "--share-models applies only with --colocate"),
         (["--sweep", "--move-latency", "900"], "--move-latency does not apply with --sweep"),
         (["--sweep", "--reclaim", "preempt"], "--reclaim does not apply with --sweep"),
+        (["--move-latency", "900"], "--move-latency does not apply with --modes static"),
+        (
+            ["--reclaim", "preempt", "--move-latency", "0"],
+            "--move-latency and --reclaim do not apply with --modes static (static quotas",
+        ),
     ],
 )
 def test_a_flag_that_would_be_ignored_is_a_usage_error(

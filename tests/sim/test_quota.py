@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from dprobe.errors import UsageError
 from dprobe.models.forecast.baselines import RecentPeak
 from dprobe.models.planner import Planner, PlannerSettings
 from dprobe.sim.engine import Simulator
@@ -11,7 +14,7 @@ from dprobe.sim.jobs import SimJob
 from dprobe.sim.policies import make_policy
 from dprobe.sim.quota import OracleDemand, PlannerQuota, ReactiveQuota, learned_forecast
 from dprobe.sim.settings import SimSettings
-from dprobe.sim.sharing import Sharing
+from dprobe.sim.sharing import Sharing, load_colocation
 
 INSTANT = SimSettings(move_latency_s=0.0)  # nodes move at once: the planning logic alone
 
@@ -112,3 +115,17 @@ def test_sharing_slows_both_jobs_and_hands_the_gpu_over() -> None:
     jobs = [_job(0, "a", 0.0, 1, 40.0, "vgg16"), _job(1, "a", 0.0, 1, 100.0, "vgg16")]
     Simulator(jobs, {"a": 1}, make_policy("fifo"), settings=s).run()
     assert [(j.start_s, j.end_s) for j in jobs] == [(0.0, 40.0), (40.0, 140.0)]
+
+
+def test_a_co_location_file_with_another_header_is_named_at_its_header(tmp_path: Path) -> None:
+    """A jobs trace given as --colocate is refused at line 1, naming the missing columns;
+    a row with a bad speed is named at its own line."""
+
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("jobid,vc,submit_time,num_gpu,duration\nj1,a,0,1,60\n")
+    with pytest.raises(UsageError, match=r"jobs\.csv:1: no model1, speed1, model2, speed2 col"):
+        load_colocation(jobs)
+    bad = tmp_path / "colocate.csv"
+    bad.write_text("model1,speed1,model2,speed2\nvgg16,0.8,resnet50,0.7\nvgg16,x,a,1\n")
+    with pytest.raises(UsageError, match=r"colocate\.csv:3: need model1, speed1"):
+        load_colocation(bad)
