@@ -487,7 +487,8 @@ def run(args: argparse.Namespace) -> int:
     skipped = _per_seed([next((r.skipped for r in results if r.seed == k), 0) for k in seeds])
     say(
         f"{len(results)} runs in {wall:.1f} s; {skipped} jobs left out (0 GPUs or larger than "
-        f"the cluster); predictive forecaster: {forecaster}"
+        f"the cluster)"
+        + (f"; predictive forecaster: {forecaster}" if "predictive" in modes else "")
     )
     for r in results:
         if r.unfinished:

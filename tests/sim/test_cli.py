@@ -429,3 +429,14 @@ def test_worker_planner_needs_a_mode_that_plans(
     assert capsys.readouterr().err.strip() == (
         "dprobe simulate: --worker-planner applies only with --modes predictive or oracle"
     )
+
+
+def test_the_predictive_forecaster_is_named_only_when_predictive_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert "predictive forecaster: recent-peak" in _predictive(tmp_path, capsys)["stderr"]
+    jobs = _trace(tmp_path)
+    argv = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv"), "--chart", ""]
+    assert main([*argv, "--policies", "fifo", "--modes", "static", "reactive"]) == 0
+    err = capsys.readouterr().err
+    assert " runs in " in err and "predictive forecaster" not in err
