@@ -142,11 +142,7 @@ class ConsumerLag(AsyncService):
 
     async def _members(self, admin: AIOKafkaAdminClient) -> int:
         """Members of the group now (0: no consumer of it runs)."""
-        for response in await admin.describe_consumer_groups([self.group]):
-            for group in response.groups:
-                if group[1] == self.group:
-                    return len(group[5])
-        return 0
+        return await group_members(admin, self.group)
 
     async def _run(self) -> None:
         while True:
@@ -192,3 +188,12 @@ class ConsumerLag(AsyncService):
 
     def __repr__(self) -> str:
         return f"ConsumerLag(group={self.group!r}, topics={self.topics!r})"
+
+
+async def group_members(admin: AIOKafkaAdminClient, group: str) -> int:
+    """Members of consumer group ``group`` now (0: no consumer of it runs)."""
+    for response in await admin.describe_consumer_groups([group]):
+        for described in response.groups:
+            if described[1] == group:
+                return len(described[5])
+    return 0

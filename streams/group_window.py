@@ -26,6 +26,7 @@ from aiokafka.errors import KafkaError
 from dprobe.config import WorkerSettings
 from dprobe.errors import UsageError
 from dprobe.schema import TenantWindow
+from dprobe.sinks.consumer_lag import group_members
 from dprobe.streams import codec
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ async def check_group_window(admin: Any, s: WorkerSettings, planning_topic: str)
     newest window they forwarded to ``planning_topic`` is not ``s.window_s`` long.
     Nothing is checked when the group cannot be described or its topic read."""
     try:
-        members = await _members(admin, s.app_id)
+        members = await group_members(admin, s.app_id)
         if not members:
             return
         running = await newest_window_length(s, planning_topic)
@@ -61,15 +62,6 @@ async def check_group_window(admin: Any, s: WorkerSettings, planning_topic: str)
         f"with --window {running:g}, or stop every worker of the group to change the length "
         f"(a killed worker counts as running for session_timeout_s, {s.session_timeout_s:g} s)"
     )
-
-
-async def _members(admin: Any, group: str) -> int:
-    """Members of consumer group ``group`` now (0: none runs)."""
-    for response in await admin.describe_consumer_groups([group]):
-        for described in response.groups:
-            if described[1] == group:
-                return len(described[5])
-    return 0
 
 
 async def newest_window_length(s: WorkerSettings, planning_topic: str) -> float | None:
