@@ -343,11 +343,6 @@ def run(args: argparse.Namespace) -> int:
     _check_combinations(args)
     policies = _names(args.policies, POLICIES, "policy")
     modes = _names(args.modes, MODES, "mode")
-    if costs_given and set(modes) == {"static"}:
-        raise UsageError(
-            f"{' and '.join(costs_given)} {'does' if len(costs_given) == 1 else 'do'} not apply "
-            "with --modes static (static quotas never move a node)"
-        )
     if args.worker_planner and not {"predictive", "oracle"} & set(modes):
         raise UsageError("--worker-planner applies only with --modes predictive or oracle")
     try:
@@ -373,6 +368,12 @@ def run(args: argparse.Namespace) -> int:
     ):
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise UsageError(f"{flag} must be a finite number >= 0, got {value:g}")
+    # a bad value is named before whether it applies
+    if costs_given and set(modes) == {"static"}:
+        raise UsageError(
+            f"{' and '.join(costs_given)} {'does' if len(costs_given) == 1 else 'do'} not apply "
+            "with --modes static (static quotas never move a node)"
+        )
     if not (math.isfinite(args.node_scale) and 0 < args.node_scale <= MAX_NODE_SCALE):
         raise UsageError(
             f"--node-scale must be > 0 and at most {MAX_NODE_SCALE:g}, got {args.node_scale:g}"
