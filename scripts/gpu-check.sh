@@ -24,6 +24,10 @@ if ! ls "$wheels"/dprobe-*.whl >/dev/null 2>&1; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >&2 || true
 "$py" -m venv --system-site-packages "$venv"
+# When "$py" is itself a virtual environment (torch installed in it), --system-site-packages
+# sees only the base interpreter's packages: add "$py"'s own site-packages by a .pth file.
+"$py" -c 'import site; print("\n".join(site.getsitepackages()))' \
+    > "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/gpu-check-torch.pth"
 "$venv/bin/python" -m pip install --quiet --no-index --find-links "$wheels" --no-deps \
     "$wheels"/dprobe-*.whl
 "$venv/bin/python" -m pip install --quiet --no-index --find-links "$wheels" \
