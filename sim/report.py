@@ -127,11 +127,15 @@ def table(results: Sequence[CellResult]) -> str:
         vs_static = "-" if r["mode"] == "static" else _signed(_neg(r["reduction_vs_static"]))
         vs_reactive = "-" if r["mode"] == "reactive" else _signed(_neg(r["reduction_vs_reactive"]))
         cap = r["oracle_gain_captured"]
+        # static quotas never move a node: neither move latency nor reclaim rule applies
+        static = r["mode"] == "static"
+        latency = "-" if static else f"{r['move_latency_s']:g}"
+        reclaim = "-" if static else r["reclaim"]
         lines.append(
-            f"| {r['policy']} | {r['mode']} | {r['move_latency_s']:g} | {r['reclaim']} | "
+            f"| {r['policy']} | {r['mode']} | {latency} | {reclaim} | "
             f"{r['unfinished']} | {seconds_text(r['avg_queue_s'])} | "
             f"{seconds_text(r['p95_queue_s'])} | {seconds_text(r['avg_jct_s'])} | "
-            f"{r['alloc_ratio']:.3f} | {r['node_moves']} | {r['preemptions']} | "
+            f"{r['alloc_ratio']:.3f} | {r['node_moves']:,} | {r['preemptions']:,} | "
             f"{seconds_text(r['lost_gpu_h'])} | {seconds_text(r['moves_in_flight_gpu_h'])} | "
             f"{seconds_text(r['guarantee_wait_s'])} | {vs_static} | {vs_reactive} | "
             f"{'-' if cap is None else f'{cap:.2f}'} |"

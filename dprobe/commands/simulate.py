@@ -481,7 +481,7 @@ def run(args: argparse.Namespace) -> int:
         sweep_settings(settings, latencies, reclaims),
         sharing=sharing,
         workers=workers,
-        progress=True,
+        progress=sys.stderr.isatty(),  # a log file gets no \r-redrawn bar
         label=f"simulate, {len(seeds)} seeds" if len(seeds) > 1 else "simulate",
     )
     wall = time.perf_counter() - t0

@@ -31,3 +31,15 @@ def test_a_mode_that_waits_less_shows_a_negative_change_in_both_tables() -> None
     assert _column(sweep_table(cells), "pred wait vs reactive") == {"fifo": "-20.00 %"}
     # the JSON keeps its fields: reductions, positive when a mode waits less
     assert {r["mode"]: r["reduction_vs_reactive"] for r in rows(cells)}["predictive"] == 20.0
+
+
+def test_static_rows_name_no_move_latency_or_reclaim_rule_and_counts_are_grouped() -> None:
+    busy = CellResult(
+        "fifo", "reactive", 900.0, "preempt", 1, 0, 0, 10.0, 10.0, 10.0, 0.5, 12_345, 1_200,
+        0.0, 0.0, 0.0, 0, 1.0, 0.1, "",
+    )  # fmt: skip
+    text = table([_cell("static", 1000.0), busy])
+    assert _column(text, "latency s") == {"static": "-", "reactive": "900"}
+    assert _column(text, "reclaim") == {"static": "-", "reactive": "preempt"}
+    assert _column(text, "node moves")["reactive"] == "12,345"
+    assert _column(text, "preemptions")["reactive"] == "1,200"
