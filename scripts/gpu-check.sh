@@ -9,8 +9,10 @@
 #
 # It makes a virtual environment that sees the system's torch, installs dprobe and the
 # collector's dependencies from the wheels only, runs the check for 30 s of snapshots and
-# leaves everything it measured in REPORT. Exit 0: all checks passed; 1: a check failed;
-# 2: no usable GPU or no wheels. It takes about 2 minutes.
+# leaves everything it measured in REPORT, then runs the test suite's gpu-marked tests
+# against the installed dprobe (their output goes to stdout). Exit 0: all checks and tests
+# passed; 1: a check or test failed; 2: no usable GPU or no wheels. It takes about 3
+# minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 report="${1:-build/gpu-check/report.json}"
@@ -34,3 +36,25 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >&
     msgspec nvidia-ml-py prometheus-client "aiokafka[zstd,lz4]"
 timeout 280 "$venv/bin/python" scripts/gpu_check.py --report "$report" --seconds 30 \
     --dprobe "$venv/bin/dprobe"
+
+# The gpu-marked tests, against the installed dprobe: the project's own pytest settings
+# (and python without -P) would put the source tree first on the path, where collectors/
+# is not yet dprobe.collectors.
+# (--ignore-installed: a pytest the torch environment may have is not the one tested with)
+"$venv/bin/python" -m pip install --quiet --no-index --find-links "$wheels" --ignore-installed \
+    pytest pytest-asyncio pytest-timeout
+ini="build/gpu-check/pytest.ini"
+cat > "$ini" <<'INI'
+[pytest]
+addopts = -ra --import-mode=importlib -p no:cacheprovider
+asyncio_mode = auto
+asyncio_default_fixture_loop_scope = session
+asyncio_default_test_loop_scope = session
+markers =
+    gpu: needs a real NVIDIA GPU and driver
+    integration: talks to a real Kafka broker
+    traces: reads the public traces
+    slow: slow
+INI
+timeout 400 "$venv/bin/python" -P -m pytest -c "$ini" --rootdir . -m gpu \
+    tests/collectors/test_gpu_nvml.py tests/collectors/test_output_and_gpu_check.py
