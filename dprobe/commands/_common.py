@@ -42,3 +42,22 @@ def positive(value: float, flag: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise UsageError(f"{flag} must be a finite number > 0, got {value:g}")
     return value
+
+
+MAX_SEED = 2**32 - 1  # what numpy's and torch's generators both take
+
+
+def checked_seed(value: int, flag: str) -> int:
+    """``value`` when the random generators take it as a seed; a :class:`UsageError`
+    naming ``flag`` otherwise.
+
+    >>> checked_seed(3, "--seed")
+    3
+    >>> checked_seed(-1, "--seed")
+    Traceback (most recent call last):
+    ...
+    dprobe.errors.UsageError: --seed must be within 0 .. 4294967295, got -1
+    """
+    if not 0 <= value <= MAX_SEED:
+        raise UsageError(f"{flag} must be within 0 .. {MAX_SEED}, got {value}")
+    return value

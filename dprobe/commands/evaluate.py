@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dprobe.commands._common import positive
+from dprobe.commands._common import checked_seed, positive
 from dprobe.errors import UsageError
 from dprobe.folders import output_file, output_folder
 
@@ -211,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
     # before they all pass
     positive(args.window_s, "--window-s")
     positive(args.time_unit, "--time-unit")
+    checked_seed(args.seed, "--seed")
     if args.origin_stride < 1:
         raise UsageError("--origin-stride must be >= 1")
     horizons = _horizons(args.horizons)

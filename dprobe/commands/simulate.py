@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dprobe.commands._common import positive
+from dprobe.commands._common import checked_seed, positive
 from dprobe.errors import UsageError
 from dprobe.folders import output_file
 
@@ -79,6 +79,8 @@ def _seeds(text: str) -> list[int]:
         raise UsageError(f"--seeds {text!r}: need whole numbers separated by commas") from None
     if not out:
         raise UsageError("--seeds: need one or more seeds")
+    for value in out:
+        checked_seed(value, "--seeds")
     return list(dict.fromkeys(out))
 
 
@@ -395,7 +397,7 @@ def run(args: argparse.Namespace) -> int:
     def say(text: str) -> None:
         print(text, file=sys.stderr)
 
-    seeds = _seeds(args.seeds) if args.seeds is not None else [args.seed]
+    seeds = _seeds(args.seeds) if args.seeds is not None else [checked_seed(args.seed, "--seed")]
     if args.jobs is not None:
         records = read_jobs(args.jobs, time_unit_s=args.time_unit)
         if not records:

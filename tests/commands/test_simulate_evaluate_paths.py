@@ -325,3 +325,24 @@ def test_evaluate_counts_a_horizon_as_the_windows_it_scores_against(cwd: Path, c
     # 1,600 s is three windows ahead: it does not
     argv = _evaluate(trace, "--no-plots", "--models", "last-value", *span, "--horizons", "1600")
     _refused(argv, cwd, capsys, "(1200 s) is shorter than the shortest horizon (1600 s)")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--seeds", "-1,2"], "--seeds must be within 0 .. 4294967295, got -1"),
+        (["--seeds", "3,4294967296"], "--seeds must be within 0 .. 4294967295, got 4294967296"),
+        (["--seed", "-3"], "--seed must be within 0 .. 4294967295, got -3"),
+    ],
+)
+def test_simulate_seeds_the_generators_refuse_are_named_before_the_run(
+    cwd: Path, capsys, flags: list[str], message: str
+) -> None:
+    argv = [*_jobs(cwd), "--policies", "fifo", "--modes", "reactive", *flags]
+    assert _refused(argv, cwd, capsys) == f"dprobe simulate: {message}"
+
+
+def test_evaluate_a_negative_seed_is_named_before_the_run(cwd: Path, capsys) -> None:
+    argv = _evaluate(_demand_csv(cwd / "d.csv"), "--no-plots", "--seed", "-1")
+    line = _refused(argv, cwd, capsys)
+    assert line == "dprobe evaluate: --seed must be within 0 .. 4294967295, got -1"
