@@ -810,7 +810,9 @@ def _build(
     names = [f.name for f in fields]
     unknown = sorted(set(table) - set(names))
     if unknown:
-        named = ", ".join(k + _did_you_mean(k, names) for k in unknown)
+        # a nested KafkaSettings is set in [kafka], never here: not a name to suggest
+        settable = [n for n in names if hints[n] is not KafkaSettings]
+        named = ", ".join(k + _did_you_mean(k, settable) for k in unknown)
         raise ConfigError(f"{where}[{section}] has unknown settings: {named}")
     env_keys = {f.name: _env_key(section, f.name) for f in fields}
     _warn_unknown_env(section, env, set(env_keys.values()))

@@ -64,12 +64,13 @@ def test_a_file_wide_problem_is_told_once_with_the_likely_names(
         "[replya] (did you mean [replay]?); known: [archive], [broker], [collector], "
         "[kafka], [lag], [replay], [worker]"
     ]
-    text = "[worker]\nwindw_s = 30\nzzz = 1\n\n[kafka]\nbootstrap = 'k1:9092'\n"
+    text = "[worker]\nwindw_s = 30\nzzz = 1\nkafk = 1\n\n[kafka]\nbootstrap = 'k1:9092'\n"
     out, err = _refused(bad, text, capsys)
     assert out == [f"[{s}] ok" for s in SECTIONS if s != "worker"]
+    # kafka is a field of the worker's settings, but one set in [kafka]: never suggested
     assert err == [
         f"dprobe config: [worker] refused: config file {bad}: [worker] has unknown "
-        "settings: windw_s (did you mean window_s?), zzz"
+        "settings: kafk, windw_s (did you mean window_s?), zzz"
     ]
 
 
