@@ -279,6 +279,24 @@ def parse_queue_map(text: str) -> dict[str, str]:
     return out
 
 
+def shared_queues(queue_for: Mapping[str, str], known: Collection[str]) -> dict[str, list[str]]:
+    """ClusterQueue -> its tenants, for each queue that more than one tenant would set
+    (a tenant in ``known`` has the queue of its name unless ``queue_for`` maps it).
+
+    >>> shared_queues({"vc-a": "team-a", "vc-b": "team-a"}, {"vc-c"})
+    {'team-a': ['vc-a', 'vc-b']}
+    >>> shared_queues({"vc-a": "vc-c"}, {"vc-c"})
+    {'vc-c': ['vc-a', 'vc-c']}
+    """
+    tenants_of: dict[str, list[str]] = {}
+    for tenant, queue in queue_for.items():
+        tenants_of.setdefault(queue, []).append(tenant)
+    for queue in known:
+        if queue not in queue_for:
+            tenants_of.setdefault(queue, []).append(queue)
+    return {q: sorted(ts) for q, ts in sorted(tenants_of.items()) if len(ts) > 1}
+
+
 class PlanRunner:
     """Feeds raw records to a :class:`PlanAssembler`; prints or applies each whole plan.
 
@@ -345,20 +363,31 @@ async def consume(args: argparse.Namespace, runner: PlanRunner) -> None:
     """Read the topic. With ``--apply``, commit once every plan read is applied (none is
     half-received); without it, never commit."""
     from aiokafka import AIOKafkaConsumer
-    from aiokafka.errors import KafkaConnectionError
+    from aiokafka.errors import KafkaError
 
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=args.bootstrap,
-        group_id=args.group,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest" if args.from_beginning else "latest",
-        isolation_level="read_committed",  # what the worker's transactions committed
-    )
+    try:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=args.bootstrap,
+            group_id=args.group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest" if args.from_beginning else "latest",
+            isolation_level="read_committed",  # what the worker's transactions committed
+        )
+    except (ValueError, KafkaError) as exc:
+        raise SetupError(f"--bootstrap {args.bootstrap}: {exc}") from None
+    client_log = logging.getLogger("aiokafka")
+    level = client_log.level
+    client_log.setLevel(logging.CRITICAL)  # its own "Unable connect" line: ours says it once
     try:
         await consumer.start()
-    except KafkaConnectionError as exc:
+    except ValueError as exc:  # e.g. a port that is not a number
+        await consumer.stop()
+        raise SetupError(f"--bootstrap {args.bootstrap}: not HOST:PORT[,...] ({exc})") from None
+    except (KafkaError, OSError) as exc:
         await consumer.stop()
         raise SetupError(f"cannot reach Kafka at {args.bootstrap}: {exc}") from None
+    finally:
+        client_log.setLevel(level)
     try:
         # asked before subscribing: a broker that creates topics on demand would make a
         # misspelt one, and the consumer would wait on it for ever
@@ -438,6 +467,13 @@ def main(argv: list[str] | None = None) -> int:
     known = {q.strip() for q in args.known_queues.split(",") if q.strip()}
     if not queue_for and not known:
         p.error("give --queue-map and/or --known-queues: which ClusterQueue is whose")
+    shared = shared_queues(queue_for, known)
+    if shared:  # one plan after another would set the queue to each tenant's quota in turn
+        p.error(
+            "; ".join(f"tenants {', '.join(ts)} share ClusterQueue {q}" for q, ts in shared.items())
+            + " (each tenant needs a ClusterQueue of its own: check --queue-map and "
+            "--known-queues)"
+        )
     runner = PlanRunner(
         PlanAssembler(max_age_s=args.plan_timeout), queue_for=queue_for, flavor=args.flavor,
         known_queues=known, apply=args.apply, kubectl=kubectl,

@@ -396,6 +396,27 @@ def test_without_any_queue_mapping_it_does_not_start() -> None:
     assert b"--queue-map" in res.stderr
 
 
+@pytest.mark.parametrize(
+    ("flags", "shared"),
+    [
+        (
+            ["--queue-map", "vc-a=team-a,vc-b=team-a"],
+            "tenants vc-a, vc-b share ClusterQueue team-a",
+        ),
+        (["--queue-map", "vc-a=vc-c", "--known-queues", "vc-c"], "tenants vc-a, vc-c share"),
+    ],
+)
+def test_two_tenants_mapped_to_one_cluster_queue_do_not_start(
+    flags: list[str], shared: str
+) -> None:
+    """Checked before any plan: plans that each move one of the two tenants would set
+    the queue to each one's quota in turn, and no single plan shows both."""
+    cmd = [sys.executable, str(PATH), "--stdin", *flags]
+    res = subprocess.run(cmd, input=b"", capture_output=True, timeout=60, check=False)
+    assert res.returncode == 2
+    assert shared in res.stderr.decode()
+
+
 # --- Kafka mode, against a stand-in consumer ------------------------------------------
 
 
@@ -521,7 +542,13 @@ def test_a_misspelt_topic_or_an_unreachable_kafka_is_one_line_and_exit_2(
     assert res.returncode == 2 and "does not exist" in res.stderr
     res = consumer("--bootstrap", "127.0.0.1:1")
     assert res.returncode == 2
-    assert "ERROR cannot reach Kafka at 127.0.0.1:1" in res.stderr
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("ERROR")]
+    assert len(errors) == 1, res.stderr  # not the client's own "Unable connect" line too
+    assert errors[0].startswith("ERROR cannot reach Kafka at 127.0.0.1:1")
+    assert "Traceback" not in res.stderr and "Unclosed" not in res.stderr
+    res = consumer("--bootstrap", "127.0.0.1:notaport")
+    assert res.returncode == 2
+    assert "ERROR --bootstrap 127.0.0.1:notaport: not HOST:PORT" in res.stderr
     assert "Traceback" not in res.stderr and "Unclosed" not in res.stderr
 
 
