@@ -7,7 +7,9 @@ source watermark ``[samples partition, event time]``.
 
 Messages on the single-partition planning topic carry ``T`` + a TenantWindow, ``C``
 + a :class:`WindowProgress` (a window partition emitted every window ending at or before
-``upto``), or ``Q`` + a validated ClusterReport (what the scheduler says the fleet is).
+``upto``), ``Q`` + a validated ClusterReport (what the scheduler says the fleet is), or
+``S`` + a :class:`WorkerStarted` (a worker joined with that window length; planning skips
+it).
 
 Example:
     >>> loads(dumps({"a": [1, 2]}))
@@ -40,6 +42,7 @@ WATERMARK = b"W"
 PLAN_WINDOW = b"T"
 PROGRESS = b"C"
 CLUSTER = b"Q"
+STARTED = b"S"
 
 
 class SourceWatermark(msgspec.Struct, frozen=True, array_like=True):
@@ -90,7 +93,17 @@ def decode_update(raw: bytes) -> list[Partial] | JobEvent | SourceWatermark:
     raise ValueError(f"unknown internal update kind {kind!r}")
 
 
+class WorkerStarted(msgspec.Struct, frozen=True, array_like=True):
+    """A worker that makes ``window_s``-long windows joined its group at ``at`` (wall
+    clock): newer than any window the group forwarded before it, so a worker joining
+    after it is checked against the length the group runs with now."""
+
+    window_s: float
+    at: float
+
+
 _progress = msgspec.json.Decoder(WindowProgress)
+_started = msgspec.json.Decoder(WorkerStarted)
 
 
 def encode_plan_window(window: TenantWindow) -> bytes:
@@ -105,7 +118,11 @@ def encode_cluster(report: ClusterReport) -> bytes:
     return CLUSTER + _enc.encode(report)
 
 
-PlanningMessage = TenantWindow | WindowProgress | ClusterReport
+def encode_started(started: WorkerStarted) -> bytes:
+    return STARTED + _enc.encode(started)
+
+
+PlanningMessage = TenantWindow | WindowProgress | ClusterReport | WorkerStarted
 
 
 def decode_planning(raw: bytes) -> PlanningMessage:
@@ -116,4 +133,6 @@ def decode_planning(raw: bytes) -> PlanningMessage:
         return decode_window(body)
     if kind == CLUSTER:
         return decode_cluster_report(body)
+    if kind == STARTED:
+        return _started.decode(body)
     raise ValueError(f"unknown planning message kind {kind!r}")

@@ -173,6 +173,8 @@ class Planning:
             return self.order.on_progress(message.partition, message.upto)
         if isinstance(message, schema.ClusterReport):
             self.loop.on_cluster(message)
+        elif isinstance(message, codec.WorkerStarted):
+            pass  # for workers that join later (streams/group_window.py), not for plans
         else:  # a window waits for its end to be planned
             self.order.on_window(message)
         return []
@@ -252,7 +254,7 @@ class Planning:
             self.order.note_progress(message.partition, message.upto)
         elif isinstance(message, schema.ClusterReport):
             self.loop.on_cluster(message)
-        else:
+        elif not isinstance(message, codec.WorkerStarted):
             self.order.on_window(message)
 
     def _restore_legacy(self, path: Path) -> None:

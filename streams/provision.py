@@ -20,7 +20,7 @@ from dprobe import topic_configs
 from dprobe.config import WorkerSettings
 from dprobe.errors import DprobeError, UsageError
 from dprobe.kafka_auth import connect_error, start_client, watching_auth
-from dprobe.streams.group_window import check_group_window
+from dprobe.streams.group_window import announce_window, check_group_window
 from dprobe.streams.topics import TopicNames
 from dprobe.topic_create import create_topics
 
@@ -128,6 +128,9 @@ async def ensure_topics(
         if new:
             log.info("creating topics %s", [t.name for t in new])
             await create_topics(admin, new)  # one that exists already: another worker won
+        if joining and names.planning in existing:
+            # newer than the windows it holds: workers that join next check against it
+            await announce_window(s, names.planning)
         partitions = await wait_for_partitions(admin, list(names.external()))
         await check_update_partitions(admin, s, names.updates)
         for topic in (names.samples, names.jobs):

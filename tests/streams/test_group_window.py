@@ -94,7 +94,7 @@ async def test_a_worker_with_another_window_length_does_not_join_running_workers
             await _check(s)
         message = str(refused.value)
         assert f"the 1 running worker(s) of app id {s.app_id!r} make 10-s windows" in message
-        assert f"(the newest on {planning}), this one 60-s windows" in message
+        assert f"(the newest length on {planning}), this one 60-s windows" in message
         assert "Start it with --window 10, or stop every worker of the group" in message
         await _check(dataclasses.replace(s, window_s=10.0))  # the same length joins
         # the worker's start runs the check; `dprobe topics create` does not
@@ -119,5 +119,25 @@ async def test_a_group_without_windows_yet_is_not_checked(
     member = await _member(kafka, s.app_id, planning)
     try:
         await _check(s)  # an empty planning topic: nothing to compare with
+    finally:
+        await member.stop()
+
+
+async def test_workers_restarted_with_a_new_length_are_checked_against_the_first_of_them(
+    kafka: KafkaHelper, tmp_path: Path
+) -> None:
+    """Every worker stopped, then started again with a new length: the first (no member
+    runs, nothing is checked) leaves its mark, so the next ones are checked against the
+    new length, not against the old windows still newest on the planning topic."""
+    s = await _group_running_10s_windows(kafka, tmp_path)  # old windows 10 s, now 60 s
+    planning = TopicNames.from_settings(s).planning
+    await ensure_topics(s, attempts=3, joining=True)  # the first worker of the new length
+    member = await _member(kafka, s.app_id, planning)  # ... runs
+    try:
+        await _check(s)  # the second, also 60 s, joins
+        with pytest.raises(WindowLengthMismatchError) as refused:
+            await _check(dataclasses.replace(s, window_s=10.0))  # one left on the old length
+        assert "make 60-s windows" in str(refused.value)
+        assert "Start it with --window 60," in str(refused.value)
     finally:
         await member.stop()

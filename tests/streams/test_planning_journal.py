@@ -355,3 +355,18 @@ async def test_a_table_written_by_an_earlier_version_is_resumed() -> None:
     for offset in range(half, len(records)):
         await second.on_message(records[offset], offset)
     assert _ids(events) == _ids(whole)
+
+
+async def test_the_marks_workers_leave_when_they_join_change_no_plan() -> None:
+    """A WorkerStarted mark (streams/group_window.py) passes through planning and its
+    journal without changing what is planned."""
+    records = _records()
+    whole = await _uninterrupted(records)
+    mark = codec.encode_started(codec.WorkerStarted(window_s=60.0, at=1.0))
+    assert codec.decode_planning(mark) == codec.WorkerStarted(window_s=60.0, at=1.0)
+    marked = [r for i, raw in enumerate(records) for r in ((mark, raw) if i % 7 == 0 else (raw,))]
+    events = FakeEvents()
+    planning = _planning(FakeTable(), events, checkpoint_s=600.0)
+    for offset, raw in enumerate(marked):
+        await planning.on_message(raw, offset)
+    assert _ids(events) == _ids(whole)
