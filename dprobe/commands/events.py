@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 REMEMBERED_IDS = 100_000
 POLL_MS = 500
 JOIN_WAIT_S = 30.0  # with --group and --timeout: longest wait for partitions before stopping
+ASSIGN_WAIT_S = 30.0  # without --group: longest wait for the topic's partitions at the start
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -172,8 +173,7 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
 
     topic = kafka.topic("scaling-events")
     with watching_auth(quiet=True) as watch:
-        consumer = AIOKafkaConsumer(
-            topic,
+        consumer = AIOKafkaConsumer(  # subscribed below, once the topic is known to exist
             group_id=args.group,
             enable_auto_commit=False,  # commit exactly what was handled, below
             auto_offset_reset="earliest" if args.from_beginning else "latest",
@@ -189,6 +189,11 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
             raise DprobeError(
                 f"cannot read {topic} from Kafka at {kafka.bootstrap}: {exc}"
             ) from None
+    try:
+        await _subscribe(consumer, topic, kafka, grouped=args.group is not None)
+    except BaseException:
+        await consumer.stop()
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -234,6 +239,31 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _subscribe(consumer: Any, topic: str, kafka: KafkaSettings, *, grouped: bool) -> None:
+    """Subscribe ``consumer`` (started) to ``topic`` and, without a group (not
+    ``grouped``), wait for its partitions; a :class:`UsageError` when the topic does not
+    exist. Asked first: a broker that creates topics on demand would make a misspelt one,
+    and one that does not would keep the consumer waiting on its metadata."""
+    from aiokafka.errors import KafkaError
+
+    try:
+        exists = topic in await consumer.topics()
+    except KafkaError as exc:
+        raise DprobeError(f"cannot list the topics of Kafka at {kafka.bootstrap}: {exc}") from None
+    if not exists:
+        raise UsageError(
+            f"topic {topic} does not exist: start a worker first (it creates the topic), or "
+            f"check the topic prefix (kafka.topic_prefix, now {kafka.topic_prefix!r})"
+        )
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + ASSIGN_WAIT_S
+    # without a group every partition is assigned at the next metadata update
+    while not grouped and not consumer.assignment():
+        if time.monotonic() >= deadline:
+            raise DprobeError(f"no partition of {topic} assigned after {ASSIGN_WAIT_S:g} s")
+        await asyncio.sleep(0.05)
+
+
 async def _announce(consumer: Any, topic: str, args: argparse.Namespace) -> None:
     """Say on stderr where the tail starts, once that position is fixed.
 
@@ -246,11 +276,6 @@ async def _announce(consumer: Any, topic: str, args: argparse.Namespace) -> None
         for tp in partitions:
             await consumer.position(tp)
         n = len(partitions)
-        if n == 0:  # a broker that does not create topics on demand
-            print(f"dprobe events: {topic} does not exist yet; waiting for it (a worker "
-                  "creates it when it starts; is the topic prefix right?)",
-                  file=sys.stderr, flush=True)  # fmt: skip
-            return
         print(f"dprobe events: reading {topic} ({n} partition{'' if n == 1 else 's'}) "
               f"from {where}", file=sys.stderr, flush=True)  # fmt: skip
     else:

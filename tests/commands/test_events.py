@@ -224,22 +224,26 @@ async def test_plans_mode_prints_whole_plans_and_the_newest_target_wins(kafka) -
     assert [ev["event_id"] for ev in printed] == ["a1", "b1", "a2", "c2"]
 
 
-async def test_a_topic_that_does_not_exist_yet_is_named_as_such(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """Where the broker does not create topics on demand, the tail starts with no
-    partition: it says the topic does not exist yet instead of "0 partitions"."""
-    import argparse
+async def test_a_topic_that_does_not_exist_is_named_and_not_created(kafka) -> None:
+    """A misspelt prefix: exit 2 naming the topic and the prefix, at once (not after the
+    client's metadata timeout), and the local broker, which creates topics on demand, is
+    not made to create it."""
+    from aiokafka.admin import AIOKafkaAdminClient
 
-    from dprobe.commands.events import _announce
-
-    class NoPartitions:  # what a consumer subscribed to a missing topic holds
-        def assignment(self) -> set[object]:
-            return set()
-
-    args = argparse.Namespace(group=None, from_beginning=True)
-    await _announce(NoPartitions(), "dprobe.scaling-events", args)
-    assert capsys.readouterr().err == (
-        "dprobe events: dprobe.scaling-events does not exist yet; waiting for it (a worker "
-        "creates it when it starts; is the topic prefix right?)\n"
-    )
+    prefix = kafka.unique("evmissing") + "."
+    for group in ([], ["--group", kafka.unique("evg")]):
+        started = time.monotonic()
+        res = _run(kafka, prefix, "--timeout", "5", *group)
+        assert res.returncode == 2, res.stderr
+        assert res.stderr.strip() == (
+            f"dprobe events: topic {prefix}scaling-events does not exist: start a worker first "
+            f"(it creates the topic), or check the topic prefix (kafka.topic_prefix, now "
+            f"{prefix!r})"
+        )
+        assert time.monotonic() - started < 20
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    await admin.start()
+    try:
+        assert f"{prefix}scaling-events" not in await admin.list_topics()
+    finally:
+        await admin.close()
