@@ -371,6 +371,10 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise UsageError(f"{flag} must be a finite number >= 0, got {value:g}")
     # a bad value is named before whether it applies
+    if args.lend_horizon is not None and not {"predictive", "oracle"} & set(modes):
+        raise UsageError("--lend-horizon applies only with --modes predictive or oracle")
+    if args.no_gate and "predictive" not in modes:
+        raise UsageError("--no-gate applies only with --modes predictive")
     if costs_given and set(modes) == {"static"}:
         raise UsageError(
             f"{' and '.join(costs_given)} {'does' if len(costs_given) == 1 else 'do'} not apply "

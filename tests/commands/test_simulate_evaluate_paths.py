@@ -346,3 +346,19 @@ def test_evaluate_a_negative_seed_is_named_before_the_run(cwd: Path, capsys) -> 
     argv = _evaluate(_demand_csv(cwd / "d.csv"), "--no-plots", "--seed", "-1")
     line = _refused(argv, cwd, capsys)
     assert line == "dprobe evaluate: --seed must be within 0 .. 4294967295, got -1"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--modes", "reactive,oracle", "--no-gate"],
+         "--no-gate applies only with --modes predictive"),
+        (["--modes", "static,reactive", "--lend-horizon", "600"],
+         "--lend-horizon applies only with --modes predictive or oracle"),
+    ],
+)  # fmt: skip
+def test_simulate_flags_of_modes_not_run_are_refused(
+    cwd: Path, capsys, flags: list[str], message: str
+) -> None:
+    argv = [*_jobs(cwd), "--policies", "fifo", *flags]
+    assert _refused(argv, cwd, capsys) == f"dprobe simulate: {message}"
