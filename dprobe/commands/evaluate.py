@@ -222,9 +222,7 @@ def run(args: argparse.Namespace) -> int:
     test_end = _time(args.test_end, "--test-end") if args.test_end else math.inf
     given_start = _time(args.test_start, "--test-start") if args.test_start else None
     if given_start is not None and given_start >= test_end:
-        raise UsageError(
-            f"--test-end {_iso(test_end)} is not after --test-start {_iso(given_start)}"
-        )
+        raise UsageError(f"--test-end {args.test_end} is not after --test-start {args.test_start}")
     if args.save_checkpoint:
         _check_checkpoint_path(args.save_checkpoint)
     if not args.no_plots:

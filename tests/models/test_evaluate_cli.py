@@ -114,7 +114,11 @@ def test_bad_line_exits_2_naming_file_and_line(
         (["--test-start", "1999-01-01"], "outside the trace"),
         (
             ["--test-start", "2020-05-22", "--test-end", "2020-05-10"],
-            "--test-end 2020-05-10 00:00 is not after --test-start 2020-05-22 00:00",
+            "--test-end 2020-05-10 is not after --test-start 2020-05-22",
+        ),
+        (  # within one minute: the values as given, not rounded to the same minute
+            ["--test-start", "100.9", "--test-end", "100.2"],
+            "--test-end 100.2 is not after --test-start 100.9",
         ),
         (["--models", "prophet"], "unknown prophet"),
         (["--horizons", "abc"], "--horizons"),
