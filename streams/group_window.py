@@ -46,20 +46,21 @@ class WindowLengthMismatchError(UsageError):
     """Running workers of the app id window with another length than this one."""
 
 
-async def check_group_window(admin: Any, s: WorkerSettings, planning_topic: str) -> None:
+async def check_group_window(admin: Any, s: WorkerSettings, planning_topic: str) -> bool:
     """Raise :class:`WindowLengthMismatchError` when workers of ``s.app_id`` run and the
-    newest window they forwarded to ``planning_topic`` is not ``s.window_s`` long.
-    Nothing is checked when the group cannot be described or its topic read."""
+    newest length on ``planning_topic`` is not ``s.window_s``. Nothing is checked when the
+    group cannot be described or its topic read. ``True`` when no worker of the group
+    runs: this one then sets the length, and marks it (:func:`announce_window`)."""
     try:
         members = await group_members(admin, s.app_id)
         if not members:
-            return
+            return True
         running = await newest_window_length(s, planning_topic)
     except (KafkaError, OSError, TimeoutError) as exc:
         log.debug("window length of group %s not checked: %r", s.app_id, exc)
-        return
+        return False
     if running is None or math.isclose(running, s.window_s, rel_tol=1e-9, abs_tol=1e-6):
-        return
+        return False
     raise WindowLengthMismatchError(
         f"the {members} running worker(s) of app id {s.app_id!r} make {running:.10g}-s "
         f"windows (the newest length on {planning_topic}), this one {s.window_s:.10g}-s "

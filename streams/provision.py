@@ -103,8 +103,12 @@ async def ensure_topics(
     try:
         await check_app_id(admin, s)
         existing = set(await admin.list_topics())
-        if joining and names.planning in existing:
-            await check_group_window(admin, s, names.planning)
+        # a worker that starts its group (none runs, or no planning topic yet) marks the
+        # length, once every check below has passed; one joining running workers need not
+        # (older workers in a rolling upgrade would dead-letter the mark)
+        mark = joining and (
+            names.planning not in existing or await check_group_window(admin, s, names.planning)
+        )
         # The internal updates topic is created here too: a consumer group that starts
         # before its topic exists is never assigned its partitions.
         missing = [t for t in (*names.external(), names.updates) if t not in existing]
@@ -128,9 +132,6 @@ async def ensure_topics(
         if new:
             log.info("creating topics %s", [t.name for t in new])
             await create_topics(admin, new)  # one that exists already: another worker won
-        if joining and names.planning in existing:
-            # newer than the windows it holds: workers that join next check against it
-            await announce_window(s, names.planning)
         partitions = await wait_for_partitions(admin, list(names.external()))
         await check_update_partitions(admin, s, names.updates)
         for topic in (names.samples, names.jobs):
@@ -154,6 +155,8 @@ async def ensure_topics(
         ]
         if todo:
             await create_topics(admin, todo)
+        if mark:  # newer than the windows it holds: workers that join next check against it
+            await announce_window(s, names.planning)
         return partitions
     finally:
         await admin.close()
