@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -255,10 +256,27 @@ async def _subscribe(consumer: Any, topic: str, kafka: KafkaSettings, *, grouped
             f"topic {topic} does not exist: start a worker first (it creates the topic), or "
             f"check the topic prefix (kafka.topic_prefix, now {kafka.topic_prefix!r})"
         )
+    if grouped:
+        from aiokafka.abc import ConsumerRebalanceListener
+
+        joined = asyncio.Event()
+
+        class _Joined(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked: Any) -> None:
+                pass
+
+            def on_partitions_assigned(self, assigned: Any) -> None:
+                joined.set()  # also for an empty share of the partitions
+
+        consumer.subscribe([topic], listener=_Joined())
+        # the group's join (seconds); one that takes longer is waited for in the tail loop
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(joined.wait(), JOIN_WAIT_S)
+        return
     consumer.subscribe([topic])
     deadline = time.monotonic() + ASSIGN_WAIT_S
     # without a group every partition is assigned at the next metadata update
-    while not grouped and not consumer.assignment():
+    while not consumer.assignment():
         if time.monotonic() >= deadline:
             raise DprobeError(f"no partition of {topic} assigned after {ASSIGN_WAIT_S:g} s")
         await asyncio.sleep(0.05)
@@ -267,14 +285,14 @@ async def _subscribe(consumer: Any, topic: str, kafka: KafkaSettings, *, grouped
 async def _announce(consumer: Any, topic: str, args: argparse.Namespace) -> None:
     """Say on stderr where the tail starts, once that position is fixed.
 
-    Without a group the partitions are assigned at start: their start offsets are resolved
-    first, so an event produced after this line is never missed, even from ``latest``.
+    The start offsets of the partitions assigned are resolved first, so an event produced
+    after this line is never missed, even from ``latest``.
     """
     where = "the beginning" if args.from_beginning else "new events"
+    partitions = consumer.assignment()
+    for tp in partitions:
+        await consumer.position(tp)
     if args.group is None:
-        partitions = consumer.assignment()
-        for tp in partitions:
-            await consumer.position(tp)
         n = len(partitions)
         print(f"dprobe events: reading {topic} ({n} partition{'' if n == 1 else 's'}) "
               f"from {where}", file=sys.stderr, flush=True)  # fmt: skip
