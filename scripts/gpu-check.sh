@@ -32,8 +32,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >&
     > "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/gpu-check-torch.pth"
 "$venv/bin/python" -m pip install --quiet --no-index --find-links "$wheels" --no-deps \
     "$wheels"/dprobe-*.whl
-"$venv/bin/python" -m pip install --quiet --no-index --find-links "$wheels" \
-    msgspec nvidia-ml-py prometheus-client "aiokafka[zstd,lz4]"
+"$venv/bin/python" -m pip install --quiet --no-index --find-links "$wheels" --ignore-installed \
+    msgspec nvidia-ml-py prometheus-client "aiokafka[zstd,lz4]"  # the wheels' versions, not torch's
 timeout 280 "$venv/bin/python" scripts/gpu_check.py --report "$report" --seconds 30 \
     --dprobe "$venv/bin/dprobe"
 
@@ -57,4 +57,4 @@ markers =
     slow: slow
 INI
 timeout 400 "$venv/bin/python" -P -m pytest -c "$ini" --rootdir . -m gpu \
-    tests/collectors/test_gpu_nvml.py tests/collectors/test_output_and_gpu_check.py
+    tests/collectors/test_gpu_nvml.py tests/collectors/test_output_and_gpu_check.py || exit 1
