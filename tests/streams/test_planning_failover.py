@@ -201,13 +201,33 @@ async def _planning_committed(bootstrap: str, app_id: str) -> int:
     )
 
 
+async def _first_window_offset(bootstrap: str, app_id: str) -> int | None:
+    """The offset of the planning topic's first tenant window (None: none yet). The
+    records before it can be the window-length mark the first worker writes when it
+    starts the group (streams/group_window.py), which plans nothing."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    tp = TopicPartition(f"{app_id}-planning", 0)
+    async with consumer:
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        while await consumer.position(tp) < end:
+            batch = await consumer.getmany(tp, timeout_ms=1000)
+            for record in batch.get(tp, []):
+                if record.value is not None and record.value[:1] == codec.PLAN_WINDOW:
+                    return record.offset
+    return None
+
+
 async def _wait_committed(bootstrap: str, app_id: str) -> int:
-    """Wait until the group has committed planning records (so a new owner cannot simply
-    read the planning topic again from its start); the committed offset."""
+    """Wait until the group has committed planning records past the first tenant window
+    (so a new owner cannot simply read the planning topic again from its start, nor
+    from just after the window-length mark); the committed offset."""
 
     async def committed() -> int | None:
+        first = await _first_window_offset(bootstrap, app_id)
         offset = await _planning_committed(bootstrap, app_id)
-        return offset if offset >= 1 else None
+        return offset if first is not None and offset > first else None
 
     return await _until(committed, "the planning offsets were never committed", 60.0)
 
