@@ -94,9 +94,11 @@ def decode_update(raw: bytes) -> list[Partial] | JobEvent | SourceWatermark:
 
 
 class WorkerStarted(msgspec.Struct, frozen=True, array_like=True):
-    """A worker that makes ``window_s``-long windows joined its group at ``at`` (wall
+    """A worker that makes ``window_s``-long windows started its group at ``at`` (wall
     clock): newer than any window the group forwarded before it, so a worker joining
-    after it is checked against the length the group runs with now."""
+    after it is checked against the length the group runs with now. Of marks written
+    within a short time of each other with no window between them (workers started at
+    the same moment), the first one's length holds (streams/group_window.py)."""
 
     window_s: float
     at: float

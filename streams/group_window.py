@@ -10,7 +10,10 @@ length is another. A group with no running member is not checked: stopping every
 and starting them with a new ``window_s`` is how the length is changed (each tenant's
 history restarts); the first of them leaves its mark, so the others, started before it
 has closed a window of the new length, are checked against the new length, not the old
-windows.
+windows. Workers that start an empty group at the same moment each find no member
+running and each leave a mark: of marks less than :data:`START_GRACE_S` apart with no
+window between them, the first one's length holds, and a worker whose own mark is one
+that lost exits 2 right after writing it (later checks skip a mark that lost).
 
 Example (in the worker's start, with an admin client that is connected)::
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -40,6 +44,10 @@ log = logging.getLogger(__name__)
 # planning topic holds windows, window-progress marks and cluster reports)
 LOOK_BACK = 500
 READ_TIMEOUT_S = 10.0
+# Marks less than this far apart (by their writers' wall clocks) with no window between
+# them come from workers that may be starting the group together: a worker joins the
+# group seconds after its mark, so one that checks meanwhile finds no member running
+START_GRACE_S = 60.0
 
 
 class WindowLengthMismatchError(UsageError):
@@ -59,7 +67,7 @@ async def check_group_window(admin: Any, s: WorkerSettings, planning_topic: str)
     except (KafkaError, OSError, TimeoutError) as exc:
         log.debug("window length of group %s not checked: %r", s.app_id, exc)
         return False
-    if running is None or math.isclose(running, s.window_s, rel_tol=1e-9, abs_tol=1e-6):
+    if running is None or _same(running, s.window_s):
         return False
     raise WindowLengthMismatchError(
         f"the {members} running worker(s) of app id {s.app_id!r} make {running:.10g}-s "
@@ -73,33 +81,88 @@ async def check_group_window(admin: Any, s: WorkerSettings, planning_topic: str)
 
 async def announce_window(s: WorkerSettings, planning_topic: str) -> None:
     """Leave a :class:`~dprobe.streams.codec.WorkerStarted` mark with ``s.window_s`` on
-    ``planning_topic`` (which exists), for the workers that join after this one. A mark
-    that cannot be written is logged, not raised."""
+    ``planning_topic`` (which exists), for the workers that join after this one, and
+    raise :class:`WindowLengthMismatchError` when a worker with another length marked
+    the group just before this one (both started it at once). A mark that cannot be
+    written or read back is logged, not raised."""
     producer = AIOKafkaProducer(**s.kafka.client_kwargs(), acks="all")
     mark = codec.WorkerStarted(window_s=s.window_s, at=time.time())
     try:
         await producer.start()
-        await producer.send_and_wait(planning_topic, codec.encode_started(mark), key=b"plan")
+        sent = await producer.send_and_wait(planning_topic, codec.encode_started(mark), key=b"plan")
     except (KafkaError, OSError) as exc:  # the worker runs on; a later one may be misjudged
         log.warning("could not mark this worker's window length on %s: %r", planning_topic, exc)
+        return
     finally:
         await producer.stop()
+    try:
+        lengths = await _read_lengths(s, planning_topic, upto=sent.offset + 1)
+    except (KafkaError, OSError, TimeoutError) as exc:
+        log.debug("marks of group %s not read back: %r", s.app_id, exc)
+        return
+    first = lengths.lost.get(sent.offset)
+    if first is not None:
+        raise WindowLengthMismatchError(
+            f"a worker of app id {s.app_id!r} with {first.window_s:.10g}-s windows started "
+            f"the group {mark.at - first.at:.0f} s before this one, which makes "
+            f"{s.window_s:.10g}-s windows (their marks on {planning_topic}): one group with "
+            f"two lengths writes overlapping windows and drops data as late. Start it with "
+            f"--window {first.window_s:.10g}, or stop every worker of the group and start "
+            f"them with one length (a worker that started and stopped in the last "
+            f"{START_GRACE_S:g} s still counts)"
+        )
+
+
+@dataclass
+class _Lengths:
+    """What the planning topic's tail says of the group's window length, read forwards:
+    the newest length, and the marks that lost to an earlier one (see the module's
+    docstring)."""
+
+    newest: float | None = None
+    # marks since the newest window that held (none lost): workers starting the group
+    starting: list[codec.WorkerStarted] = field(default_factory=list)
+    lost: dict[int, codec.WorkerStarted] = field(default_factory=dict)  # offset -> first
+
+    def window(self, length: float) -> None:
+        self.newest = length
+        self.starting.clear()
+
+    def mark(self, offset: int, mark: codec.WorkerStarted) -> None:
+        first = next((m for m in self.starting if m.at >= mark.at - START_GRACE_S), None)
+        if first is not None and not _same(first.window_s, mark.window_s):
+            self.lost[offset] = first
+            return
+        self.starting.append(mark)
+        self.newest = mark.window_s
+
+
+def _same(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
 
 
 async def newest_window_length(s: WorkerSettings, planning_topic: str) -> float | None:
     """The window length in seconds the newest TenantWindow or WorkerStarted mark on
     ``planning_topic`` (one partition, which exists) says, among its last
-    :data:`LOOK_BACK` records; ``None`` when there is neither."""
+    :data:`LOOK_BACK` records, skipping marks that lost; ``None`` when there is none."""
+    return (await _read_lengths(s, planning_topic)).newest
+
+
+async def _read_lengths(
+    s: WorkerSettings, planning_topic: str, upto: int | None = None
+) -> _Lengths:
+    """Read ``planning_topic``'s last :data:`LOOK_BACK` records before offset ``upto``
+    (default: its end) into a :class:`_Lengths`."""
+    lengths = _Lengths()
     consumer = AIOKafkaConsumer(**s.kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
     await consumer.start()
     try:
         tp = TopicPartition(planning_topic, 0)
         consumer.assign([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
+        end = (await consumer.end_offsets([tp]))[tp] if upto is None else upto
         if end == 0:
-            return None
+            return lengths
         consumer.seek(tp, max(0, end - LOOK_BACK))
-        newest: float | None = None
         deadline = time.monotonic() + READ_TIMEOUT_S
         while await consumer.position(tp) < end and time.monotonic() < deadline:
             batch = await consumer.getmany(tp, timeout_ms=500)
@@ -111,9 +174,9 @@ async def newest_window_length(s: WorkerSettings, planning_topic: str) -> float 
                 except Exception:  # noqa: BLE001 - a record this check cannot read is skipped
                     continue
                 if isinstance(message, TenantWindow):
-                    newest = message.window_end - message.window_start
+                    lengths.window(message.window_end - message.window_start)
                 elif isinstance(message, codec.WorkerStarted):
-                    newest = message.window_s
-        return newest
+                    lengths.mark(record.offset, message)
+        return lengths
     finally:
         await consumer.stop()

@@ -4,7 +4,9 @@ no running member may change its length, and `dprobe topics create` is not check
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,13 @@ from aiokafka.admin import AIOKafkaAdminClient
 from dprobe.config import KafkaSettings, WorkerSettings
 from dprobe.schema import LevelCounts, TenantWindow
 from dprobe.streams import codec
-from dprobe.streams.group_window import WindowLengthMismatchError, check_group_window
+from dprobe.streams.group_window import (
+    START_GRACE_S,
+    WindowLengthMismatchError,
+    announce_window,
+    check_group_window,
+    newest_window_length,
+)
 from dprobe.streams.provision import changelog_topics, ensure_topics
 from dprobe.streams.topics import TopicNames
 from tests.conftest import KafkaHelper
@@ -141,3 +149,57 @@ async def test_workers_restarted_with_a_new_length_are_checked_against_the_first
         assert "Start it with --window 60," in str(refused.value)
     finally:
         await member.stop()
+
+
+async def test_workers_starting_an_empty_group_at_once_keep_the_first_length(
+    kafka: KafkaHelper, tmp_path: Path
+) -> None:
+    """Two workers with other lengths start a group that has no member at the same
+    moment: both find nobody running and both leave a mark; the one whose mark came
+    second exits 2, and the group's length is the first one's."""
+    s60 = await _group_running_10s_windows(kafka, tmp_path)  # old windows 10 s
+    s30 = dataclasses.replace(s60, window_s=30.0)
+    planning = TopicNames.from_settings(s60).planning
+    results = await asyncio.gather(
+        ensure_topics(s60, attempts=3, joining=True),
+        ensure_topics(s30, attempts=3, joining=True),
+        return_exceptions=True,
+    )
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert len(refused) == 1 and isinstance(refused[0], WindowLengthMismatchError), results
+    kept = s30 if isinstance(results[0], BaseException) else s60
+    lost = s60 if kept is s30 else s30
+    message = str(refused[0])
+    assert f"with {kept.window_s:g}-s windows started the group" in message
+    assert f"this one, which makes {lost.window_s:g}-s windows" in message
+    assert f"Start it with --window {kept.window_s:g}," in message
+    # a worker that joins next is checked against the first mark, not the one that lost
+    assert await newest_window_length(s60, planning) == kept.window_s
+    member = await _member(kafka, s60.app_id, planning)
+    try:
+        await _check(kept)
+        with pytest.raises(WindowLengthMismatchError):
+            await _check(lost)
+    finally:
+        await member.stop()
+    await announce_window(kept, planning)  # a third at once, with the first's length: joins
+
+
+async def test_a_mark_older_than_the_start_grace_does_not_hold(
+    kafka: KafkaHelper, tmp_path: Path
+) -> None:
+    """A worker that started the group and stopped before closing a window, longer ago
+    than START_GRACE_S: a worker with another length starts the group anew."""
+    s = await _group_running_10s_windows(kafka, tmp_path)
+    planning = TopicNames.from_settings(s).planning
+    stale = codec.WorkerStarted(window_s=20.0, at=time.time() - START_GRACE_S - 5)
+    async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
+        await producer.send_and_wait(planning, codec.encode_started(stale), key=b"plan")
+    assert await newest_window_length(s, planning) == 20.0
+    await announce_window(s, planning)  # 60 s: not refused
+    assert await newest_window_length(s, planning) == 60.0
+    # the same within the grace is refused
+    recent = codec.WorkerStarted(window_s=20.0, at=time.time())
+    async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
+        await producer.send_and_wait(planning, codec.encode_started(recent), key=b"plan")
+    assert await newest_window_length(s, planning) == 60.0  # the 20-s mark lost
