@@ -401,6 +401,11 @@ def run(args: argparse.Namespace) -> int:
     def say(text: str) -> None:
         print(text, file=sys.stderr)
 
+    if args.forecaster is not None and "predictive" not in modes:
+        say(
+            f"warning: --forecaster {args.forecaster} is not used: only --modes predictive "
+            "forecasts (the oracle knows the future, reactive and static do not look ahead)"
+        )
     seeds = _seeds(args.seeds) if args.seeds is not None else [checked_seed(args.seed, "--seed")]
     if args.jobs is not None:
         records = read_jobs(args.jobs, time_unit_s=args.time_unit)

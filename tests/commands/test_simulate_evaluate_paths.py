@@ -362,3 +362,26 @@ def test_simulate_flags_of_modes_not_run_are_refused(
 ) -> None:
     argv = [*_jobs(cwd), "--policies", "fifo", *flags]
     assert _refused(argv, cwd, capsys) == f"dprobe simulate: {message}"
+
+
+# simulate: --forecaster
+
+
+@pytest.mark.parametrize("modes", [("reactive",), ("static", "oracle")])
+def test_simulate_forecaster_without_predictive_is_warned_of(
+    cwd: Path, capsys, modes: tuple[str, ...]
+) -> None:
+    argv = [*_jobs(cwd), "--policies", "fifo", "--modes", *modes, "--chart", ""]
+    assert main([*argv, "--forecaster", "last-value"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: --forecaster last-value is not used: only --modes predictive" in err
+    assert main(argv) == 0  # not given: no warning
+    assert "--forecaster" not in capsys.readouterr().err
+
+
+def test_simulate_forecaster_with_predictive_is_not_warned_of(cwd: Path, capsys) -> None:
+    argv = [*_jobs(cwd), "--policies", "fifo", "--modes", "predictive", "--chart", ""]
+    assert main([*argv, "--forecaster", "last-value"]) == 0
+    captured = capsys.readouterr()
+    assert "is not used" not in captured.err
+    assert "predictive forecaster: last-value" in captured.out + captured.err
