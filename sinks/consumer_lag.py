@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
+from aiokafka.errors import GroupIdNotFound, KafkaError, NoError, for_code
 
 from dprobe.config import KafkaSettings
 from dprobe.kafka_auth import auth_refused, watching_auth
@@ -191,9 +191,15 @@ class ConsumerLag(AsyncService):
 
 
 async def group_members(admin: AIOKafkaAdminClient, group: str) -> int:
-    """Members of consumer group ``group`` now (0: no consumer of it runs)."""
+    """Members of consumer group ``group`` now (0: no consumer of it runs). Raises the
+    broker's error (a ``KafkaError``) when it could not describe the group, e.g. while
+    its coordinator is still loading: that answer lists no member, yet some may run."""
     for response in await admin.describe_consumer_groups([group]):
         for described in response.groups:
-            if described[1] == group:
+            if described[1] != group:
+                continue
+            error = for_code(described[0])
+            if error is NoError or error is GroupIdNotFound:  # unknown group: none runs
                 return len(described[5])
+            raise error(f"describing consumer group {group}")
     return 0
