@@ -16,8 +16,10 @@ of each tenant is its newest target. With --json, one JSON
 object per line (JSON Lines), the event as produced: a tail has no end, so it cannot print
 one JSON document; every line is one complete document for jq or a script. A summary goes
 to stderr at the end. Stops on --max-events, after --timeout seconds without records
-(with --group, counted from when the group gave this reader its partitions, or after
-JOIN_WAIT_S or --timeout, the longer, if it never does), or on Ctrl-C / SIGTERM (exit 0).
+(with --group, counted from when the group gave this reader its partitions; a group that
+gives none within --timeout or JOIN_WAIT_S, the longer, is an error), or on Ctrl-C /
+SIGTERM (exit 0). With --group, where it reads from is said once the group has given this
+reader its partitions; a join that takes longer than JOIN_WAIT_S is said on stderr.
 
 Examples:
     dprobe events --from-beginning
@@ -29,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -49,7 +50,8 @@ if TYPE_CHECKING:
 
 REMEMBERED_IDS = 100_000
 POLL_MS = 500
-JOIN_WAIT_S = 30.0  # with --group and --timeout: longest wait for partitions before stopping
+JOIN_WAIT_S = 30.0  # with --group: said on stderr after this; with --timeout, the least wait
+LEAVE_WAIT_S = 2.0  # with --group: longest wait to leave a group not joined yet
 ASSIGN_WAIT_S = 30.0  # without --group: longest wait for the topic's partitions at the start
 
 
@@ -191,7 +193,7 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
                 f"cannot read {topic} from Kafka at {kafka.bootstrap}: {exc}"
             ) from None
     try:
-        await _subscribe(consumer, topic, kafka, grouped=args.group is not None)
+        joined = await _subscribe(consumer, topic, kafka, grouped=args.group is not None)
     except BaseException:
         await consumer.stop()
         raise
@@ -202,20 +204,18 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
     plans = PlanAssembler() if args.plans else None
     seen = SeenIds(REMEMBERED_IDS)
     tail = _Tail(json=args.json, max_events=args.max_events, plans=plans)
-    joined = args.group is None  # a group's join (seconds on a busy broker) is not idle time
     try:
-        await _announce(consumer, topic, args)
-        last_record = time.monotonic()
+        if joined is not None:
+            await _join(joined, stop, topic, args)
+        if not stop.is_set():
+            await _announce(consumer, topic, args)
+        last_record = time.monotonic()  # with a group, the idle clock starts at the join
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=POLL_MS)
-            if not joined and consumer.assignment():
-                joined, last_record = True, time.monotonic()  # the idle clock starts now
             if not batch:
                 if not tail.flush():
                     break
-                if args.timeout is not None and time.monotonic() - last_record >= (
-                    args.timeout if joined else max(JOIN_WAIT_S, args.timeout)
-                ):
+                if args.timeout is not None and time.monotonic() - last_record >= args.timeout:
                     break
                 continue
             last_record = time.monotonic()
@@ -231,7 +231,7 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        await consumer.stop()
+        await _stop(consumer, joined_already=joined is None or joined.is_set())
     print(
         f"dprobe events: {tail.printed} events, {tail.duplicates} duplicates dropped, "
         f"{tail.invalid} invalid records skipped",
@@ -240,11 +240,15 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _subscribe(consumer: Any, topic: str, kafka: KafkaSettings, *, grouped: bool) -> None:
-    """Subscribe ``consumer`` (started) to ``topic`` and, without a group (not
-    ``grouped``), wait for its partitions; a :class:`UsageError` when the topic does not
-    exist. Asked first: a broker that creates topics on demand would make a misspelt one,
-    and one that does not would keep the consumer waiting on its metadata."""
+async def _subscribe(
+    consumer: Any, topic: str, kafka: KafkaSettings, *, grouped: bool
+) -> asyncio.Event | None:
+    """Subscribe ``consumer`` (started) to ``topic``; a :class:`UsageError` when the topic
+    does not exist. Asked first: a broker that creates topics on demand would make a
+    misspelt one, and one that does not would keep the consumer waiting on its metadata.
+    With a group (``grouped``), the event set once the group has given this reader its
+    share of the partitions (see :func:`_join`); without, ``None``, once every partition
+    is assigned."""
     from aiokafka.errors import KafkaError
 
     try:
@@ -269,10 +273,7 @@ async def _subscribe(consumer: Any, topic: str, kafka: KafkaSettings, *, grouped
                 joined.set()  # also for an empty share of the partitions
 
         consumer.subscribe([topic], listener=_Joined())
-        # the group's join (seconds); one that takes longer is waited for in the tail loop
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(joined.wait(), JOIN_WAIT_S)
-        return
+        return joined
     consumer.subscribe([topic])
     deadline = time.monotonic() + ASSIGN_WAIT_S
     # without a group every partition is assigned at the next metadata update
@@ -280,6 +281,48 @@ async def _subscribe(consumer: Any, topic: str, kafka: KafkaSettings, *, grouped
         if time.monotonic() >= deadline:
             raise DprobeError(f"no partition of {topic} assigned after {ASSIGN_WAIT_S:g} s")
         await asyncio.sleep(0.05)
+    return None
+
+
+async def _join(joined: asyncio.Event, stop: asyncio.Event, topic: str, args: Any) -> None:
+    """Wait until the group has given this reader its partitions (``joined``) or ``stop``.
+    A join takes seconds; after :data:`JOIN_WAIT_S` it says on stderr what it waits for.
+    With ``--timeout`` it gives up after that or :data:`JOIN_WAIT_S`, the longer (a
+    :class:`DprobeError`); without, it waits as long as it takes."""
+    limit = None if args.timeout is None else max(JOIN_WAIT_S, args.timeout)
+    started = time.monotonic()
+    said = False
+    while not (joined.is_set() or stop.is_set()):
+        waited = time.monotonic() - started
+        if limit is not None and waited >= limit:
+            raise DprobeError(
+                f"group {args.group} gave this reader no partition of {topic} in {waited:.0f} s "
+                f"(--timeout {args.timeout:g}): its other members may be rebalancing, or one "
+                f"that stopped without leaving holds them until its session times out"
+            )
+        if not said and waited >= JOIN_WAIT_S:
+            said = True
+            print(
+                f"dprobe events: still waiting for group {args.group} to give this reader its "
+                f"partitions of {topic} ({waited:.0f} s): a member that stopped without "
+                f"leaving holds them until its session times out",
+                file=sys.stderr,
+                flush=True,
+            )
+        await asyncio.sleep(0.1)
+
+
+async def _stop(consumer: Any, *, joined_already: bool) -> None:
+    """Stop ``consumer``. One still joining its group would wait for the join to finish
+    first (until a frozen member's session times out): it is given :data:`LEAVE_WAIT_S`,
+    then its connections are closed without leaving (it never had partitions)."""
+    if joined_already:
+        await consumer.stop()
+        return
+    try:
+        await asyncio.wait_for(consumer.stop(), LEAVE_WAIT_S)
+    except TimeoutError:
+        await consumer._client.close()  # what stop() would close last
 
 
 async def _announce(consumer: Any, topic: str, args: argparse.Namespace) -> None:
