@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from dprobe.errors import DprobeError
+from dprobe.log_repeats import RepeatedLines
 
 # name -> (module under dprobe.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -201,6 +202,9 @@ def _run(argv: Sequence[str] | None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for handler in logging.getLogger().handlers:  # a Kafka client retrying: once a minute
+        if not any(isinstance(f, RepeatedLines) for f in handler.filters):
+            handler.addFilter(RepeatedLines())
     try:
         with _client_progress_hidden(args.command in ONE_SHOT_KAFKA_COMMANDS, args.log_level):
             return int(args._module.run(args) or 0)

@@ -315,14 +315,22 @@ async def _join(joined: asyncio.Event, stop: asyncio.Event, topic: str, args: An
 async def _stop(consumer: Any, *, joined_already: bool) -> None:
     """Stop ``consumer``. One still joining its group would wait for the join to finish
     first (until a frozen member's session times out): it is given :data:`LEAVE_WAIT_S`,
-    then its connections are closed without leaving (it never had partitions)."""
-    if joined_already:
-        await consumer.stop()
-        return
+    then its connections are closed without leaving (it never had partitions). A stop
+    while the broker is away ends quietly too."""
     try:
-        await asyncio.wait_for(consumer.stop(), LEAVE_WAIT_S)
+        if joined_already:
+            await consumer.stop()
+        else:
+            await asyncio.wait_for(consumer.stop(), LEAVE_WAIT_S)
     except TimeoutError:
         await consumer._client.close()  # what stop() would close last
+    except asyncio.CancelledError:
+        # aiokafka's fetcher re-raises the cancel of a fetch that waits to retry (a broker
+        # that went away); this task itself was not cancelled unless it says so
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+        await consumer._client.close()
 
 
 async def _announce(consumer: Any, topic: str, args: argparse.Namespace) -> None:
