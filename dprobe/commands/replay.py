@@ -112,6 +112,7 @@ def event_span_s(args: argparse.Namespace, s: ReplaySettings) -> float:
 def run(args: argparse.Namespace) -> int:
     import asyncio
     import itertools
+    import signal
     import sys
     import time
 
@@ -119,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dprobe.commands._common import settings
     from dprobe.config import ReplaySettings
+    from dprobe.traces.replay import ReplayError
     from dprobe.traces.replay_kafka import replay_to_kafka, topics_for
     from dprobe.traces.replay_sources import first_hours
 
@@ -176,12 +178,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if not s.into_live_topics and not args.topic:
-        name = s.topic_prefix.rstrip(".-_") + "-worker"
-        print(
-            f"a worker reads them with: DPROBE_KAFKA_TOPIC_PREFIX={s.topic_prefix} dprobe "
-            f"worker --app-id {name} --data-dir ~/.cache/dprobe/{name} --metrics-port 0",
-            file=sys.stderr,
-        )
+        print(f"a worker reads them with: {worker_command(args, s)}", file=sys.stderr)
     live = sorted(t for k, t in topics.items() if t == s.kafka.topic(k))
     if live:
         are = "is a live topic" if len(live) == 1 else "are live topics"
@@ -209,9 +206,9 @@ def run(args: argparse.Namespace) -> int:
         if others:
             print(
                 f"note: {', '.join(others)} already existed: a worker that has read them "
-                "takes this data's event times as late or its hosts' seqs as duplicates if "
-                "it saw them before; replay history once per prefix (--prefix), or with "
-                "--shift-to-now, and read it with a fresh --app-id",
+                "takes this data's event times as late or its hosts' seqs as duplicates, "
+                "and a new one reads the earlier data too; replay history once per prefix "
+                "(--prefix gives this replay topics of its own)",
                 file=sys.stderr,
             )
 
@@ -222,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
         if sent[0] % 250 == 1:  # show how far in event time the replay is
             bar.set_postfix_str(time.strftime("%Y-%m-%d %H:%M", time.gmtime(rec.ts)), refresh=False)
 
+    signal.signal(signal.SIGTERM, _terminated)  # ends like Ctrl-C, saying how far it got
     try:
         stats = asyncio.run(
             replay_to_kafka(
@@ -234,16 +232,23 @@ def run(args: argparse.Namespace) -> int:
                 on_existing=on_existing,
             )
         )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         bar.close()
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(reached[0])) if reached else "-"
+        how = "stopped (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
         print(
-            f"dprobe replay: interrupted after {sent[0]} records sent (event time {when} UTC); "
-            "those sent are delivered",
+            f"dprobe replay: {how} after {sent[0]} records sent (event time "
+            f"{_when(reached)} UTC); those sent are delivered",
             file=sys.stderr,
         )
-        return 130
+        return 143 if isinstance(exc, Terminated) else 130
+    except ReplayError as exc:
+        bar.close()
+        raise ReplayError(
+            f"{exc} (Kafka at {s.kafka.bootstrap}), after {sent[0]} records sent (event time "
+            f"{_when(reached)} UTC); the last of them may not have been delivered"
+        ) from None
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         bar.close()
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(stats.by_kind.items())) or "nothing"
     span = ""
@@ -255,3 +260,47 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would be, so a replay stopped by a service manager
+    says how far it got too."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
+def _when(reached: list[float]) -> str:
+    """The event time of the last record sent (``-``: none)."""
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(reached[0])) if reached else "-"
+
+
+def worker_command(args: argparse.Namespace, s: ReplaySettings) -> str:
+    """The command line of a worker that reads the replay's topics: their prefix, the
+    ``--config`` and ``--bootstrap`` the replay was given, an app id and data folder of
+    the prefix's own, /metrics on a free port.
+
+    >>> from dprobe.config import KafkaSettings, ReplaySettings
+    >>> s = ReplaySettings(kafka=KafkaSettings(bootstrap="k1:9092"), topic_prefix="bs.")
+    >>> ns = argparse.Namespace(config="r.toml", bootstrap="k1:9092")
+    >>> worker_command(ns, s).split(" worker ")[0]
+    'DPROBE_KAFKA_TOPIC_PREFIX=bs. dprobe --config r.toml --bootstrap k1:9092'
+    """
+    import shlex
+
+    name = s.topic_prefix.rstrip(".-_") + "-worker"
+    given = [
+        f"{flag} {shlex.quote(value)}"
+        for flag, value in (("--config", args.config), ("--bootstrap", args.bootstrap))
+        if value
+    ]
+    return " ".join(
+        [
+            f"DPROBE_KAFKA_TOPIC_PREFIX={shlex.quote(s.topic_prefix)} dprobe",
+            *given,
+            f"worker --app-id {name} --data-dir ~/.cache/dprobe/{name} --metrics-port 0",
+        ]
+    )

@@ -111,7 +111,9 @@ def test_replays_write_to_their_own_topics_unless_told_to_go_live(
     done = _dprobe(*args, "--speed", "max", "--no-progress")
     assert done.returncode == 0, done.stderr
     assert "into dprobe-replay.cluster, dprobe-replay.jobs, dprobe-replay.samples" in done.stderr
-    assert "DPROBE_KAFKA_TOPIC_PREFIX=dprobe-replay. dprobe worker" in done.stderr
+    assert (
+        f"DPROBE_KAFKA_TOPIC_PREFIX=dprobe-replay. dprobe --bootstrap {kafka_bootstrap} worker"
+    ) in done.stderr
     assert "warning" not in done.stderr
     raws = asyncio.run(consume(kafka_bootstrap, "dprobe-replay.cluster", until=1, timeout_s=30))
     assert {schema.decode_cluster_report(r).quotas["a"] for r in raws} == {8.0}
@@ -186,18 +188,23 @@ def test_the_worker_to_run_on_a_replay_is_named_before_the_replay_starts(tmp_pat
     lines = res.stderr.strip().splitlines()
     assert lines[0].startswith("replaying ")
     assert (
-        "a worker reads them with: DPROBE_KAFKA_TOPIC_PREFIX=dprobe-replay. dprobe worker "
-        "--app-id dprobe-replay-worker --data-dir ~/.cache/dprobe/dprobe-replay-worker "
-        "--metrics-port 0"
-    ) in lines[1:-1]
+        "a worker reads them with: DPROBE_KAFKA_TOPIC_PREFIX=dprobe-replay. dprobe "
+        "--bootstrap 127.0.0.1:1 worker --app-id dprobe-replay-worker "
+        "--data-dir ~/.cache/dprobe/dprobe-replay-worker --metrics-port 0"
+    ) in lines[1:-1]  # the Kafka it was given, not the default one
     assert lines[-1].startswith("dprobe replay: cannot reach Kafka at 127.0.0.1:1")
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize(
+    ("sig", "code", "how"),
+    [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "stopped (SIGTERM)")],
+)
 def test_an_interrupted_replay_counts_what_it_sent_without_a_progress_bar(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, sig: str, code: int, how: str
 ) -> None:
-    """Ctrl-C: the count it prints is what reached the topics, also with --no-progress."""
+    """Ctrl-C or a service manager's stop: the count it prints is what reached the topics,
+    also with --no-progress."""
     import asyncio
     import os
     import signal
@@ -230,13 +237,13 @@ def test_an_interrupted_replay_counts_what_it_sent_without_a_progress_bar(
             if line.startswith("replaying "):
                 break
         time.sleep(4.0)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(getattr(signal, sig))
         err = proc.stderr.read()
-        assert proc.wait(timeout=60) == 130, err
+        assert proc.wait(timeout=60) == code, err
         assert time.monotonic() - started < 60
     said = err.strip().splitlines()[-1]
-    assert said.startswith("dprobe replay: interrupted after "), err
-    sent = int(said.split("interrupted after ", 1)[1].split()[0])
+    assert said.startswith(f"dprobe replay: {how} after "), err
+    sent = int(said.split(f"{how} after ", 1)[1].split()[0])
     assert sent > 0
     got = sum(
         len(asyncio.run(consume_all(kafka_bootstrap, f"{prefix}{kind}")))
