@@ -59,6 +59,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import re
 import shlex
 import subprocess
@@ -314,11 +315,19 @@ class PlanRunner:
         apply: bool = False,
         kubectl: Sequence[str] = ("kubectl",),
         out: TextIO | None = None,
+        limit: int | None = None,
     ) -> None:
         self.plans, self.queue_for, self.known_queues = plans, queue_for, known_queues
         self.flavor, self.apply, self.kubectl = flavor, apply, kubectl
         self.out = out if out is not None else sys.stdout
+        self.limit = limit  # run at most this many plans (--max-plans)
         self.done = 0
+        self.held_back = 0  # plans released past the limit, not run
+
+    @property
+    def full(self) -> bool:
+        """``True`` once :attr:`limit` plans have run."""
+        return self.limit is not None and self.done >= self.limit
 
     def feed(self, raw: bytes) -> None:
         try:
@@ -339,6 +348,9 @@ class PlanRunner:
         for e in released:
             plans.setdefault(e.plan_id, []).append(e)
         for plan_id, events in plans.items():
+            if self.full:
+                self.held_back += 1
+                continue
             self._run_plan(plan_id, events)
 
     def _run_plan(self, plan_id: str, events: list[ScalingEvent]) -> None:
@@ -365,7 +377,7 @@ async def consume(args: argparse.Namespace, runner: PlanRunner) -> None:
     from aiokafka import AIOKafkaConsumer
     from aiokafka.errors import KafkaError
 
-    try:
+    try:  # a port beyond 65535 is an OverflowError
         consumer = AIOKafkaConsumer(
             bootstrap_servers=args.bootstrap,
             group_id=args.group,
@@ -373,14 +385,14 @@ async def consume(args: argparse.Namespace, runner: PlanRunner) -> None:
             auto_offset_reset="earliest" if args.from_beginning else "latest",
             isolation_level="read_committed",  # what the worker's transactions committed
         )
-    except (ValueError, KafkaError) as exc:
+    except (ValueError, OverflowError, KafkaError) as exc:
         raise SetupError(f"--bootstrap {args.bootstrap}: {exc}") from None
     client_log = logging.getLogger("aiokafka")
     level = client_log.level
     client_log.setLevel(logging.CRITICAL)  # its own "Unable connect" line: ours says it once
     try:
         await consumer.start()
-    except ValueError as exc:  # e.g. a port that is not a number
+    except (ValueError, OverflowError) as exc:  # e.g. a port that is not a number
         await consumer.stop()
         raise SetupError(f"--bootstrap {args.bootstrap}: not HOST:PORT[,...] ({exc})") from None
     except (KafkaError, OSError) as exc:
@@ -391,20 +403,32 @@ async def consume(args: argparse.Namespace, runner: PlanRunner) -> None:
     try:
         # asked before subscribing: a broker that creates topics on demand would make a
         # misspelt one, and the consumer would wait on it for ever
-        if args.topic not in await consumer.topics():
+        try:
+            topics = await consumer.topics()
+        except KafkaError as exc:
+            raise SetupError(
+                f"cannot list the topics of Kafka at {args.bootstrap}: {exc}"
+            ) from None
+        if args.topic not in topics:
             raise SetupError(
                 f"topic {args.topic} does not exist: check --topic (the workers' topic "
                 "prefix), or start a worker first (it creates the topic)"
             )
         consumer.subscribe([args.topic])
-        while args.max_plans is None or runner.done < args.max_plans:
+        while not runner.full:
             batch = await consumer.getmany(timeout_ms=1000)
-            for records in batch.values():
+            fed = {}  # partition -> the offset after the last record fed
+            for tp, records in batch.items():
                 for record in records:
+                    if runner.full:  # --max-plans: what comes after is left for next time
+                        break
                     runner.feed(record.value)  # raises when a plan fails: nothing committed
+                    fed[tp] = record.offset + 1
             runner.run(runner.plans.release_ready())  # plans an expired older one held back
-            if batch and runner.apply and runner.plans.pending_plans == 0:
-                await consumer.commit()
+            # every plan read is applied: none half-received, none released past the limit
+            whole = runner.plans.pending_plans == 0 and not runner.held_back
+            if fed and runner.apply and whole:
+                await consumer.commit(fed)
     finally:
         await consumer.stop()
 
@@ -474,15 +498,19 @@ def main(argv: list[str] | None = None) -> int:
             + " (each tenant needs a ClusterQueue of its own: check --queue-map and "
             "--known-queues)"
         )
+    if args.max_plans is not None and args.max_plans < 1:
+        p.error(f"--max-plans must be >= 1, got {args.max_plans}")
     runner = PlanRunner(
         PlanAssembler(max_age_s=args.plan_timeout), queue_for=queue_for, flavor=args.flavor,
-        known_queues=known, apply=args.apply, kubectl=kubectl,
+        known_queues=known, apply=args.apply, kubectl=kubectl, limit=args.max_plans,
     )  # fmt: skip
     stopped: Exception | None = None
     setup_failed: SetupError | None = None
     try:
         if args.stdin:
             for line in sys.stdin.buffer:
+                if runner.full:
+                    break
                 if line.strip():
                     runner.feed(line.strip())
         else:
@@ -495,6 +523,9 @@ def main(argv: list[str] | None = None) -> int:
         stopped = exc
     except KeyboardInterrupt:
         log.info("interrupted")
+    except BrokenPipeError:  # stdout's reader has gone (`| head`): end quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     if setup_failed is not None:
         log.error("%s", setup_failed)  # one line: no traceback for a setting to fix
         return 2

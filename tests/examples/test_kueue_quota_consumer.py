@@ -444,10 +444,14 @@ class FakeConsumer:
     async def getmany(self, timeout_ms: int) -> dict[Any, list[Any]]:
         if not self.pending:
             return {}
-        return {"tp": [SimpleNamespace(value=encode(e)) for e in self.pending.pop(0)]}
+        first = sum(len(b) for b in type(self).batches) - sum(len(b) for b in self.pending)
+        batch = self.pending.pop(0)
+        return {
+            "tp": [SimpleNamespace(value=encode(e), offset=first + i) for i, e in enumerate(batch)]
+        }
 
-    async def commit(self) -> None:
-        self.timeline.append("commit")
+    async def commit(self, offsets: dict[Any, int]) -> None:
+        self.timeline.append(f"commit {offsets['tp']}")
 
 
 @pytest.fixture
@@ -460,7 +464,7 @@ def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> type[FakeConsumer]:
     return FakeConsumer
 
 
-def _runner(apply: bool, monkeypatch: pytest.MonkeyPatch, fail: str = "") -> Any:
+def _runner(apply: bool, monkeypatch: pytest.MonkeyPatch, fail: str = "", limit: int = 2) -> Any:
     def set_quota(queue: str, gpus: int, **_: Any) -> bool:
         if queue == fail:
             raise kq.ApplyError(f"clusterqueue {queue}: refused")
@@ -475,12 +479,11 @@ def _runner(apply: bool, monkeypatch: pytest.MonkeyPatch, fail: str = "") -> Any
         flavor="a100",
         apply=apply,
         out=io.StringIO(),
+        limit=limit,
     )
 
 
-ARGS = argparse.Namespace(
-    topic="t", bootstrap="b", group="g", from_beginning=True, max_plans=2
-)  # fmt: skip
+ARGS = argparse.Namespace(topic="t", bootstrap="b", group="g", from_beginning=True)
 BATCHES = [
     [ev("e1", "vc-a", 16, 24, size=3, seq=1), ev("e2", "vc-b", 16, 12, size=3, seq=1)],
     [ev("e3", "vc-c", 16, 12, size=3, seq=1)],
@@ -497,9 +500,34 @@ async def test_kafka_mode_commits_only_after_a_plan_is_applied(
     await kq.consume(ARGS, runner)
     assert fake_kafka.timeline == [
         # nothing committed while p1 is half-received
-        "set vc-b=12", "set vc-c=12", "set team-a=24", "commit",
-        "set team-a=20", "set vc-b=16", "commit", "stop",
+        "set vc-b=12", "set vc-c=12", "set team-a=24", "commit 3",
+        "set team-a=20", "set vc-b=16", "commit 5", "stop",
     ]  # fmt: skip
+
+
+async def test_max_plans_stops_inside_a_batch_and_commits_only_what_it_applied(
+    fake_kafka: type[FakeConsumer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_kafka.batches = [[e for batch in BATCHES for e in batch]]  # both plans in one fetch
+    runner = _runner(True, monkeypatch, limit=1)
+    await kq.consume(ARGS, runner)
+    assert runner.done == 1
+    # p2's records are neither applied nor committed: the next run starts with them
+    assert fake_kafka.timeline == [
+        "set vc-b=12", "set vc-c=12", "set team-a=24", "commit 3", "stop",
+    ]  # fmt: skip
+
+
+async def test_max_plans_commits_nothing_when_a_plan_past_it_was_released(
+    fake_kafka: type[FakeConsumer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # p2 arrives whole before p1's last event: that event releases both, one past the limit
+    p1, p2 = BATCHES[0] + BATCHES[1], BATCHES[2] + BATCHES[3]
+    fake_kafka.batches = [p1[:2] + p2 + p1[2:]]
+    runner = _runner(True, monkeypatch, limit=1)
+    await kq.consume(ARGS, runner)
+    assert (runner.done, runner.held_back) == (1, 1)
+    assert fake_kafka.timeline == ["set vc-b=12", "set vc-c=12", "set team-a=24", "stop"]
 
 
 async def test_kafka_mode_commits_nothing_when_a_change_fails(
@@ -546,10 +574,11 @@ def test_a_misspelt_topic_or_an_unreachable_kafka_is_one_line_and_exit_2(
     assert len(errors) == 1, res.stderr  # not the client's own "Unable connect" line too
     assert errors[0].startswith("ERROR cannot reach Kafka at 127.0.0.1:1")
     assert "Traceback" not in res.stderr and "Unclosed" not in res.stderr
-    res = consumer("--bootstrap", "127.0.0.1:notaport")
-    assert res.returncode == 2
-    assert "ERROR --bootstrap 127.0.0.1:notaport: not HOST:PORT" in res.stderr
-    assert "Traceback" not in res.stderr and "Unclosed" not in res.stderr
+    for bad in ("127.0.0.1:notaport", "127.0.0.1:99999"):
+        res = consumer("--bootstrap", bad)
+        assert res.returncode == 2
+        assert f"ERROR --bootstrap {bad}: not HOST:PORT" in res.stderr
+        assert "Traceback" not in res.stderr and "Unclosed" not in res.stderr
 
 
 def test_docstring_examples_run() -> None:
