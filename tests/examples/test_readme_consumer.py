@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -126,8 +127,9 @@ def _run_until(cmd: list[str], lines: int, timeout_s: float) -> tuple[list[str],
         with contextlib.suppress(queue.Empty):
             out.append(got.get(timeout=0.2))
     time.sleep(1.0)  # anything printed after the expected lines is a failure too
-    proc.terminate()
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: it stops quietly
     _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in err, err
     reader.join(timeout=5)
     while not got.empty():
         out.append(got.get())
