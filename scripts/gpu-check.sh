@@ -30,19 +30,28 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >&
 # sees only the base interpreter's packages: add "$py"'s own site-packages by a .pth file.
 "$py" -c 'import site; print("\n".join(site.getsitepackages()))' \
     > "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/gpu-check-torch.pth"
-"$venv/bin/python" -m pip install --quiet --no-index --find-links "$wheels" --no-deps \
-    "$wheels"/dprobe-*.whl
-"$venv/bin/python" -m pip install --quiet --no-index --find-links "$wheels" --ignore-installed \
-    msgspec nvidia-ml-py prometheus-client "aiokafka[zstd,lz4]"  # the wheels' versions, not torch's
+# from the wheels only; one missing there is a setup problem (exit 2), not a failed check
+install() {
+    "$venv/bin/python" -m pip install --quiet --no-index --find-links "$wheels" "$@" || {
+        echo "gpu-check: $wheels lacks what pip was asked for ($*): rebuild it with" \
+            "scripts/gpu-check-wheels.sh where pip works" >&2
+        exit 2
+    }
+}
+install --no-deps "$wheels"/dprobe-*.whl
+install --ignore-installed msgspec nvidia-ml-py prometheus-client "aiokafka[zstd,lz4]"  # not torch's
+# 2: no usable GPU; anything else that is not 0 (a failed check, 124 for a check that ran
+# past its time) is a failed check
+status=0
 timeout 280 "$venv/bin/python" scripts/gpu_check.py --report "$report" --seconds 30 \
-    --dprobe "$venv/bin/dprobe"
+    --dprobe "$venv/bin/dprobe" || status=$?
+if [ "$status" -eq 2 ]; then exit 2; elif [ "$status" -ne 0 ]; then exit 1; fi
 
 # The gpu-marked tests, against the installed dprobe: the project's own pytest settings
 # (and python without -P) would put the source tree first on the path, where collectors/
 # is not yet dprobe.collectors.
 # (--ignore-installed: a pytest the torch environment may have is not the one tested with)
-"$venv/bin/python" -m pip install --quiet --no-index --find-links "$wheels" --ignore-installed \
-    pytest pytest-asyncio pytest-timeout
+install --ignore-installed pytest pytest-asyncio pytest-timeout
 ini="build/gpu-check/pytest.ini"
 cat > "$ini" <<'INI'
 [pytest]
