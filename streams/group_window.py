@@ -17,8 +17,8 @@ that lost exits 2 right after writing it (later checks skip a mark that lost).
 
 Example (in the worker's start, with an admin client that is connected)::
 
-    await check_group_window(admin, settings, "dprobe-worker-planning")
-    await announce_window(settings, "dprobe-worker-planning")
+    if await check_group_window(admin, settings, "dprobe-worker-planning"):
+        await announce_window(settings, "dprobe-worker-planning")  # it starts the group
 """
 
 from __future__ import annotations

@@ -357,16 +357,26 @@ async def test_a_table_written_by_an_earlier_version_is_resumed() -> None:
     assert _ids(events) == _ids(whole)
 
 
-async def test_the_marks_workers_leave_when_they_join_change_no_plan() -> None:
-    """A WorkerStarted mark (streams/group_window.py) passes through planning and its
-    journal without changing what is planned."""
+@pytest.mark.parametrize("checkpoint_s", [0.0, 600.0, 1e9])
+async def test_the_marks_workers_leave_when_they_join_change_no_plan(checkpoint_s: float) -> None:
+    """A WorkerStarted mark (streams/group_window.py) passes through planning and, after a
+    handover, through the new owner's replay of the journal, without changing what is
+    planned."""
     records = _records()
     whole = await _uninterrupted(records)
     mark = codec.encode_started(codec.WorkerStarted(window_s=60.0, at=1.0))
     assert codec.decode_planning(mark) == codec.WorkerStarted(window_s=60.0, at=1.0)
     marked = [r for i, raw in enumerate(records) for r in ((mark, raw) if i % 7 == 0 else (raw,))]
-    events = FakeEvents()
-    planning = _planning(FakeTable(), events, checkpoint_s=600.0)
-    for offset, raw in enumerate(marked):
-        await planning.on_message(raw, offset)
+    table, events = FakeTable(), FakeEvents()
+    first = _planning(table, events, checkpoint_s=checkpoint_s)
+    handover = len(marked) * 2 // 3
+    for offset, raw in enumerate(marked[: handover + 1]):
+        await first.on_message(raw, offset)
+    head = first.store.head()
+    if checkpoint_s > 0:  # the new owner replays a journal that holds marks
+        assert head is not None and head.offset < handover - 10
+        assert mark in marked[head.offset + 1 : handover + 1]
+    second = _planning(FakeTable.recovered(table.changelog), events, checkpoint_s=checkpoint_s)
+    for offset in range(handover + 1, len(marked)):
+        await second.on_message(marked[offset], offset)
     assert _ids(events) == _ids(whole)
