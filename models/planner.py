@@ -92,7 +92,8 @@ class TenantState:
     unknown): idle nodes up to it are not lent, so they need not be reclaimed soon after.
     ``nominal_gpus``: the quota it owns (Kueue ``nominalQuota``; ``None``: not known):
     capacity borrowed beyond it that the borrower leaves idle goes back to owners below
-    theirs (``PlannerSettings.return_idle``).
+    theirs (``PlannerSettings.return_idle``). A ``p90`` below ``p50`` (crossed quantiles of
+    an uncalibrated model) counts as ``p50`` when the planner sizes to p90.
     """
 
     tenant: str
@@ -269,6 +270,9 @@ class Planner:
 
 
 def _validate(inp: PlanInput, node: int) -> None:
+    capacity = inp.capacity_gpus
+    if not (isinstance(capacity, int | float) and math.isfinite(capacity) and capacity >= 0):
+        raise ValueError(f"capacity_gpus must be a finite number >= 0, got {capacity!r}")
     names = [t.tenant for t in inp.tenants]
     if len(set(names)) != len(names):
         raise ValueError("tenant names must be unique")
@@ -292,7 +296,7 @@ def ceil_to_node(gpus: float, node: int) -> int:
 
 
 def _desired(s: PlannerSettings, t: TenantState, capacity: int) -> int:
-    q = t.p90 if s.quantile == "p90" else t.p50
+    q = max(t.p90, t.p50) if s.quantile == "p90" else t.p50  # crossed quantiles: the p50
     cap = capacity if t.max_quota_gpus is None else min(capacity, t.max_quota_gpus)
     cap -= cap % s.node_gpus
     want = max(

@@ -275,6 +275,25 @@ def test_inconsistent_input_is_refused(bad: TenantState) -> None:
         Planner().plan(PlanInput(ts=0.0, capacity_gpus=64, tenants=(bad,)))
 
 
+@pytest.mark.parametrize("capacity", [float("nan"), float("inf"), -8])
+def test_a_capacity_that_is_no_number_of_gpus_is_named(capacity: float) -> None:
+    inp = PlanInput(ts=0.0, capacity_gpus=capacity, tenants=(TenantState("a", 0),))  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=re.escape(f"capacity_gpus must be a finite number >= 0, got {capacity!r}")
+    ):
+        Planner().plan(inp)
+
+
+def test_crossed_quantiles_size_to_the_p50() -> None:
+    # an uncalibrated model's p90 below its p50 would size a tenant below its median
+    tenants = (
+        TenantState("a", quota_gpus=8, p50=20.0, p90=4.0),
+        TenantState("b", quota_gpus=56, idle_gpus=56),
+    )
+    plan = Planner().plan(PlanInput(ts=0.0, capacity_gpus=64, tenants=tenants))
+    assert plan.targets()["a"] == 24  # 20 GPUs at whole 8-GPU nodes, not 8
+
+
 def test_need_at_node_granularity_lifts_the_desired_quota() -> None:
     # a holds 2 nodes, both partly busy, and a 16-GPU job waits: it needs 2 busy + 2 whole
     # nodes = 32 GPUs now. Its forecast says only 10 GPUs (16 desired: no change), so the
