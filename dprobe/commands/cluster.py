@@ -55,6 +55,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the report(s) as JSON on stdout")
 
 
+_PUBLISH_ONLY = (
+    ("--capacity", "capacity"),
+    ("--quota", "quota"),
+    ("--quotas-csv", "quotas_csv"),
+    ("--complete", "complete"),
+)
+
+
+def _given(value: object) -> bool:
+    """A flag's value other than its default (``None``, ``[]``, ``False``).
+
+    >>> [_given(v) for v in (None, [], False, 0.0, ["a=8"], True)]
+    [False, False, False, True, True, True]
+    """
+    return not (value is None or value is False or value == [])
+
+
 def run(args: argparse.Namespace) -> int:
     from dprobe.commands._common import settings
     from dprobe.config import WorkerSettings
@@ -62,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
     worker = settings(WorkerSettings, args)  # the topic is created as the worker would
     kafka = worker.kafka
     if args.action == "show":
+        given = [f for f, name in _PUBLISH_ONLY if _given(getattr(args, name))]
+        if given:
+            raise UsageError(f"{', '.join(given)}: only for cluster publish (show reads reports)")
         reports, invalid = asyncio.run(_latest(kafka))
         if args.json:
             print(json.dumps([json.loads(_encoded(r)) for r in reports]))
@@ -72,6 +92,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"no valid report on {kafka.topic('cluster')} yet{skipped}", file=sys.stderr)
         return 0
     report = report_from(args)
+    if report.complete and not report.quotas:
+        print(
+            "warning: --complete without a quota: this report gives every tenant a quota of 0",
+            file=sys.stderr,
+        )
     asyncio.run(_publish(kafka, report, worker.replication_factor))
     if args.json:
         print(_encoded(report))

@@ -79,3 +79,30 @@ def test_a_quotas_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     csv = tmp_path / "q.csv"
     csv.write_bytes(b"\xef\xbb\xbftenant,quota_gpus\r\nvc-a,16\r\n\r\nvc-b,8\r\n")
     assert report_from(_args(quotas_csv=csv), 5.0).quotas == {"vc-a": 16.0, "vc-b": 8.0}
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--capacity", "0"], "--capacity"),
+        (["--quota", "vc-a=8", "--complete"], "--quota, --complete"),
+        (["--quotas-csv", "q.csv"], "--quotas-csv"),
+    ],
+)
+def test_show_refuses_what_only_publish_uses(
+    capsys: pytest.CaptureFixture[str], argv: list[str], named: str
+) -> None:
+    assert main(["--bootstrap", "127.0.0.1:1", "cluster", "show", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err == f"dprobe cluster: {named}: only for cluster publish (show reads reports)\n"
+
+
+def test_complete_without_a_quota_warns_that_every_quota_is_zero(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # nothing listens at port 1: the warning comes before the publish fails
+    assert main(["--bootstrap", "127.0.0.1:1", "cluster", "publish", "--complete"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("warning: --complete without a quota: this report gives every tenant")
+    assert main(["--bootstrap", "127.0.0.1:1", "cluster", "publish", "--capacity", "8"]) == 2
+    assert "warning" not in capsys.readouterr().err
