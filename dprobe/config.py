@@ -652,8 +652,10 @@ class ReplaySettings:
     def __post_init__(self) -> None:
         if self.speed < 0:
             raise ConfigError("replay.speed must be >= 0 (0 = as fast as possible)")
-        if self.tick_s <= 0 or self.jobs_time_unit_s <= 0:
-            raise ConfigError("replay.tick_s and jobs_time_unit_s must be > 0")
+        if not self.tick_s > 0:
+            raise ConfigError("replay.tick_s must be > 0")
+        if not self.jobs_time_unit_s > 0:
+            raise ConfigError("replay.jobs_time_unit_s must be > 0")
         if not 1 <= self.gpus_per_host <= MAX_GPUS_PER_HOST:
             raise ConfigError(
                 f"replay.gpus_per_host must be within [1, {MAX_GPUS_PER_HOST}] "

@@ -39,6 +39,7 @@ from dprobe.traces.row_input import (
     MAX_TENANT_CHARS,
     OnBad,
     csv_rows,
+    field_count,
     open_text,
     parsed_rows,
     unfit_name,
@@ -124,7 +125,7 @@ def _iter(fh: IO[str], name: str, unit: float, on_bad: OnBad | None) -> Iterator
         if not row or all(not c.strip() for c in row):
             return None
         if len(row) < len(header):
-            raise UsageError(f"{name}:{line}: {len(row)} fields, the header has {len(header)}")
+            raise UsageError(f"{name}:{line}: {field_count(row, header)}")
         job_id = row[cols["job_id"]].strip()
         tenant = row[cols["user"]].strip()
         if not job_id or not tenant:
@@ -224,7 +225,7 @@ def read_vc_nodes(source: str | Path) -> dict[str, int]:
         if not row:
             continue
         if len(row) > len(header):
-            raise UsageError(f"{path}:{line}: {len(row)} fields, the header has {len(header)}")
+            raise UsageError(f"{path}:{line}: {field_count(row, header)}")
         vc = row[0].strip()
         if not vc:
             raise UsageError(f"{path}:{line}: empty vc name")

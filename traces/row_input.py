@@ -166,6 +166,16 @@ def parsed_rows(
             yield item
 
 
+def field_count(row: list[str], header: list[str]) -> str:
+    """What is wrong with a row of another length than its header.
+
+    >>> field_count(["a"], ["ts", "tenant"])
+    '1 field, the header has 2'
+    """
+    n = len(row)
+    return f"{n} field{'' if n == 1 else 's'}, the header has {len(header)}"
+
+
 def shown(text: str) -> str:
     """A field for an error line, cut short (a line may be a megabyte long).
 

@@ -199,7 +199,7 @@ def _gpus(text: str, what: str) -> float:
 
 def _read_csv(path: Path) -> dict[str, float]:
     from dprobe.text_input import read_text
-    from dprobe.traces.row_input import MAX_ID_CHARS, csv_rows, unfit_name
+    from dprobe.traces.row_input import MAX_ID_CHARS, csv_rows, field_count, unfit_name
 
     text = read_text(path, max_bytes=MAX_CSV_BYTES, error=UsageError, what="quotas file ")
     rows = csv_rows(
@@ -216,9 +216,7 @@ def _read_csv(path: Path) -> dict[str, float]:
         if not row:
             continue
         if len(row) != len(header):
-            raise UsageError(
-                f"{path}: line {line}: {len(row)} fields, the header has {len(header)}"
-            )
+            raise UsageError(f"{path}: line {line}: {field_count(row, header)}")
         tenant = row[cols["tenant"]].strip()
         if not tenant:
             raise UsageError(f"{path}: line {line}: empty tenant")

@@ -38,7 +38,7 @@ def test_flags_and_csv_make_one_report_and_flags_win(tmp_path: Path) -> None:
         ("tenant,quota_gpus\nvc-a,-8\n", "q.csv: line 2: GPUs must be within [0, 1e7]"),
         ("tenant,quota_gpus\na,5\nb,3\na,9\n", "q.csv: line 4: tenant 'a' is listed twice"),
         ("tenant,quota_gpus\na,5,7\n", "q.csv: line 2: 3 fields, the header has 2"),
-        ("tenant,quota_gpus\na\n", "q.csv: line 2: 1 fields, the header has 2"),
+        ("tenant,quota_gpus\na\n", "q.csv: line 2: 1 field, the header has 2"),
         ("tenant,quota_gpus\n" + "a" * 257 + ",5\n", "q.csv: line 2: tenant is 257 characters"),
         (
             "tenant,quota_gpus\nb,1\n" + "a" * (200 << 10) + ",5\n",
