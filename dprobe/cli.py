@@ -197,13 +197,15 @@ def _run(argv: Sequence[str] | None) -> int:
         given = list(sys.argv[1:] if argv is None else argv)
         before = args.command in given and unknown[0] in given[: given.index(args.command)]
         (parser if before else args._parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    root = logging.getLogger()
+    before = list(root.handlers)  # a host program's own (or a test runner's) stay as they are
     logging.basicConfig(
         level=args.log_level,
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    for handler in logging.getLogger().handlers:  # a Kafka client retrying: once a minute
-        if not any(isinstance(f, RepeatedLines) for f in handler.filters):
+    for handler in root.handlers:  # a Kafka client retrying: each line once a minute
+        if handler not in before:
             handler.addFilter(RepeatedLines())
     try:
         with _client_progress_hidden(args.command in ONE_SHOT_KAFKA_COMMANDS, args.log_level):
