@@ -415,9 +415,9 @@ async def consume(args: argparse.Namespace, runner: PlanRunner) -> None:
                 "prefix), or start a worker first (it creates the topic)"
             )
         consumer.subscribe([args.topic])
+        fed = {}  # partition -> the offset after the last record fed, since the last commit
         while not runner.full:
             batch = await consumer.getmany(timeout_ms=1000)
-            fed = {}  # partition -> the offset after the last record fed
             for tp, records in batch.items():
                 for record in records:
                     if runner.full:  # --max-plans: what comes after is left for next time
@@ -429,6 +429,7 @@ async def consume(args: argparse.Namespace, runner: PlanRunner) -> None:
             whole = runner.plans.pending_plans == 0 and not runner.held_back
             if fed and runner.apply and whole:
                 await consumer.commit(fed)
+                fed = {}
     finally:
         await consumer.stop()
 

@@ -425,9 +425,11 @@ class FakeConsumer:
 
     batches: list[list[ScalingEvent]] = []
     timeline: list[str] = []
+    partition_of: dict[str, str] = {}  # event id -> partition, where not "tp"
 
     def __init__(self, *topics: str, **config: Any) -> None:
         self.pending = list(type(self).batches)
+        self.offsets: dict[str, int] = {}
 
     async def start(self) -> None:
         pass
@@ -442,16 +444,21 @@ class FakeConsumer:
         self.timeline.append("stop")
 
     async def getmany(self, timeout_ms: int) -> dict[Any, list[Any]]:
+        """The next batch; an event's partition is ``"tp"`` unless ``partition_of`` names
+        another for its id; offsets count per partition."""
         if not self.pending:
             return {}
-        first = sum(len(b) for b in type(self).batches) - sum(len(b) for b in self.pending)
-        batch = self.pending.pop(0)
-        return {
-            "tp": [SimpleNamespace(value=encode(e), offset=first + i) for i, e in enumerate(batch)]
-        }
+        out: dict[Any, list[Any]] = {}
+        for e in self.pending.pop(0):
+            tp = type(self).partition_of.get(e.event_id, "tp")
+            self.offsets[tp] = self.offsets.get(tp, -1) + 1
+            out.setdefault(tp, []).append(SimpleNamespace(value=encode(e), offset=self.offsets[tp]))
+        return out
 
     async def commit(self, offsets: dict[Any, int]) -> None:
-        self.timeline.append(f"commit {offsets['tp']}")
+        self.timeline.append(
+            "commit " + ", ".join(f"{tp}={n}" for tp, n in sorted(offsets.items()))
+        )
 
 
 @pytest.fixture
@@ -459,6 +466,7 @@ def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> type[FakeConsumer]:
     import aiokafka.errors  # the real errors, which the consumer catches
 
     FakeConsumer.timeline = []
+    FakeConsumer.partition_of = {}
     fake = SimpleNamespace(AIOKafkaConsumer=FakeConsumer, errors=aiokafka.errors)
     monkeypatch.setitem(sys.modules, "aiokafka", fake)
     return FakeConsumer
@@ -500,8 +508,22 @@ async def test_kafka_mode_commits_only_after_a_plan_is_applied(
     await kq.consume(ARGS, runner)
     assert fake_kafka.timeline == [
         # nothing committed while p1 is half-received
-        "set vc-b=12", "set vc-c=12", "set team-a=24", "commit 3",
-        "set team-a=20", "set vc-b=16", "commit 5", "stop",
+        "set vc-b=12", "set vc-c=12", "set team-a=24", "commit tp=3",
+        "set team-a=20", "set vc-b=16", "commit tp=5", "stop",
+    ]  # fmt: skip
+
+
+async def test_a_plan_split_over_partitions_and_fetches_commits_every_partition_it_read(
+    fake_kafka: type[FakeConsumer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # p1's first event is on partition p0 in one fetch, the rest on p1 in the next: the
+    # commit after p1 is applied covers p0 too (else p0 offset 0 comes back as half a plan)
+    fake_kafka.batches = [BATCHES[0][:1], BATCHES[0][1:] + BATCHES[1]]
+    fake_kafka.partition_of = {"e1": "p0", "e2": "p1", "e3": "p1"}
+    runner = _runner(True, monkeypatch, limit=1)
+    await kq.consume(ARGS, runner)
+    assert fake_kafka.timeline == [
+        "set vc-b=12", "set vc-c=12", "set team-a=24", "commit p0=1, p1=2", "stop",
     ]  # fmt: skip
 
 
@@ -514,7 +536,7 @@ async def test_max_plans_stops_inside_a_batch_and_commits_only_what_it_applied(
     assert runner.done == 1
     # p2's records are neither applied nor committed: the next run starts with them
     assert fake_kafka.timeline == [
-        "set vc-b=12", "set vc-c=12", "set team-a=24", "commit 3", "stop",
+        "set vc-b=12", "set vc-c=12", "set team-a=24", "commit tp=3", "stop",
     ]  # fmt: skip
 
 
