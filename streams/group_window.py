@@ -11,9 +11,10 @@ and starting them with a new ``window_s`` is how the length is changed (each ten
 history restarts); the first of them leaves its mark, so the others, started before it
 has closed a window of the new length, are checked against the new length, not the old
 windows. Workers that start an empty group at the same moment each find no member
-running and each leave a mark: of marks less than :data:`START_GRACE_S` apart with no
-window between them, the first one's length holds, and a worker whose own mark is one
-that lost exits 2 right after writing it (later checks skip a mark that lost).
+running and each leave a mark: a mark less than :data:`START_GRACE_S` apart (by the
+writers' clocks) from the newest mark that held, with no window between them, and with
+another length, loses; a worker whose own mark lost exits 2 right after writing it, and
+later checks skip it. So the first length holds among workers that start together.
 
 Example (in the worker's start, with an admin client that is connected)::
 
@@ -86,9 +87,9 @@ async def announce_window(s: WorkerSettings, planning_topic: str) -> None:
     the group just before this one (both started it at once). A mark that cannot be
     written or read back is logged, not raised."""
     producer = AIOKafkaProducer(**s.kafka.client_kwargs(), acks="all")
-    mark = codec.WorkerStarted(window_s=s.window_s, at=time.time())
     try:
         await producer.start()
+        mark = codec.WorkerStarted(window_s=s.window_s, at=time.time())  # when it is sent
         sent = await producer.send_and_wait(planning_topic, codec.encode_started(mark), key=b"plan")
     except (KafkaError, OSError) as exc:  # the worker runs on; a later one may be misjudged
         log.warning("could not mark this worker's window length on %s: %r", planning_topic, exc)
@@ -104,12 +105,12 @@ async def announce_window(s: WorkerSettings, planning_topic: str) -> None:
     if first is not None:
         raise WindowLengthMismatchError(
             f"a worker of app id {s.app_id!r} with {first.window_s:.10g}-s windows started "
-            f"the group {mark.at - first.at:.0f} s before this one, which makes "
-            f"{s.window_s:.10g}-s windows (their marks on {planning_topic}): one group with "
-            f"two lengths writes overlapping windows and drops data as late. Start it with "
-            f"--window {first.window_s:.10g}, or stop every worker of the group and start "
-            f"them with one length (a worker that started and stopped in the last "
-            f"{START_GRACE_S:g} s still counts)"
+            f"the group just before this one ({abs(mark.at - first.at):.0f} s apart by their "
+            f"clocks), which makes {s.window_s:.10g}-s windows (their marks on "
+            f"{planning_topic}): one group with two lengths writes overlapping windows and "
+            f"drops data as late. Start it with --window {first.window_s:.10g}, or stop every "
+            f"worker of the group and start them with one length (a worker that started and "
+            f"stopped less than {START_GRACE_S:g} s before still counts)"
         )
 
 
@@ -122,16 +123,17 @@ class _Lengths:
     newest: float | None = None
     # marks since the newest window that held (none lost): workers starting the group
     starting: list[codec.WorkerStarted] = field(default_factory=list)
-    lost: dict[int, codec.WorkerStarted] = field(default_factory=dict)  # offset -> first
+    lost: dict[int, codec.WorkerStarted] = field(default_factory=dict)  # offset -> it lost to
 
     def window(self, length: float) -> None:
         self.newest = length
         self.starting.clear()
 
     def mark(self, offset: int, mark: codec.WorkerStarted) -> None:
-        first = next((m for m in self.starting if m.at >= mark.at - START_GRACE_S), None)
-        if first is not None and not _same(first.window_s, mark.window_s):
-            self.lost[offset] = first
+        held = self.starting[-1] if self.starting else None  # the newest mark that held
+        together = held is not None and abs(mark.at - held.at) < START_GRACE_S
+        if held is not None and together and not _same(held.window_s, mark.window_s):
+            self.lost[offset] = held
             return
         self.starting.append(mark)
         self.newest = mark.window_s

@@ -170,8 +170,8 @@ async def test_workers_starting_an_empty_group_at_once_keep_the_first_length(
     kept = s30 if isinstance(results[0], BaseException) else s60
     lost = s60 if kept is s30 else s30
     message = str(refused[0])
-    assert f"with {kept.window_s:g}-s windows started the group" in message
-    assert f"this one, which makes {lost.window_s:g}-s windows" in message
+    assert f"with {kept.window_s:g}-s windows started the group just before this one" in message
+    assert f"by their clocks), which makes {lost.window_s:g}-s windows" in message
     assert f"Start it with --window {kept.window_s:g}," in message
     # a worker that joins next is checked against the first mark, not the one that lost
     assert await newest_window_length(s60, planning) == kept.window_s
