@@ -135,7 +135,11 @@ class ConsumerLag(AsyncService):
                 lags[key] = max(0, ends[tp] - offset)
                 ends_at[key] = ends[tp]
         if self.describe_members:
-            self.members = await self._members(admin)
+            try:
+                self.members = await self._members(admin)
+            except KafkaError as exc:  # the lags above stand; the count is not known now
+                log.debug("members of group %s not known: %r", self.group, exc)
+                self.members = None
         self.lags, self.committed, self.ends = lags, committed_at, ends_at
         self.updated_at = time.time()
         return lags

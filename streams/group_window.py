@@ -24,6 +24,7 @@ Example (in the worker's start, with an admin client that is connected)::
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -31,7 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    KafkaError,
+    NotCoordinatorError,
+)
 
 from dprobe.config import WorkerSettings
 from dprobe.errors import UsageError
@@ -49,6 +55,7 @@ READ_TIMEOUT_S = 10.0
 # them come from workers that may be starting the group together: a worker joins the
 # group seconds after its mark, so one that checks meanwhile finds no member running
 START_GRACE_S = 60.0
+DESCRIBE_WAIT_S = 15.0  # longest wait for a group coordinator that is not ready yet
 
 
 class WindowLengthMismatchError(UsageError):
@@ -61,7 +68,7 @@ async def check_group_window(admin: Any, s: WorkerSettings, planning_topic: str)
     group cannot be described or its topic read. ``True`` when no worker of the group
     runs: this one then sets the length, and marks it (:func:`announce_window`)."""
     try:
-        members = await group_members(admin, s.app_id)
+        members = await _members(admin, s.app_id)
         if not members:
             return True
         running = await newest_window_length(s, planning_topic)
@@ -78,6 +85,20 @@ async def check_group_window(admin: Any, s: WorkerSettings, planning_topic: str)
         f"change the length (a killed worker counts as running for session_timeout_s, "
         f"{s.session_timeout_s:g} s)"
     )
+
+
+async def _members(admin: Any, group: str) -> int:
+    """:func:`group_members`, asked again for up to :data:`DESCRIBE_WAIT_S` while the
+    group's coordinator is not ready (it loads its groups for a while after a broker
+    restart: a check given up then would leave the group's length unmarked)."""
+    deadline = time.monotonic() + DESCRIBE_WAIT_S
+    while True:
+        try:
+            return await group_members(admin, group)
+        except (CoordinatorLoadInProgressError, CoordinatorNotAvailableError, NotCoordinatorError):
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(0.5)
 
 
 async def announce_window(s: WorkerSettings, planning_topic: str) -> None:

@@ -170,3 +170,25 @@ async def test_without_topics_a_group_keeps_the_topics_it_was_seen_to_commit_on(
         assert await lag.refresh() == {(topic, 0): 3}
     finally:
         await lag.stop()
+
+
+async def test_a_group_that_cannot_be_described_keeps_its_lags(kafka, monkeypatch) -> None:
+    """A coordinator still loading answers a describe with an error: the member count is
+    then unknown (None), and the lags measured in the same refresh still stand."""
+    from aiokafka.errors import GroupLoadInProgressError
+
+    import dprobe.sinks.consumer_lag as consumer_lag
+
+    topic = await kafka.create_topic("lag-members", partitions=1)
+    group = kafka.unique("group")
+    await _produce(kafka.bootstrap, topic, {0: 5})
+
+    async def loading(admin, group: str) -> int:
+        raise GroupLoadInProgressError("describing consumer group")
+
+    async with ConsumerLag(kafka.settings, group, [topic], interval_s=60, members=True) as lag:
+        assert await lag.refresh() == {(topic, 0): 5}
+        assert lag.members == 0  # nobody runs
+        monkeypatch.setattr(consumer_lag, "group_members", loading)
+        assert await lag.refresh() == {(topic, 0): 5}
+        assert lag.lags == {(topic, 0): 5} and lag.members is None
