@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,21 +26,22 @@ MAX_KEPT = 1000  # distinct lines remembered; the oldest is forgotten first
 
 @dataclass
 class _Seen:
-    since: float  # when it was last let through
+    since: float  # when it was last let through (the clock's time)
+    wall: float  # the same, as wall-clock time, to say it
     left_out: int = 0  # repeats filtered out since
 
 
 class RepeatedLines(logging.Filter):
     """A handler filter: a Kafka client's warning or error, once per ``window_s`` for each
-    distinct text; the next one let through after repeats ends with ``(N more like it in
-    the last ... s)``.
+    distinct text and exception; the next one let through after repeats ends with ``(N
+    more like it since HH:MM:SS)``, the time the one before it was let through.
 
     >>> f = RepeatedLines(window_s=60.0, clock=iter([0.0, 1.0, 2.0, 61.0]).__next__)
     >>> line = lambda: logging.LogRecord("aiokafka", logging.ERROR, "", 0, "down", None, None)
     >>> [f.filter(line()) for _ in range(3)]
     [True, False, False]
-    >>> record = line(); f.filter(record), record.getMessage()
-    (True, 'down (2 more like it in the last 61 s)')
+    >>> record = line(); f.filter(record), record.getMessage()[:25]
+    (True, 'down (2 more like it sinc')
     """
 
     def __init__(
@@ -53,27 +55,29 @@ class RepeatedLines(logging.Filter):
         self.window_s = window_s
         self.loggers = loggers
         self._clock = clock
-        self._seen: dict[tuple[str, int, str], _Seen] = {}
+        self._seen: dict[tuple[str, int, str, str], _Seen] = {}
+        self._lock = threading.Lock()  # a handler may be called from several threads
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING or not self._watched(record.name):
             return True
         text = record.getMessage()
-        key = (record.name, record.levelno, text)
-        now = self._clock()
-        seen = self._seen.get(key)
-        if seen is not None and now - seen.since < self.window_s:
-            seen.left_out += 1
-            return False
-        if seen is not None and seen.left_out:
-            record.msg = (
-                f"{text} ({seen.left_out} more like it in the last {now - seen.since:.0f} s)"
-            )
-            record.args = None
-        self._seen.pop(key, None)
-        self._seen[key] = _Seen(since=now)
-        if len(self._seen) > MAX_KEPT:
-            del self._seen[next(iter(self._seen))]
+        error = record.exc_info[1] if record.exc_info else None
+        key = (record.name, record.levelno, text, "" if error is None else repr(error))
+        with self._lock:
+            now = self._clock()
+            seen = self._seen.get(key)
+            if seen is not None and now - seen.since < self.window_s:
+                seen.left_out += 1
+                return False
+            if seen is not None and seen.left_out:
+                since = time.strftime("%H:%M:%S", time.localtime(seen.wall))
+                record.msg = f"{text} ({seen.left_out} more like it since {since})"
+                record.args = None
+            self._seen.pop(key, None)
+            self._seen[key] = _Seen(since=now, wall=time.time())
+            if len(self._seen) > MAX_KEPT:
+                del self._seen[next(iter(self._seen))]
         return True
 
     def _watched(self, name: str) -> bool:

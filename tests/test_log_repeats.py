@@ -5,6 +5,7 @@ how many it left out."""
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 
@@ -37,13 +38,26 @@ def test_each_distinct_client_line_passes_once_per_window_and_counts_the_rest() 
     clock.now = 75.0
     record = _record(*down)
     assert f.filter(record)
-    assert record.getMessage().endswith("(599 more like it in the last 75 s)")
+    assert re.search(r" \(599 more like it since \d\d:\d\d:\d\d\)$", record.getMessage())
     # another text, another node, another level, another logger: each its own line
     assert f.filter(_record("aiokafka", logging.ERROR, "Unable to update metadata from [1]"))
     assert f.filter(_record(*down[:3], 2, "refused"))
     assert f.filter(_record("aiokafka", logging.WARNING, down[2], 1, "refused"))
     assert f.filter(_record("aiokafka.consumer.group_coordinator", logging.ERROR, "x"))
     assert f.filter(_record("aiokafka.consumer.group_coordinator", logging.ERROR, "x")) is False
+
+
+def test_the_same_text_with_another_exception_is_another_line() -> None:
+    f = RepeatedLines(window_s=60.0, clock=lambda: 0.0)
+
+    def failed(exc: Exception) -> logging.LogRecord:
+        record = _record("aiokafka", logging.ERROR, "Unexpected error in coordinator routine")
+        record.exc_info = (type(exc), exc, None)
+        return record
+
+    assert f.filter(failed(KeyError("a")))
+    assert f.filter(failed(KeyError("a"))) is False
+    assert f.filter(failed(OSError("b")))  # another traceback is not held back
 
 
 def test_other_loggers_and_lines_below_warning_are_never_held_back() -> None:
