@@ -198,14 +198,14 @@ def _run(argv: Sequence[str] | None) -> int:
         before = args.command in given and unknown[0] in given[: given.index(args.command)]
         (parser if before else args._parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     root = logging.getLogger()
-    before = list(root.handlers)  # a host program's own (or a test runner's) stay as they are
+    theirs = list(root.handlers)  # a host program's own (or a test runner's) stay as they are
     logging.basicConfig(
         level=args.log_level,
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     for handler in root.handlers:  # a Kafka client retrying: each line once a minute
-        if handler not in before:
+        if handler not in theirs:
             handler.addFilter(RepeatedLines())
     try:
         with _client_progress_hidden(args.command in ONE_SHOT_KAFKA_COMMANDS, args.log_level):
