@@ -297,8 +297,9 @@ async def _join(joined: asyncio.Event, stop: asyncio.Event, topic: str, args: An
         if limit is not None and waited >= limit:
             raise DprobeError(
                 f"group {args.group} gave this reader no partition of {topic} in {waited:.0f} s "
-                f"(--timeout {args.timeout:g}): its other members may be rebalancing, or one "
-                f"that stopped without leaving holds them until its session times out"
+                f"(the wait for a join: --timeout {args.timeout:g}, at least {JOIN_WAIT_S:g} s): "
+                f"its other members may be rebalancing, or one that stopped without leaving "
+                f"holds them until its session times out"
             )
         if not said and waited >= JOIN_WAIT_S:
             said = True

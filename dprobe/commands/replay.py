@@ -23,17 +23,18 @@ and line; --strict stops at the first one (exit 2).
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dprobe.errors import UsageError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Awaitable, Iterator
 
     from dprobe.config import ReplaySettings
     from dprobe.traces.replay_record import ReplayRecord
 
 FORMATS = ("dprobe-parquet", "demand-csv", "helios-vc", "jobs-csv")
+T = TypeVar("T")
 
 
 def _speed(text: str) -> float:
@@ -112,7 +113,6 @@ def event_span_s(args: argparse.Namespace, s: ReplaySettings) -> float:
 def run(args: argparse.Namespace) -> int:
     import asyncio
     import itertools
-    import signal
     import sys
     import time
 
@@ -219,20 +219,21 @@ def run(args: argparse.Namespace) -> int:
         if sent[0] % 250 == 1:  # show how far in event time the replay is
             bar.set_postfix_str(time.strftime("%Y-%m-%d %H:%M", time.gmtime(rec.ts)), refresh=False)
 
-    signal.signal(signal.SIGTERM, _terminated)  # ends like Ctrl-C, saying how far it got
     try:
         stats = asyncio.run(
-            replay_to_kafka(
-                records,
-                s,
-                topics,
-                shift_to_now=args.shift_to_now,
-                span_s=span_s,
-                on_record=on_record,
-                on_existing=on_existing,
+            _until_terminated(
+                replay_to_kafka(
+                    records,
+                    s,
+                    topics,
+                    shift_to_now=args.shift_to_now,
+                    span_s=span_s,
+                    on_record=on_record,
+                    on_existing=on_existing,
+                )
             )
         )
-    except KeyboardInterrupt as exc:
+    except (KeyboardInterrupt, Terminated) as exc:
         bar.close()
         how = "stopped (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
         print(
@@ -248,7 +249,6 @@ def run(args: argparse.Namespace) -> int:
             f"{_when(reached)} UTC); the last of them may not have been delivered"
         ) from None
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         bar.close()
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(stats.by_kind.items())) or "nothing"
     span = ""
@@ -262,13 +262,34 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C would be, so a replay stopped by a service manager
-    says how far it got too."""
+class Terminated(Exception):
+    """SIGTERM stopped the replay, as Ctrl-C does: its clean-up ran (what was sent is
+    delivered), so a replay stopped by a service manager says how far it got too."""
 
 
-def _terminated(signum: int, frame: Any) -> None:
-    raise Terminated
+async def _until_terminated(work: Awaitable[T]) -> T:
+    """Await ``work``; SIGTERM cancels it, as Ctrl-C does, then raises :class:`Terminated`."""
+    import asyncio
+    import signal
+
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(work)
+    terminated = False
+
+    def stop() -> None:
+        nonlocal terminated
+        terminated = True
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, stop)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if terminated:
+            raise Terminated from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def _when(reached: list[float]) -> str:

@@ -127,5 +127,5 @@ def test_with_timeout_a_join_that_never_comes_is_an_error(
     assert time.monotonic() - started < SESSION_S - 2  # gave up before the member was dropped
     message = str(refused.value)
     assert f"group {group} gave this reader no partition of {prefix}scaling-events" in message
-    assert "(--timeout 3)" in message
+    assert "(the wait for a join: --timeout 3, at least 1 s)" in message
     assert "dprobe events: reading" not in capsys.readouterr().err
