@@ -216,12 +216,13 @@ def _exposed_names() -> set[str]:
 
 def test_every_alert_expression_is_read() -> None:
     exprs = _alert_exprs()
-    assert len(exprs) == 8
+    assert len(exprs) == 12
     assert exprs["DprobeWorkerDown"] == 'up{job="dprobe-worker"} == 0'
     assert exprs["DprobeLagExporterDown"] == 'up{job="dprobe-lag"} == 0'
     assert "dprobe_lag_last_refresh_timestamp_seconds" in exprs["DprobeLagStale"]
     assert "deriv(kafka_consumergroup_lag_sum" in exprs["DprobeConsumerLagGrowing"]
     assert exprs["DprobeForecastErrorHigh"].endswith("> 0.5")
+    assert 'kind="gpu_lost"' in exprs["DprobeCollectorGpuLost"]
 
 
 def test_dashboard_and_alerts_use_only_exposed_metric_names() -> None:
