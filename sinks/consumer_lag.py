@@ -78,6 +78,7 @@ class ConsumerLag(AsyncService):
         # without configured topics: every topic the group was seen to commit on, so its
         # lag stays reported when Kafka expires the offsets of a group that stopped
         self._committed_topics: set[str] = set()
+        self._missing: set[str] = set()  # named topics found missing at the last refresh
         self._connecting = asyncio.Lock()
 
     async def start(self) -> None:
@@ -110,6 +111,7 @@ class ConsumerLag(AsyncService):
         described = await admin.describe_topics()
         found = {t["topic"]: t["partitions"] for t in described if t["error_code"] == 0}
         topics = self.topics
+        self._say_missing([t for t in topics if t not in found])
         if not topics:  # the topics the group has committed on, now or since the start
             every = await admin.list_consumer_group_offsets(self.group)
             self._committed_topics |= {tp.topic for tp in every}
@@ -143,6 +145,18 @@ class ConsumerLag(AsyncService):
         self.lags, self.committed, self.ends = lags, committed_at, ends_at
         self.updated_at = time.time()
         return lags
+
+    def _say_missing(self, missing: list[str]) -> None:
+        """Warn once of each named topic that does not exist (a misspelt one would
+        otherwise export no lag and no error); again if it goes away after it came."""
+        for topic in missing:
+            if topic not in self._missing:
+                log.warning(
+                    "consumer lag of group %s: topic %s does not exist, so no lag is measured "
+                    "for it (check the topic names given; it is read once it exists)",
+                    self.group, topic,
+                )  # fmt: skip
+        self._missing = set(missing)
 
     async def _members(self, admin: AIOKafkaAdminClient) -> int:
         """Members of the group now (0: no consumer of it runs)."""

@@ -65,7 +65,9 @@ async def test_lag_is_end_minus_committed_per_partition_and_summed(kafka) -> Non
     await lag.stop()  # idempotent
 
 
-async def test_background_task_refreshes_on_its_cadence_and_skips_missing_topics(kafka) -> None:
+async def test_background_task_refreshes_on_its_cadence_and_skips_missing_topics(
+    kafka, caplog
+) -> None:
     topic = await kafka.create_topic("cadence", partitions=1)
     group = kafka.unique("group")
     missing = kafka.unique("never-created")
@@ -81,6 +83,12 @@ async def test_background_task_refreshes_on_its_cadence_and_skips_missing_topics
         assert lag.lags == {(topic, 0): 3}
         assert lag.updated_at is not None
         assert lag.errors == 0
+        # a misspelt topic is named once, however many refreshes miss it
+        said = [r.getMessage() for r in caplog.records if missing in r.getMessage()]
+        assert said == [
+            f"consumer lag of group {group}: topic {missing} does not exist, so no lag is "
+            "measured for it (check the topic names given; it is read once it exists)"
+        ]
     finally:
         await lag.stop()
 
