@@ -32,7 +32,7 @@ from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.spool import Spool
 from dprobe.collectors.topic_create import NewTopicSpec, ensure_topic
 from dprobe.config import KafkaSettings
-from dprobe.errors import UsageError
+from dprobe.errors import UsageError, reason
 from dprobe.kafka_auth import auth_refused, watching_auth
 from dprobe.lifecycle import cancel_and_wait
 
@@ -212,7 +212,9 @@ class KafkaSender:
                     self._log_failure("%s: spooling", auth_refused(self.kafka))
                 else:
                     self._log_failure(
-                        "Kafka at %s not reachable (%s): spooling", self.kafka.bootstrap, exc
+                        "Kafka at %s not reachable (%s): spooling",
+                        self.kafka.bootstrap,
+                        reason(exc),
                     )
                 await self._stop_producer(producer)
                 return False
@@ -264,4 +266,4 @@ class KafkaSender:
         try:
             await asyncio.wait_for(producer.stop(), 5.0)
         except (KafkaError, OSError, TimeoutError) as exc:
-            log.warning("Kafka producer did not stop cleanly: %s", exc)
+            log.warning("Kafka producer did not stop cleanly: %s", reason(exc))

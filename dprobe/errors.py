@@ -26,3 +26,13 @@ class UsageError(DprobeError):
 
 class MissingDependencyError(UsageError):
     """A program or package dprobe needs is not installed; the message names it."""
+
+
+def reason(exc: BaseException) -> str:
+    """What went wrong, for a log line: the exception's text, or its name when it has
+    none (a TimeoutError, many Kafka client errors).
+
+    >>> reason(TimeoutError()), reason(OSError("refused"))
+    ('TimeoutError', 'refused')
+    """
+    return str(exc) or type(exc).__name__
