@@ -22,10 +22,12 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,16 +86,19 @@ def _check(args: argparse.Namespace) -> int:
         CollectorSettings: check_tenant_map,
     }
     refused: dict[str, list[str]] = {}  # reason -> the services refused for it
-    for cls in SERVICES:
-        try:
-            more.get(cls, lambda _: None)(_load(cls, args))
-        except UsageError as exc:
-            refused.setdefault(str(exc), []).append(f"[{cls.section}]")
-        else:
-            print(f"[{cls.section}] ok")
+    with _warnings_of("dprobe.config") as warnings:  # e.g. a misspelt DPROBE_* variable
+        for cls in SERVICES:
+            try:
+                more.get(cls, lambda _: None)(_load(cls, args))
+            except UsageError as exc:
+                refused.setdefault(str(exc), []).append(f"[{cls.section}]")
+            else:
+                print(f"[{cls.section}] ok")
     for reason, services in refused.items():  # a file-wide problem is told once
         who = "every service" if len(services) == len(SERVICES) else ", ".join(services)
         print(f"dprobe config: {who} refused: {reason}", file=sys.stderr)
+    for warning in dict.fromkeys(warnings):  # what a service would log on start, once
+        print(f"dprobe config: warning: {warning}", file=sys.stderr)
     if not refused:
         kafka = _load(KafkaSettings, args)
         placeholders = example_hosts(kafka.bootstrap)
@@ -105,6 +110,26 @@ def _check(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     return 2 if refused else 0
+
+
+@contextlib.contextmanager
+def _warnings_of(logger_name: str) -> Iterator[list[str]]:
+    """The warnings ``logger_name`` logs meanwhile, as texts, instead of logging them."""
+    logger = logging.getLogger(logger_name)
+    got: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            got.append(record.getMessage())
+
+    keep = _Keep(logging.WARNING)
+    logger.addHandler(keep)
+    propagate, logger.propagate = logger.propagate, False
+    try:
+        yield got
+    finally:
+        logger.removeHandler(keep)
+        logger.propagate = propagate
 
 
 def example_hosts(bootstrap: str) -> list[str]:

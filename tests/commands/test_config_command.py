@@ -226,3 +226,21 @@ def test_a_missing_or_extra_service_is_bad_usage(
         main(argv)
     assert exc.value.code == 2
     assert capsys.readouterr().err.strip() == expected
+
+
+def test_check_says_which_environment_variables_no_service_reads(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt variable in a unit's environment file is ignored by the service (which
+    logs it on start): the check before deploying says so too, once, and still passes."""
+    import dprobe.config
+
+    monkeypatch.setattr(dprobe.config, "_warned_env", set())  # as in a new process
+    monkeypatch.setenv("DPROBE_COLLECTOR_INTERVALS", "3")
+    assert main(["config", "check"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [f"[{s}] ok" for s in SECTIONS]
+    assert captured.err.splitlines() == [
+        "dprobe config: warning: environment variable DPROBE_COLLECTOR_INTERVALS is not a "
+        "collector setting: ignored; did you mean DPROBE_COLLECTOR_INTERVAL_S?"
+    ]
