@@ -30,6 +30,8 @@ import sys
 import threading
 from typing import Any
 
+from dprobe.errors import reason
+
 log = logging.getLogger(__name__)
 
 EXIT_UNCLEAN = 1  # stopped without a clean shutdown
@@ -52,6 +54,7 @@ class ShutdownDeadline:
             self._give_up(f"{signal.name} received again while stopping")
             return
         super()._schedule_shutdown(signal)  # type: ignore[misc]
+        threading.excepthook = _thread_ended
         deadline = threading.Timer(
             self.shutdown_timeout_s,
             self._give_up,
@@ -70,3 +73,16 @@ class ShutdownDeadline:
             handler.flush()
         sys.stderr.flush()
         os._exit(EXIT_UNCLEAN)
+
+
+def _thread_ended(args: threading.ExceptHookArgs) -> None:
+    """While the worker stops, a thread that ends with an error (faust's consumer thread,
+    whose requests a broker that is away leaves hanging until they are cancelled) says
+    so in one line; the traceback goes to the DEBUG log."""
+    if args.exc_type is SystemExit:
+        return
+    name = args.thread.name if args.thread is not None else "a thread"
+    why = reason(args.exc_value) if args.exc_value is not None else args.exc_type.__name__
+    log.warning("%s ended while the worker stopped: %s", name, why)
+    if args.exc_value is not None:
+        log.debug("%s ended with", name, exc_info=args.exc_value)

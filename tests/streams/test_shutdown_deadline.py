@@ -21,7 +21,14 @@ class Service(mode.Service):
         print("started", flush=True)
 
     async def on_stop(self) -> None:
-        if sys.argv[1] == "hang":  # what a stop waiting on an unreachable broker does
+        if sys.argv[1] == "thread":  # faust's consumer thread, ended by a broker that is away
+            import threading
+
+            def consumer() -> None:
+                raise asyncio.CancelledError()
+
+            threading.Thread(target=consumer, name="Thread-2").start()
+        if sys.argv[1] in ("hang", "thread"):  # a stop waiting on an unreachable broker
             await asyncio.sleep(3600)
 
 class Worker(ShutdownDeadline, mode.Worker):
@@ -97,3 +104,12 @@ def test_the_deadline_must_be_positive_and_at_most_an_hour() -> None:
 
     with pytest.raises(ConfigError, match="shutdown_timeout_s"):
         WorkerSettings(shutdown_timeout_s=1e12)
+
+
+def test_a_thread_that_ends_while_stopping_says_so_in_one_line(tmp_path: Path) -> None:
+    proc = _started(tmp_path, "thread", deadline_s=3.0)
+    proc.send_signal(signal.SIGTERM)
+    code, out, _ = _exit(proc, within_s=30)
+    assert code == 1, out
+    assert "Thread-2 ended while the worker stopped: CancelledError" in out
+    assert "Traceback" not in out and "Exception in thread" not in out
