@@ -1,8 +1,9 @@
 """Keep a Kafka client that retries from flooding the log with the same line.
 
 While a broker is away, aiokafka logs the same error on every reconnect attempt (tens of
-lines a second: ``Unable connect to node with id 1 ...``). :class:`RepeatedLines` lets
-each distinct warning or error of the Kafka client through once per ``window_s``; the
+lines a second: ``Unable connect to node with id 1 ...``), and the lag poller each failed
+refresh. :class:`RepeatedLines` lets each distinct warning or error of theirs through once
+per ``window_s``; the
 repeats in between are counted, and the next line let through says how many there were.
 Other loggers and lines below WARNING pass untouched.
 
@@ -20,7 +21,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-KAFKA_CLIENT_LOGGERS = ("aiokafka",)
+# the Kafka client, and the lag poller, which says each refresh that fails (every 5 s)
+KAFKA_CLIENT_LOGGERS = ("aiokafka", "dprobe.sinks.consumer_lag")
 MAX_KEPT = 1000  # distinct lines remembered; the oldest is forgotten first
 
 

@@ -80,3 +80,14 @@ def test_the_command_line_filters_its_log_handler_once(tmp_path) -> None:
     argv = [sys.executable, "-c", code]
     out = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, check=True)
     assert out.stdout.strip().splitlines()[-1] == "1"
+
+
+def test_the_lag_pollers_failed_refreshes_pass_once_a_minute_too() -> None:
+    clock = _Clock()
+    f = RepeatedLines(window_s=60.0, clock=clock)
+    line = ("dprobe.sinks.consumer_lag", logging.WARNING, "refresh failed: %s", "NodeNotReady")
+    passed = []
+    for i in range(12):  # every 5 s for a minute
+        clock.now = 5.0 * i
+        passed.append(f.filter(_record(*line)))
+    assert passed == [True] + [False] * 11
