@@ -43,7 +43,15 @@ def test_every_command_says_the_credentials_were_refused(
     trace.write_text("ts,tenant,demand_gpus\n60,vc-a,1\n120,vc-a,2\n")
     wrong = _wrong(sasl_kafka)
     commands = {
-        "worker": ["worker", "--data-dir", str(tmp_path / "w"), "--app-id", "auth-test"],
+        "worker": [
+            "worker",
+            "--data-dir",
+            str(tmp_path / "w"),
+            "--app-id",
+            "auth-test",
+            "--metrics-port",
+            "0",  # 9402 may serve another worker on this machine
+        ],
         "archive": ["archive", "--out", str(tmp_path / "a")],
         "replay": ["replay", "--format", "demand-csv", "--no-progress", str(trace)],
         "events": ["events", "--max-events", "1"],
