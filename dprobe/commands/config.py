@@ -169,8 +169,20 @@ def _show(args: argparse.Namespace) -> int:
         width = min(40, max(len(_toml_line(k, v)) for k, v in table.items()))
         for key, value in table.items():
             line = _toml_line(key, value)
-            print(f"{line:<{width}}  # {_comment(origins[f'{section}.{key}'])}")
+            empty = EMPTY_MEANS.get(f"{section}.{key}") if value == "" else None
+            said = _comment(origins[f"{section}.{key}"]) + (f": {empty()}" if empty else "")
+            print(f"{line:<{width}}  # {said}")
     return 0
+
+
+def _host_name() -> str:
+    import socket
+
+    return f"the host name, here {socket.gethostname()}"
+
+
+# settings whose empty value stands for something the service works out on start
+EMPTY_MEANS: dict[str, Callable[[], str]] = {"collector.host_id": _host_name}
 
 
 def _tables(settings: Any, section: str) -> dict[str, dict[str, Any]]:

@@ -244,3 +244,12 @@ def test_check_says_which_environment_variables_no_service_reads(
         "dprobe config: warning: environment variable DPROBE_COLLECTOR_INTERVALS is not a "
         "collector setting: ignored; did you mean DPROBE_COLLECTOR_INTERVAL_S?"
     ]
+
+
+def test_show_says_what_an_empty_host_id_stands_for(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    assert main(["config", "show", "collector"]) == 0
+    [line] = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("host_id")]
+    assert re.fullmatch(r'host_id = ""\s+# default: the host name, here (.+)', line)
+    assert line.endswith(f"here {socket.gethostname()}")
