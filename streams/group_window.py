@@ -142,21 +142,20 @@ class _Lengths:
     docstring)."""
 
     newest: float | None = None
-    # marks since the newest window that held (none lost): workers starting the group
-    starting: list[codec.WorkerStarted] = field(default_factory=list)
+    held: codec.WorkerStarted | None = None  # the newest mark since the newest window that held
     lost: dict[int, codec.WorkerStarted] = field(default_factory=dict)  # offset -> it lost to
 
     def window(self, length: float) -> None:
         self.newest = length
-        self.starting.clear()
+        self.held = None
 
     def mark(self, offset: int, mark: codec.WorkerStarted) -> None:
-        held = self.starting[-1] if self.starting else None  # the newest mark that held
+        held = self.held
         together = held is not None and abs(mark.at - held.at) < START_GRACE_S
         if held is not None and together and not _same(held.window_s, mark.window_s):
             self.lost[offset] = held
             return
-        self.starting.append(mark)
+        self.held = mark
         self.newest = mark.window_s
 
 

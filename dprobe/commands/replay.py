@@ -243,7 +243,6 @@ def run(args: argparse.Namespace) -> int:
         )
         return 143 if isinstance(exc, Terminated) else 130
     except ReplayError as exc:
-        bar.close()
         raise ReplayError(
             f"{exc} (Kafka at {s.kafka.bootstrap}), after {sent[0]} records sent (event time "
             f"{_when(reached)} UTC); the last of them may not have been delivered"
