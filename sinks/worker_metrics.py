@@ -18,7 +18,8 @@ Names (dashboards and alerts depend on them):
 - ``dprobe_capacity_gpus``: the GPUs plans share (the scheduler's last report, else the
   ``capacity_gpus`` setting); only on the worker that plans
 - counters ``dprobe_scaling_events_total{action}``, ``dprobe_deadletters_total{reason}``,
-  ``dprobe_lost_snapshots_total{host}``, ``dprobe_duplicate_snapshots_total``,
+  ``dprobe_lost_snapshots_total{host}``, ``dprobe_conflicting_snapshots_total{host}``,
+  ``dprobe_duplicate_snapshots_total``,
   ``dprobe_late_partials_total``, ``dprobe_late_job_events_total``,
   ``dprobe_windows_emitted_total``,
   ``dprobe_process_samples_total``, ``dprobe_snapshots_total``,
@@ -216,6 +217,15 @@ def _counter_families(s: WorkerStats) -> Iterator[Metric]:
     for host, n in sorted(s.lost_snapshots.copy().items()):
         lost.add_metric([host], n)
     yield lost
+    conflicting = CounterMetricFamily(
+        "dprobe_conflicting_snapshots",
+        "Snapshots dropped because their host's seq was already taken at an older time: a "
+        "second collector under the host id, or one restarted with a fresh state_dir",
+        labels=["host"],
+    )
+    for host, n in sorted(s.conflicting_snapshots.copy().items()):
+        conflicting.add_metric([host], n)
+    yield conflicting
     for name, doc, value in (
         ("dprobe_duplicate_snapshots", "Snapshots dropped as (host, seq) duplicates", s.duplicates),
         ("dprobe_late_partials", "Partial windows that arrived after their window closed",

@@ -1,7 +1,7 @@
 """What the worker saw and decided, kept for the Prometheus exporter to read at scrape time.
 
 Plain in-process numbers (per worker process) with bounded keys: hosts (those with a
-lost snapshot in the last day), reasons, tenants, horizons. The worker's agents
+lost or conflicting snapshot in the last day), reasons, tenants, horizons. The worker's agents
 (:mod:`dprobe.streams`) write; the exporter (:mod:`dprobe.sinks.worker_metrics`) only
 reads.
 
@@ -19,7 +19,7 @@ import bisect
 from collections import Counter
 from dataclasses import dataclass, field
 
-LOST_HOST_TTL_S = 86_400.0  # a host with no lost snapshot for this long leaves the metrics
+LOST_HOST_TTL_S = 86_400.0  # a host with no lost (conflicting) snapshot this long leaves them
 
 LATENCY_BUCKETS_S: tuple[float, ...] = (
     0.05,
@@ -84,6 +84,9 @@ class WorkerStats:
     forgotten_tenants: int = 0  # tenants forgotten after forget_tenant_after_s of silence
     lost_snapshots: Counter[str] = field(default_factory=Counter)  # by host (see lose())
     _lost_at: dict[str, float] = field(default_factory=dict, repr=False)
+    # duplicates with a newer time than the host's newest snapshot, by host (see conflict())
+    conflicting_snapshots: Counter[str] = field(default_factory=Counter)
+    _conflict_at: dict[str, float] = field(default_factory=dict, repr=False)
     dead_letters: Counter[str] = field(default_factory=Counter)  # by reason
     scaling_events: Counter[str] = field(default_factory=Counter)  # by action
     delay: Histogram = field(default_factory=Histogram)  # window end -> TenantWindow produced
@@ -93,14 +96,13 @@ class WorkerStats:
         """Count ``n`` snapshots of ``host`` lost at ``now`` (monotonic seconds); hosts
         with no loss for :data:`LOST_HOST_TTL_S` are forgotten, so hosts that came and
         went (autoscaled nodes) do not keep a series each for the life of the worker."""
-        self.lost_snapshots[host] += n
-        self._lost_at.pop(host, None)
-        self._lost_at[host] = now  # insertion order = order of the last loss
-        for old, at in list(self._lost_at.items()):
-            if now - at <= LOST_HOST_TTL_S:
-                break
-            del self._lost_at[old]
-            del self.lost_snapshots[old]
+        _count_recent(self.lost_snapshots, self._lost_at, host, n, now)
+
+    def conflict(self, host: str, now: float) -> None:
+        """Count one snapshot of ``host`` dropped at ``now`` as a conflict (a ``seq`` seen
+        before, with a newer time: a second sender under its id); forgotten as :meth:`lose`."""
+        self.duplicates += 1
+        _count_recent(self.conflicting_snapshots, self._conflict_at, host, 1, now)
 
     def dead_letter(self, reason: str) -> None:
         self.dead_letters[reason] += 1
@@ -108,3 +110,18 @@ class WorkerStats:
     def observe_delay(self, seconds: float) -> None:
         """Seconds from the moment a window could close to its TenantWindow delivered."""
         self.delay.observe(seconds)
+
+
+def _count_recent(
+    counts: Counter[str], last_at: dict[str, float], host: str, n: int, now: float
+) -> None:
+    """Add ``n`` to ``counts[host]`` at ``now``; drop hosts last counted over
+    :data:`LOST_HOST_TTL_S` before ``now`` (``last_at`` keeps hosts oldest first)."""
+    counts[host] += n
+    last_at.pop(host, None)
+    last_at[host] = now  # insertion order = order of the last count
+    for old, at in list(last_at.items()):
+        if now - at <= LOST_HOST_TTL_S:
+            break
+        del last_at[old]
+        del counts[old]

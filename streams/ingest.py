@@ -55,6 +55,7 @@ from dprobe.streams.state import seq_tracker
 from dprobe.streams.state.window_agg import Partial, WindowSettings, split_snapshot
 
 log = logging.getLogger(__name__)
+CONFLICT_WARN_EVERY_S = 600.0  # a host's conflicting snapshots are logged this seldom
 DEPTH = 4  # batches whose outputs may still be on the way while the next one is folded
 
 
@@ -127,6 +128,7 @@ class Ingest:
         self._unwritten: dict[bytes, tuple[int, dict[str, Any]]] = {}  # key -> (batch, state)
         self._pending: deque[asyncio.Future[None]] = deque()
         self._batches = 0
+        self._conflict_warned: dict[str, float] = {}  # host -> when last warned (monotonic)
         self.depth = DEPTH
         self.on_failure: Callable[[BaseException], None] = exit_process
 
@@ -303,6 +305,9 @@ class Ingest:
         if verdict == "duplicate":
             self.stats.duplicates += 1
             return None
+        if verdict == "conflict":
+            self._conflict(snap, state)
+            return None
         if verdict == "suspect":  # a restart of its sequence, or a spoof: wait for the next
             log.info(
                 "host %s: seq %d at %.3f may be a restart; waiting", snap.host, snap.seq, snap.ts
@@ -317,6 +322,24 @@ class Ingest:
         self.stats.process_samples += len(snap.procs)
         seq = seq_tracker.effective_seq(state, snap.seq)  # rises across the host's resets
         return split_snapshot(snap, self.window, lost=lost, seq=seq)
+
+    def _conflict(self, snap: schema.HostSnapshot, state: dict[str, Any]) -> None:
+        """Count a conflicting snapshot (dropped) and say why, once per host and
+        :data:`CONFLICT_WARN_EVERY_S`: nothing else tells that a host's data is missing."""
+        now = time.monotonic()
+        self.stats.conflict(snap.host, now)
+        last = self._conflict_warned.get(snap.host)
+        if last is not None and now - last < CONFLICT_WARN_EVERY_S:
+            return
+        self._conflict_warned[snap.host] = now
+        log.warning(
+            "host %s: dropped snapshot seq %d of %s, newer than seq %d already taken: a second "
+            "collector sends under this host id, or one restarted with a fresh state_dir (taken "
+            "again once %.0f s newer than the newest taken); "
+            "dprobe_conflicting_snapshots_total{host} counts them",
+            snap.host, snap.seq, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(snap.ts)),
+            state["seq"], self.reset_after_s,
+        )  # fmt: skip
 
     def _messages(self, parts: list[Partial]) -> list[bytes]:
         """One tenant's partials as update messages, each under half the message limit

@@ -194,6 +194,7 @@ def _exposed_names() -> set[str]:
 
     stats = WorkerStats()
     stats.lost_snapshots["gpu-1"] += 1
+    stats.conflict("gpu-2", now=0.0)
     stats.dead_letter("malformed_json")
     stats.scaling_events["scale_up"] += 1
     stats.observe_delay(0.2)
@@ -216,13 +217,14 @@ def _exposed_names() -> set[str]:
 
 def test_every_alert_expression_is_read() -> None:
     exprs = _alert_exprs()
-    assert len(exprs) == 12
+    assert len(exprs) == 13
     assert exprs["DprobeWorkerDown"] == 'up{job="dprobe-worker"} == 0'
     assert exprs["DprobeLagExporterDown"] == 'up{job="dprobe-lag"} == 0'
     assert "dprobe_lag_last_refresh_timestamp_seconds" in exprs["DprobeLagStale"]
     assert "deriv(kafka_consumergroup_lag_sum" in exprs["DprobeConsumerLagGrowing"]
     assert exprs["DprobeForecastErrorHigh"].endswith("> 0.5")
     assert 'kind="gpu_lost"' in exprs["DprobeCollectorGpuLost"]
+    assert "dprobe_conflicting_snapshots_total" in exprs["DprobeHostIdConflict"]
 
 
 def test_dashboard_and_alerts_use_only_exposed_metric_names() -> None:

@@ -10,6 +10,12 @@ the reset is believed only when the host's next snapshot continues from it (a ``
 most ``CONFIRM_WITHIN`` above it, not older); the suspected snapshot then counts as lost.
 So one spoofed record can neither restart a host's sequence nor fake lost snapshots.
 
+A redelivery carries the time it was first sent with, never newer than the host's newest
+snapshot. A ``seq`` already seen with a *newer* time (within ``reset_after_s``) is no
+redelivery: it is a ``conflict``, a second collector sending under the same host id, or
+one restarted with a fresh state within ``reset_after_s``. It is dropped like a duplicate,
+and counted apart so that it can be told (the worker logs and exports it by host).
+
 A reset also moves the host's ``base``, so that :func:`effective_seq` (``seq + base``,
 the number the window stage dedupes a host's partials by) keeps rising across it: a
 window that holds snapshots from before and after a restart takes both.
@@ -22,6 +28,8 @@ Example:
     ('new', 2)
     >>> observe(t, seq=3, ts=13.0)[1:]
     ('duplicate', 0)
+    >>> observe(t, seq=2, ts=14.0)[1:]  # seen, but newer: another sender
+    ('conflict', 0)
     >>> t, verdict, _ = observe(t, seq=0, ts=900.0)  # a wiped collector, or a spoof
     >>> verdict
     'suspect'
@@ -34,7 +42,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-Verdict = Literal["new", "duplicate", "suspect", "reset"]
+Verdict = Literal["new", "duplicate", "conflict", "suspect", "reset"]
 CONFIRM_WITHIN = 10  # a reset is believed when the next seq is at most this far above
 MAX_SEQ = 2**63 - 1  # effective seqs stay within a signed 64-bit integer
 
@@ -59,6 +67,8 @@ def observe(
             return new, "reset", lost
         if last >= 0 and ts > state["ts"] + reset_after_s:
             return {**state, "cand": [seq, ts]}, "suspect", 0
+        if ts > state["ts"]:  # a redelivery is never newer than the newest snapshot
+            return {**state, "conflicts": state.get("conflicts", 0) + 1}, "conflict", 0
         return {**state, "dups": state["dups"] + 1}, "duplicate", 0
     lost = seq - last - 1 if last >= 0 else 0
     new = {**state, "seq": seq, "ts": max(ts, state["ts"]), "lost": state["lost"] + lost}

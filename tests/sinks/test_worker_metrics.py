@@ -30,6 +30,7 @@ def _populated() -> WorkerStats:
     s.forgotten_tenants = 6
     s.windows_emitted, s.job_events, s.resets = 11, 5, 1
     s.lost_snapshots["gpu-7"] += 4
+    s.conflicting_snapshots["gpu-2"] += 6
     s.dead_letter("malformed_json")
     s.dead_letter("malformed_json")
     s.dead_letter("oversized")
@@ -95,6 +96,7 @@ def test_counters_and_latency_histogram() -> None:
     assert _get(m, "dprobe_deadletters_total", reason="oversized") == 1.0
     assert _get(m, "dprobe_deadletters_total", reason="processing_error") == 0.0  # known, at 0
     assert _get(m, "dprobe_lost_snapshots_total", host="gpu-7") == 4.0
+    assert _get(m, "dprobe_conflicting_snapshots_total", host="gpu-2") == 6.0
     assert _get(m, "dprobe_duplicate_snapshots_total") == 3.0
     assert _get(m, "dprobe_late_partials_total") == 2.0
     assert _get(m, "dprobe_late_job_events_total") == 5.0
@@ -207,6 +209,19 @@ def test_hosts_without_a_loss_for_a_day_leave_the_lost_snapshots_counter() -> No
     assert s.lost_snapshots == {"gpu-kept": 2, "gpu-new": 3}  # gpu-old: a day without loss
     s.lose("gpu-old", 1, now=LOST_HOST_TTL_S + 2.0)  # back: a new series from 1
     assert s.lost_snapshots["gpu-old"] == 1
+
+
+def test_conflicts_count_as_duplicates_too_and_leave_after_a_quiet_day() -> None:
+    from dprobe.sinks.worker_stats import LOST_HOST_TTL_S
+
+    s = WorkerStats()
+    s.conflict("gpu-a", now=0.0)
+    s.conflict("gpu-b", now=5.0)
+    s.conflict("gpu-b", now=6.0)
+    assert s.conflicting_snapshots == {"gpu-a": 1, "gpu-b": 2} and s.duplicates == 3
+    s.conflict("gpu-b", now=LOST_HOST_TTL_S + 1.0)
+    assert s.conflicting_snapshots == {"gpu-b": 3}  # gpu-a: a day without a conflict
+    assert s.lost_snapshots == {}  # a conflict is no loss
 
 
 def test_the_worker_s_own_dead_letter_reasons_are_exported_at_0() -> None:

@@ -89,6 +89,24 @@ def test_seq_tracker_counts_gaps_drops_duplicates_and_sees_resets() -> None:
     ]
 
 
+def test_a_seen_seq_with_a_newer_time_is_a_conflict_not_a_redelivery() -> None:
+    """Two collectors under one host id: the second's low seqs come with current times.
+    A redelivery never carries a time newer than the host's newest snapshot."""
+    t = seq_tracker.initial()
+    for seq in range(100):  # the first collector, one snapshot a second
+        t, _, _ = seq_tracker.observe(t, seq=seq, ts=float(seq))
+    verdicts = []
+    for seq in range(5):  # the second starts at 0 while the first goes on
+        t, v, lost = seq_tracker.observe(t, seq=seq, ts=100.0 + seq + 0.5)
+        verdicts.append((v, lost))
+        t, v, lost = seq_tracker.observe(t, seq=100 + seq, ts=100.0 + seq)
+        verdicts.append((v, lost))
+    assert verdicts == [("conflict", 0), ("new", 0)] * 5
+    t, v, _ = seq_tracker.observe(t, seq=50, ts=50.0)  # a redelivery of the first's
+    assert v == "duplicate"
+    assert (t["conflicts"], t["dups"], t["lost"], t["resets"], t["seq"]) == (5, 1, 0, 0, 104)
+
+
 def test_one_spoofed_low_seq_neither_resets_a_host_nor_fakes_losses() -> None:
     t = seq_tracker.initial()
     for seq in range(50):
