@@ -44,7 +44,7 @@ Failures:
 
 Example:
     >>> from pathlib import Path
-    >>> from dprobe.config import ArchiveSettings
+    >>> from dprobe.config import ArchiveSettings, KafkaSettings
     >>> async def main(stop):  # doctest: +SKIP
     ...     async with Archiver(ArchiveSettings(out_dir=Path("archive"))) as a:
     ...         await a.run(stop)
@@ -70,12 +70,14 @@ from aiokafka.errors import (
 )
 
 from dprobe.clock import Clock, SystemClock
-from dprobe.config import ArchiveSettings
+from dprobe.config import ArchiveSettings, KafkaSettings
+from dprobe.errors import UsageError
 from dprobe.kafka_auth import start_client
 from dprobe.lifecycle import AsyncService
 from dprobe.schema import ClusterReport, HostSnapshot, JobEvent, SchemaError, decode
+from dprobe.sinks.archive_manifest import ArchiveManifest
 from dprobe.sinks.archive_schema import KINDS, row_of
-from dprobe.sinks.parquet_archive import ArchiveWriter
+from dprobe.sinks.parquet_archive import ArchiveWriter, list_files
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 30.0
@@ -118,6 +120,8 @@ class Archiver(AsyncService):
         self._stopped = False
         self._failure: Exception | None = None  # a failed flush: the archiver is stopping
         self._commit_failing = False
+        self.manifest: ArchiveManifest | None = None  # what the folder holds (set at start)
+        self._owned = False  # the folder's files are all this archive's (see _on_assigned)
 
     async def start(self) -> None:
         """Check the archive folder, then join the consumer group (partitions arrive at the
@@ -126,6 +130,7 @@ class Archiver(AsyncService):
         if self._started:
             return
         await asyncio.to_thread(self.writer.check_writable)
+        await self._check_manifest()
         self._started = True
         self.consumer = AIOKafkaConsumer(
             **self.settings.kafka.client_kwargs(),
@@ -143,6 +148,37 @@ class Archiver(AsyncService):
                     "topic %s does not exist (or is not visible); archived once it appears", topic
                 )
         consumer.subscribe(pattern=topic_pattern(self.kinds), listener=_Rebalance(self))
+
+    async def _check_manifest(self) -> None:
+        """Refuse a folder that holds another archive (another group, cluster or topic);
+        note whether every file in it is this archive's (a folder it made) or not (files
+        of an older dprobe, which wrote no manifest)."""
+        s = self.settings
+        topics = {kind: s.kafka.topic(kind) for kind in KINDS}
+        me = ArchiveManifest(s.group_id, await kafka_cluster_id(s.kafka), topics)
+        written = await asyncio.to_thread(ArchiveManifest.load, self.writer.out_dir)
+        if written is not None:
+            if diff := me.differences(written):
+                raise UsageError(
+                    f"archive folder {self.writer.out_dir} holds the archive of "
+                    f"{written.describe()}; this archive reads {'; '.join(diff)}. A folder "
+                    "holds one archive: give this one a folder of its own (--out or "
+                    "archive.out_dir), or run it with the folder's group, cluster and topics"
+                )
+            me.committed = written.committed
+            self.manifest, self._owned = me, True
+            return
+        self.manifest = me
+        self._owned = not any(list_files(self.writer.out_dir))
+        if self._owned:
+            await asyncio.to_thread(me.save, self.writer.out_dir, fsync=self.writer.fsync)
+        else:
+            log.warning(
+                "archive folder %s has archive files but no %s (an older dprobe wrote it): "
+                "files of a partition that group %r never committed are kept, and the "
+                "archive stops rather than write over one",
+                self.writer.out_dir, "dprobe-archive.json", s.group_id,
+            )  # fmt: skip
 
     async def poll(self, timeout_ms: int = 500) -> int:
         """Read one batch, buffer it, flush+commit when a threshold is met; records read.
@@ -216,9 +252,20 @@ class Archiver(AsyncService):
                     raise
                 self._commit_later(offsets, exc)
             else:
+                await self._note_committed(offsets)
                 if self._commit_failing:
                     self._commit_failing = False
                     log.info("offsets committed again")
+
+    async def _note_committed(self, offsets: dict[TopicPartition, int]) -> None:
+        """Record committed offsets in the folder's manifest (after Kafka took them)."""
+        if self.manifest is None:
+            return
+        for tp, offset in offsets.items():
+            key = ArchiveManifest.key(self.kinds[tp.topic], tp.partition)
+            self.manifest.committed[key] = offset
+        await asyncio.to_thread(self.manifest.save, self.writer.out_dir, fsync=self.writer.fsync)
+        self._owned = True  # the manifest now stands for the folder
 
     def _commit_later(self, offsets: dict[TopicPartition, int], exc: KafkaError) -> None:
         """Keep ``offsets`` for the next flush (unless newer ones were noted meanwhile, or
@@ -340,7 +387,9 @@ class Archiver(AsyncService):
     async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
         """Forget what was read and not committed (``assigned`` is the whole new
         assignment), and delete files of the assigned partitions that were never
-        committed: every partition is read again from its committed offset."""
+        committed: every partition is read again from its committed offset. A partition
+        the group has no offset for is read from the manifest's record of it, else from
+        its beginning (see :meth:`_without_offset`)."""
         assert self.consumer is not None
         async with self._lock:
             self._forget(set(self._next) | assigned)
@@ -353,8 +402,69 @@ class Archiver(AsyncService):
                     self.writer.remove_uncommitted(self.kinds[tp.topic], tp.partition, committed)
             if missing:
                 starts = await self.consumer.beginning_offsets(missing)
+                ends = await self.consumer.end_offsets(missing)
                 for tp in missing:
-                    self.writer.remove_uncommitted(self.kinds[tp.topic], tp.partition, starts[tp])
+                    try:
+                        self._without_offset(tp, starts[tp], ends[tp])
+                    except UsageError as exc:
+                        self._failure = exc  # the next poll raises it
+                        return
+
+    def _without_offset(self, tp: TopicPartition, start: int, end: int) -> None:
+        """A partition the group has no committed offset for (a new group, offsets that
+        expired while the archive was stopped, a topic created again):
+
+        - the manifest has archived it up to ``n``: go on from ``n`` (files from ``n`` on
+          were never committed), or stop when the partition ends before ``n`` (another
+          topic under the same name);
+        - else, in a folder that is all this archive's, files from ``start`` on were
+          written and never committed (a crash before the first commit): delete them;
+        - else (files of an older dprobe): stop rather than write over one.
+        """
+        assert self.consumer is not None and self.manifest is not None
+        kind = self.kinds[tp.topic]
+        done = self.manifest.committed.get(ArchiveManifest.key(kind, tp.partition))
+        if done is not None:
+            if end < done:
+                raise UsageError(
+                    f"{tp.topic} partition {tp.partition} ends at offset {end}, but archive "
+                    f"folder {self.writer.out_dir} holds it up to offset {done}: the topic was "
+                    "created again. Archive the new topic into a folder of its own (--out or "
+                    "archive.out_dir)"
+                )
+            if done > start:
+                log.warning(
+                    "group %r has no committed offset for %s partition %d (expired while "
+                    "the archive was stopped?); going on from offset %d, archived before",
+                    self.settings.group_id, tp.topic, tp.partition, done,
+                )  # fmt: skip
+                self.consumer.seek(tp, done)
+            self.writer.remove_uncommitted(kind, tp.partition, max(done, start))
+        elif self._owned:
+            self.writer.remove_uncommitted(kind, tp.partition, start)
+        elif clash := next(
+            (f for f in list_files(self.writer.out_dir, kind)
+             if f.partition == tp.partition and f.last >= start),
+            None,
+        ):  # fmt: skip
+            raise UsageError(
+                f"archive folder {self.writer.out_dir} holds {clash.path.name}, which group "
+                f"{self.settings.group_id!r} never committed: it may hold other data under "
+                "the same offsets. Give this archive a folder of its own (--out or "
+                "archive.out_dir), or move the folder's files away"
+            )
+
+
+async def kafka_cluster_id(kafka: KafkaSettings) -> str:
+    """The id of the Kafka cluster ``kafka`` reaches (what tells two clusters apart)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    await start_client(admin.start, admin.close, kafka, KafkaConnectionError)
+    try:
+        return str((await admin.describe_cluster()).get("cluster_id") or "")
+    finally:
+        await admin.close()
 
 
 def topic_pattern(topics: Iterable[str]) -> str:

@@ -190,7 +190,7 @@ class ArchiveWriter:
         for new in reversed(missing):
             new.mkdir(exist_ok=True)
             if self.fsync:
-                _fsync_dir(new.parent)
+                fsync_dir(new.parent)
 
     def _write_atomic(self, path: Path, kind: str, rows: list[dict[str, Any]]) -> None:
         self._make_dirs(path.parent)
@@ -213,7 +213,7 @@ class ArchiveWriter:
             tmp.unlink(missing_ok=True)
             raise
         if self.fsync:
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
 
     def remove_uncommitted(self, kind: str, partition: int, committed: int) -> list[Path]:
         """Delete files of ``kind``/``partition`` starting at or after offset ``committed``
@@ -256,7 +256,8 @@ def _row_bytes(row: dict[str, Any]) -> int:
     return len(row["value"]) + len(row["key"] or b"") + ROW_OVERHEAD_BYTES
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make the entries of folder ``path`` (a file renamed into it) durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

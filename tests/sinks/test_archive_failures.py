@@ -58,6 +58,8 @@ class FakeConsumer:
         self.listener: ConsumerRebalanceListener | None = None
         self.stopped = False
         self.idle_polls = 0
+        self.ends: dict[TopicPartition, int] = {}
+        self.seeks: list[tuple[TopicPartition, int]] = []
 
     async def start(self) -> None:
         pass
@@ -92,6 +94,12 @@ class FakeConsumer:
     async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         return dict.fromkeys(tps, 0)
 
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self.ends.get(tp, 1_000) for tp in tps}
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.seeks.append((tp, offset))
+
     def assignment(self) -> set[TopicPartition]:
         return set()
 
@@ -113,9 +121,22 @@ class FakeConsumer:
 
 @pytest.fixture
 def consumer(monkeypatch: pytest.MonkeyPatch) -> FakeConsumer:
+    return fake_kafka(monkeypatch)
+
+
+def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> FakeConsumer:
+    """Make the archiver's consumer a :class:`FakeConsumer` on a cluster of id ``CLUSTER[0]``."""
     fake = FakeConsumer()
     monkeypatch.setattr(archive_service, "AIOKafkaConsumer", lambda **kw: fake)
+    monkeypatch.setattr(archive_service, "kafka_cluster_id", _cluster_id)
     return fake
+
+
+CLUSTER = ["cluster-a"]  # the id the fake Kafka reports; a test may change it
+
+
+async def _cluster_id(_: KafkaSettings) -> str:
+    return CLUSTER[0]
 
 
 def _settings(out: Path, **kw: Any) -> ArchiveSettings:

@@ -365,13 +365,13 @@ def test_every_folder_created_is_fsynced_into_its_parent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     synced: list[Path] = []
-    real = parquet_archive._fsync_dir
+    real = parquet_archive.fsync_dir
 
     def record(path: Path) -> None:
         synced.append(Path(path))
         real(path)
 
-    monkeypatch.setattr(parquet_archive, "_fsync_dir", record)
+    monkeypatch.setattr(parquet_archive, "fsync_dir", record)
     out = tmp_path / "archive"
     w = ArchiveWriter(out)
     _add_job(w, _job(T0, "a"), partition=0, offset=0)

@@ -1,0 +1,109 @@
+"""What an archive folder holds: ``dprobe-archive.json`` at its top names the consumer
+group that writes it, the Kafka cluster and the topics it reads, and the offset up to
+which each partition was committed (archived for good).
+
+The archive deletes files whose offsets were never committed (a crash between a file and
+its commit) before it reads them again. Kafka's committed offsets alone cannot tell those
+from files of other data with the same names: another group, another topic prefix,
+another cluster, a topic deleted and created again, or a group whose offsets expired while
+it was stopped. The manifest can: a folder of another archive is refused, and a partition
+whose group offset is gone goes on from the manifest's own record, never deleting what
+was committed.
+
+Example:
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp())
+    >>> m = ArchiveManifest("dprobe-archive", "c1", {"jobs": "dprobe.jobs"})
+    >>> m.committed["jobs:0"] = 42
+    >>> m.save(out, fsync=False)
+    >>> ArchiveManifest.load(out) == m
+    True
+    >>> ArchiveManifest("other", "c1", {"jobs": "dprobe.jobs"}).differences(m)
+    ["group 'other', not 'dprobe-archive'"]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from dprobe.errors import UsageError
+from dprobe.sinks.parquet_archive import fsync_dir
+
+MANIFEST_NAME: Final = "dprobe-archive.json"
+
+
+@dataclass
+class ArchiveManifest:
+    """The identity of one archive (``group_id``, ``cluster_id``, ``topics``: kind ->
+    topic) and ``committed``: ``"kind:partition"`` -> the next offset to archive."""
+
+    group_id: str
+    cluster_id: str
+    topics: dict[str, str]
+    committed: dict[str, int] = field(default_factory=dict)
+
+    @staticmethod
+    def key(kind: str, partition: int) -> str:
+        return f"{kind}:{partition}"
+
+    def differences(self, written: ArchiveManifest) -> list[str]:
+        """How this archive differs from the one that ``written`` describes ([] when the same)."""
+        out = []
+        if self.group_id != written.group_id:
+            out.append(f"group {self.group_id!r}, not {written.group_id!r}")
+        if self.cluster_id != written.cluster_id:
+            out.append(f"Kafka cluster {self.cluster_id!r}, not {written.cluster_id!r}")
+        for kind in sorted(set(self.topics) & set(written.topics)):
+            if self.topics[kind] != written.topics[kind]:
+                out.append(f"topic {self.topics[kind]!r}, not {written.topics[kind]!r}")
+        return out
+
+    @classmethod
+    def load(cls, out_dir: Path) -> ArchiveManifest | None:
+        """The manifest of ``out_dir`` (``None`` when it has none);
+        :class:`~dprobe.errors.UsageError` naming it when it cannot be read."""
+        path = out_dir / MANIFEST_NAME
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            return cls(
+                group_id=str(raw["group_id"]),
+                cluster_id=str(raw["cluster_id"]),
+                topics={str(k): str(v) for k, v in raw["topics"].items()},
+                committed={str(k): int(v) for k, v in raw.get("committed", {}).items()},
+            )
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UsageError(
+                f"{path}: not a readable archive manifest ({type(exc).__name__}: {exc}); "
+                "it names the group, cluster and topics this folder archives"
+            ) from None
+
+    def save(self, out_dir: Path, *, fsync: bool = True) -> None:
+        """Write the manifest atomically (temp file, fsync, rename, fsync of the folder)."""
+        path = out_dir / MANIFEST_NAME
+        tmp = path.with_name(f".{MANIFEST_NAME}.tmp")
+        body = {
+            "group_id": self.group_id,
+            "cluster_id": self.cluster_id,
+            "topics": dict(sorted(self.topics.items())),
+            "committed": dict(sorted(self.committed.items())),
+        }
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(body, fh, indent=1)
+            fh.write("\n")
+            fh.flush()
+            if fsync:
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        if fsync:
+            fsync_dir(out_dir)
+
+    def describe(self) -> str:
+        """``group 'g' on Kafka cluster 'c' (topics a, b)``."""
+        topics = ", ".join(self.topics[k] for k in sorted(self.topics))
+        return f"group {self.group_id!r} on Kafka cluster {self.cluster_id!r} (topics {topics})"

@@ -1,0 +1,139 @@
+"""An archive folder is one archive's: files another group, topic prefix or cluster wrote
+are never deleted as "uncommitted", and a group whose offsets are gone goes on from the
+folder's own record instead of deleting and re-reading what it archived. Against an
+in-memory consumer (tests/sinks/test_archive_failures.py); the real broker's side is in
+tests/sinks/test_archive_service.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dprobe.config import ArchiveSettings, KafkaSettings
+from dprobe.errors import UsageError
+from dprobe.sinks.archive_manifest import MANIFEST_NAME
+from dprobe.sinks.archive_service import Archiver
+from dprobe.sinks.parquet_archive import list_files
+from tests.sinks.test_archive_failures import (
+    CLUSTER,
+    P0,
+    P1,
+    PREFIX,
+    FakeConsumer,
+    _batch,
+    fake_kafka,
+)
+
+
+@pytest.fixture
+def consumer(monkeypatch: pytest.MonkeyPatch) -> FakeConsumer:
+    return fake_kafka(monkeypatch)
+
+
+def _settings(out: Path, *, group: str = "dprobe-archive", prefix: str = PREFIX) -> ArchiveSettings:
+    return ArchiveSettings(
+        kafka=KafkaSettings(topic_prefix=prefix), out_dir=out, group_id=group,
+        flush_interval_s=3600.0,
+    )  # fmt: skip
+
+
+def _names(out: Path) -> list[str]:
+    return sorted(f.path.name for f in list_files(out, "jobs"))
+
+
+async def _archive(out: Path, fake: FakeConsumer, first: int, last: int, **kw: str) -> None:
+    async with Archiver(_settings(out, **kw)) as archiver:
+        await fake.assign({P0})
+        fake.batches.append(_batch(P0, first, last))
+        await archiver.poll()
+
+
+async def test_another_group_is_refused_and_deletes_nothing(
+    tmp_path: Path, consumer: FakeConsumer
+) -> None:
+    out = tmp_path / "archive"
+    await _archive(out, consumer, 0, 49)
+    assert _names(out) == ["jobs-p0-o0-o49.parquet"]
+    assert json.loads((out / MANIFEST_NAME).read_text())["committed"] == {"jobs:0": 50}
+    consumer.committed_offsets.clear()  # a new group: Kafka has no offset for it
+    with pytest.raises(UsageError, match="group 'migrated', not 'dprobe-archive'"):
+        await _archive(out, consumer, 0, 9, group="migrated")
+    with pytest.raises(UsageError, match=r"topic 'other\.jobs', not 'af\.jobs'"):
+        await _archive(out, consumer, 0, 9, prefix="other.")
+    CLUSTER[0] = "cluster-b"
+    try:
+        with pytest.raises(UsageError, match="Kafka cluster 'cluster-b', not 'cluster-a'"):
+            await _archive(out, consumer, 0, 9)
+    finally:
+        CLUSTER[0] = "cluster-a"
+    assert _names(out) == ["jobs-p0-o0-o49.parquet"]
+
+
+async def test_offsets_gone_goes_on_from_the_folder_s_record(
+    tmp_path: Path, consumer: FakeConsumer
+) -> None:
+    out = tmp_path / "archive"
+    await _archive(out, consumer, 0, 49)
+    consumer.committed_offsets.clear()  # expired while the archive was stopped
+    async with Archiver(_settings(out)) as archiver:
+        await consumer.assign({P0})
+        assert consumer.seeks == [(P0, 50)]
+        consumer.batches.append(_batch(P0, 50, 59))
+        await archiver.poll()
+    assert _names(out) == ["jobs-p0-o0-o49.parquet", "jobs-p0-o50-o59.parquet"]
+
+
+async def test_a_topic_created_again_is_refused(tmp_path: Path, consumer: FakeConsumer) -> None:
+    out = tmp_path / "archive"
+    await _archive(out, consumer, 0, 49)
+    consumer.committed_offsets.clear()
+    consumer.ends[P0] = 10  # a new topic under the old name: it ends before 50
+    with pytest.raises(
+        UsageError, match=r"ends at offset 10, but archive folder .* up to offset 50"
+    ):
+        await _archive(out, consumer, 0, 9)
+    assert _names(out) == ["jobs-p0-o0-o49.parquet"]
+
+
+async def test_a_crash_before_the_first_commit_is_still_cleaned_up(
+    tmp_path: Path, consumer: FakeConsumer
+) -> None:
+    """Files this archive wrote and never committed are deleted and read again, cut anew."""
+    out = tmp_path / "archive"
+    consumer.commit_errors = [RuntimeError("crash")]
+    with pytest.raises(RuntimeError):
+        await _archive(out, consumer, 0, 49)
+    assert _names(out) == ["jobs-p0-o0-o49.parquet"] and consumer.commits == []
+    async with Archiver(_settings(out)) as archiver:
+        await consumer.assign({P0})
+        assert _names(out) == []
+        consumer.batches.append(_batch(P0, 0, 29))
+        await archiver.poll()
+    assert _names(out) == ["jobs-p0-o0-o29.parquet"]
+
+
+async def test_files_of_an_older_dprobe_are_never_written_over(
+    tmp_path: Path, consumer: FakeConsumer
+) -> None:
+    """A folder without a manifest: a partition its group never committed is refused while
+    the folder holds files of it; one it did commit goes on as before."""
+    out = tmp_path / "archive"
+    await _archive(out, consumer, 0, 49)
+    (out / MANIFEST_NAME).unlink()
+    consumer.committed_offsets.clear()
+    with pytest.raises(UsageError, match=r"holds jobs-p0-o0-o49\.parquet, which group"):
+        await _archive(out, consumer, 0, 9)
+    assert _names(out) == ["jobs-p0-o0-o49.parquet"]
+    consumer.batches.clear()  # the refused run's, never read
+    consumer.committed_offsets[P0] = 50  # its own group: committed up to 50
+    async with Archiver(_settings(out)) as archiver:
+        await consumer.assign({P0, P1})  # p1: no file, nothing to write over
+        consumer.batches += [_batch(P0, 50, 59), _batch(P1, 0, 4)]
+        await archiver.poll()
+        await archiver.poll()
+    assert _names(out) == [
+        "jobs-p0-o0-o49.parquet", "jobs-p0-o50-o59.parquet", "jobs-p1-o0-o4.parquet"
+    ]  # fmt: skip
+    assert json.loads((out / MANIFEST_NAME).read_text())["committed"] == {"jobs:0": 60, "jobs:1": 5}
