@@ -159,6 +159,14 @@ class KafkaSettings:
                 f"kafka.sasl_mechanism must be one of {', '.join(SASL_MECHANISMS)}, "
                 f"not {self.sasl_mechanism!r}"
             )
+        sasl_names = ("sasl_mechanism", "sasl_username", "sasl_password")
+        stray = [n for n in sasl_names if getattr(self, n)]
+        if stray and not sasl:  # aiokafka would connect without them, in plain text
+            raise ConfigError(
+                f"kafka.{', kafka.'.join(stray)} set, but kafka.security_protocol is "
+                f"{self.security_protocol}, which sends no credentials: set it to "
+                "SASL_PLAINTEXT or SASL_SSL (with kafka.sasl_mechanism), or remove them"
+            )
         if sasl and not (self.sasl_username and self.sasl_password):
             raise ConfigError(
                 f"kafka.sasl_username and kafka.sasl_password are required with "

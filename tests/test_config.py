@@ -64,6 +64,11 @@ def test_settings_are_frozen() -> None:
         ({"DPROBE_WORKER_PARTITIONS": "1.5"}, "integer"),
         ({"DPROBE_WORKER_FETCH_PARTITION_BYTES": "1000"}, "fetch_partition_bytes"),
         ({"DPROBE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL"}, "sasl_mechanism"),
+        (
+            {"DPROBE_KAFKA_SASL_USERNAME": "svc", "DPROBE_KAFKA_SASL_PASSWORD": "x"},
+            "kafka.sasl_username, kafka.sasl_password set, but kafka.security_protocol is "
+            "PLAINTEXT",
+        ),
         ({"DPROBE_WORKER_GUARANTEED_GPUS": "-8"}, "guaranteed_gpus"),
         ({"DPROBE_WORKER_GUARANTEED_GPUS": "72"}, "guaranteed_gpus"),
         ({"DPROBE_WORKER_CAPACITY_GPUS": "-8"}, "capacity_gpus"),
