@@ -52,6 +52,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import inspect
 import itertools
 import zlib
 from collections import deque
@@ -596,4 +597,7 @@ def load_checkpoint(model: MultiTaskForecaster, path: str | Path) -> None:
 
 
 def _settings(model: MultiTaskForecaster) -> dict[str, Any]:
-    return {k: v for k, v in vars(model).items() if not k.startswith("_")}
+    """The constructor arguments ``model`` was built with (not ``name``, which
+    ``job_inputs`` sets)."""
+    params = inspect.signature(MultiTaskForecaster.__init__).parameters
+    return {k: v for k, v in vars(model).items() if k in params and k != "self"}

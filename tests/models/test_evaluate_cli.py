@@ -158,6 +158,18 @@ def test_checkpoint_saved_by_one_run_warm_starts_the_next(tmp_path: Path, capsys
     assert "--warm-start" in capsys.readouterr().err
 
 
+def test_a_checkpoint_of_the_other_multitask_model_exits_2(tmp_path: Path, capsys) -> None:
+    trace = _demand_csv(tmp_path / "d.csv", n=60)
+    ckpt = tmp_path / "mmoe.pt"
+    base = ["evaluate", "--trace", str(trace), "--format", "demand-csv", "--no-plots", "--json"]
+    assert main([*base, "--models", "dprobe-mmoe", "--save-checkpoint", str(ckpt)]) == 0
+    capsys.readouterr()
+    assert main([*base, "--models", "dprobe-mmoe-jobs", "--warm-start", str(ckpt)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "not a checkpoint of this model" in captured.err
+
+
 @pytest.mark.parametrize("models", ["last-value,holt-winters", "dprobe-mmoe,dprobe-mmoe-jobs"])
 @pytest.mark.parametrize("flag", ["--warm-start", "--save-checkpoint"])
 def test_checkpoint_flags_need_exactly_one_multitask_model(

@@ -249,6 +249,23 @@ def test_mmoe_checkpoint_file_warm_start(tmp_path) -> None:
     assert other.tenants() == []  # left fresh
 
 
+def test_mmoe_checkpoint_into_the_job_model_is_a_checkpoint_error(tmp_path) -> None:
+    from dprobe.models.checkpoint import CheckpointError
+    from dprobe.models.forecast.multitask import load_checkpoint, save_checkpoint
+
+    from .forecast_cases import small_mmoe
+
+    m = small_mmoe()
+    for w in _stream(30):
+        m.learn_one(w)
+    save_checkpoint(m, tmp_path / "ckpt.pt")
+    jobs = small(MMOE_JOBS)  # more inputs: the saved weights do not fit
+    assert isinstance(jobs, MultiTaskForecaster)
+    with pytest.raises(CheckpointError, match="not a checkpoint of this model"):
+        load_checkpoint(jobs, tmp_path / "ckpt.pt")
+    assert jobs.tenants() == [] and jobs.name == MMOE_JOBS and jobs.job_inputs  # left fresh
+
+
 @pytest.mark.parametrize(("name", "calibrated"), CASES)
 def test_window_length_is_inferred_when_windows_do_not_state_it(
     name: str, calibrated: bool
