@@ -120,6 +120,8 @@ class Archiver(AsyncService):
         self._stopped = False
         self._failure: Exception | None = None  # a failed flush: the archiver is stopping
         self._commit_failing = False
+        self._invalid_said_at: float | None = None  # when an invalid record was last named
+        self._invalid_unsaid = 0
         self.manifest: ArchiveManifest | None = None  # what the folder holds (set at start)
         self._owned = False  # the folder's files are all this archive's (see _on_assigned)
 
@@ -195,8 +197,8 @@ class Archiver(AsyncService):
                 n += 1
                 try:
                     msg = _decode(kind, r.value)
-                except SchemaError:
-                    self.invalid_records += 1
+                except SchemaError as exc:
+                    self._invalid(tp, r.offset, exc)
                     continue
                 self.writer.add(
                     kind,
@@ -216,6 +218,25 @@ class Archiver(AsyncService):
         if self._due():
             await self.flush()
         return n
+
+    def _invalid(self, tp: TopicPartition, offset: int, exc: SchemaError) -> None:
+        """Count a record that is not archived and name it: the first, then one a minute
+        (with the count since), so a flood of them does not flood the log."""
+        self.invalid_records += 1
+        now = time.monotonic()
+        if self._invalid_said_at is not None and now - self._invalid_said_at < 60.0:
+            self._invalid_unsaid += 1
+            return
+        more = (
+            f" ({self._invalid_unsaid} more since the last one named)"
+            if self._invalid_unsaid
+            else ""
+        )
+        log.warning(
+            "%s partition %d offset %d not archived: %s%s (the worker sends it to the "
+            "dead-letter topic)", tp.topic, tp.partition, offset, exc, more,
+        )  # fmt: skip
+        self._invalid_said_at, self._invalid_unsaid = now, 0
 
     def _due(self) -> bool:
         s, w = self.settings, self.writer

@@ -287,3 +287,17 @@ def test_cli_full_disk_exits_1_with_one_line_and_commits_nothing(
     )
     assert consumer.commits == [] and consumer.stopped
     assert len(writes) == 1  # stopping did not try the failed flush again
+
+
+async def test_invalid_records_are_named_then_counted_not_logged_each(
+    tmp_path: Path, consumer: FakeConsumer, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad = [SimpleNamespace(offset=o, key=b"j", value=b"{not json", timestamp=None) for o in (5, 6)]
+    async with Archiver(_settings(tmp_path / "archive")) as archiver:
+        await consumer.assign({P0})
+        consumer.batches.append({P0: [_record(4), *bad, _record(7)]})
+        with caplog.at_level("WARNING", logger="dprobe.sinks.archive_service"):
+            await archiver.poll()
+    said = [r.getMessage() for r in caplog.records if "not archived" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"{JOBS} partition 0 offset 5 not archived: ")
+    assert archiver.invalid_records == 2 and archiver.records == 2
