@@ -510,16 +510,7 @@ def run(args: argparse.Namespace) -> int:
                 "them out, so it compares badly with the other cells (column 'unfinished')"
             )
     several = len(seeds) > 1
-    if chart_path is not None:
-        try:
-            draw = sweep_chart if args.sweep else chart
-            title = f"Queueing delay ({source}" + (
-                f", mean of {len(seeds)} seeds)" if several else ")"
-            )
-            drawn = draw(mean_cells(results) if several else results, chart_path, title=title)
-        except OSError as exc:
-            raise UsageError(f"--chart {args.chart}: {exc.strerror or exc}") from None
-        say(f"chart written to {drawn}")
+    # the results first: a chart that cannot be written must not lose a finished run
     if args.json:
         json.dump(rows(results), sys.stdout)
         sys.stdout.write("\n")
@@ -529,6 +520,20 @@ def run(args: argparse.Namespace) -> int:
         print(sweep_table(results))
     else:
         print(table(results))
+    sys.stdout.flush()
+    if chart_path is not None:
+        try:
+            draw = sweep_chart if args.sweep else chart
+            title = f"Queueing delay ({source}" + (
+                f", mean of {len(seeds)} seeds)" if several else ")"
+            )
+            drawn = draw(mean_cells(results) if several else results, chart_path, title=title)
+        except OSError as exc:
+            raise UsageError(
+                f"--chart {args.chart}: {exc.strerror or exc} (the results are printed; "
+                "only the chart is missing)"
+            ) from None
+        say(f"chart written to {drawn}")
     return 0
 
 
@@ -551,7 +556,28 @@ def _chart_path(text: str) -> Path:
             f"--chart {text}: cannot write a {path.suffix} chart; give a file name ending "
             f"in one of {', '.join('.' + f for f in sorted(formats))}"
         )
-    return output_file(path, "--chart", shown=text)
+    out = output_file(path, "--chart", shown=text)
+    _probe_folder(out, text)
+    return out
+
+
+def _probe_folder(path: Path, shown: str) -> None:
+    """Write and remove a probe file beside ``path`` when its folder is there already: a
+    folder that permissions call writable can still refuse files (``/proc``, a read-only
+    mount, as root)."""
+    import os
+    import tempfile
+
+    folder = path.absolute().parent
+    if not folder.is_dir():
+        return  # made on writing: the nearest existing folder was checked
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".dprobe-chart-probe-", dir=folder)
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise UsageError(f"--chart {shown}: cannot write in {folder}: {why}") from None
+    os.close(fd)
+    Path(probe).unlink(missing_ok=True)
 
 
 def _per_seed(counts: list[int]) -> str:

@@ -440,3 +440,34 @@ def test_the_predictive_forecaster_is_named_only_when_predictive_runs(
     assert main([*argv, "--policies", "fifo", "--modes", "static", "reactive"]) == 0
     err = capsys.readouterr().err
     assert " runs in " in err and "predictive forecaster" not in err
+
+
+def test_a_chart_that_cannot_be_written_keeps_the_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import dprobe.sim.report
+
+    def refuse(*args: object, **kwargs: object) -> Path:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(dprobe.sim.report, "chart", refuse)
+    jobs = _trace(tmp_path)
+    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv"), "--json"]
+    args += ["--policies", "fifo", "--modes", "static", "--chart", str(tmp_path / "c.png")]
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert [r["mode"] for r in json.loads(out)] == ["static"]  # printed before the chart
+    assert "--chart" in err and "No space left on device" in err
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_a_chart_folder_that_refuses_files_exits_2_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = _trace(tmp_path)
+    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv")]
+    assert main([*args, "--policies", "fifo", "--chart", "/proc/x.png"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "--chart /proc/x.png: cannot write in /proc" in err
+    assert "runs in" not in err  # refused before simulating
