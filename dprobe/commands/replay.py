@@ -242,6 +242,13 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 143 if isinstance(exc, Terminated) else 130
+    except UsageError as exc:  # a file found bad once the replay was under way
+        if not sent[0]:
+            raise
+        raise UsageError(
+            f"{exc}; stopped after {sent[0]} records sent (event time {_when(reached)} UTC), "
+            "those sent are delivered: a rerun into the same topics sends them again"
+        ) from None
     except ReplayError as exc:
         raise ReplayError(
             f"{exc} (Kafka at {s.kafka.bootstrap}), after {sent[0]} records sent (event time "

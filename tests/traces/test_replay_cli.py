@@ -85,14 +85,20 @@ def test_malformed_rows_skipped_and_counted_or_fatal_with_strict(
     raws = asyncio.run(consume(kafka_bootstrap, f"{prefix}samples", until=3, timeout_s=30))
     assert sorted(schema.decode_snapshot(r).ts for r in raws) == [0.0, 60.0, 120.0]
 
+    again = f"cli{uuid.uuid4().hex[:8]}."
     strict = _dprobe(
         "--bootstrap", kafka_bootstrap, "replay", str(f), "--format", "demand-csv",
-        "--strict", "--no-progress", replay_prefix=prefix,
+        "--strict", "--no-progress", replay_prefix=again,
     )  # fmt: skip
     assert strict.returncode == 2
+    # found once the replay was under way: it says what it had sent, and that is delivered
     assert strict.stderr.strip().splitlines()[-1] == (
-        f"dprobe replay: {f}:3: demand_gpus: not a number: 'x'"
+        f"dprobe replay: {f}:3: demand_gpus: not a number: 'x'; stopped after 2 records "
+        "sent (event time 1970-01-01 00:00:00 UTC), those sent are delivered: a rerun into "
+        "the same topics sends them again"
     )
+    raws = asyncio.run(consume(kafka_bootstrap, f"{again}samples", until=1, timeout_s=30))
+    assert [schema.decode_snapshot(r).ts for r in raws] == [0.0]
 
 
 @pytest.mark.integration
