@@ -234,6 +234,9 @@ def run(args: argparse.Namespace) -> int:
 
     t0 = time.monotonic()
     models = _models(args)
+    # the profiler's side report before the evaluation: a table it cannot use is said in
+    # seconds, not after the run
+    profiler_line, profiler = _profiler_accuracy(args, err)
     windows, n_rows = _counted_windows(args, test_end)
     if not windows:
         raise UsageError(_no_windows(args, n_rows, test_end))
@@ -291,7 +294,8 @@ def run(args: argparse.Namespace) -> int:
     if not result.rows:
         raise UsageError("no forecast could be scored: the test span is shorter than the horizons")
     print(f"evaluated {len(windows)} windows in {time.monotonic() - t0:.1f} s", file=err)
-    profiler = _profiler_accuracy(args, err)
+    if profiler_line:
+        print(profiler_line, file=err)
 
     table = _table(result.rows)
     if args.json:
@@ -408,19 +412,31 @@ def _save_checkpoint(model: Any, path: str) -> None:
         raise UsageError(f"--save-checkpoint {path}: {exc.strerror or exc}") from None
 
 
-def _profiler_accuracy(args: argparse.Namespace, err: Any) -> dict[str, Any]:
+def _profiler_accuracy(
+    args: argparse.Namespace, err: Any
+) -> tuple[str | None, dict[str, Any] | None]:
     """Level accuracy of the job profiler on the Lucid profiles, leave one family out
-    (models/profiler_eval.py), printed as one line. The table is looked for under
-    DPROBE_TRACE_DIR, then beside the trace's folder (a public traces folder)."""
+    (models/profiler_eval.py): ``(one line, summary)``. The table is looked for under
+    DPROBE_TRACE_DIR, then beside the trace's folder (a public traces folder). The user
+    did not name that table: one it cannot read is a warning on ``err`` and no report
+    ``(None, None)``, not the end of the evaluation."""
     import os
 
     from dprobe.models.profiler_eval import lucid_lofo
+    from dprobe.models.profiles import ProfileTableError
 
     trace = Path(args.trace).resolve()
     folders: list[str | Path] = [os.environ.get("DPROBE_TRACE_DIR", ""), *trace.parents[:2]]
-    line, summary = lucid_lofo([f for f in folders if f])
-    print(line, file=err)
-    return summary
+    try:
+        return lucid_lofo([f for f in folders if f])
+    except ProfileTableError as exc:
+        print(
+            f"warning: no profiler level accuracy in this report: {exc} (the Lucid profile "
+            "table is found under DPROBE_TRACE_DIR or beside the trace's folder; the "
+            "forecasts are evaluated without it)",
+            file=err,
+        )
+        return None, None
 
 
 def _table(rows: list[Any]) -> str:

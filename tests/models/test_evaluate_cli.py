@@ -237,3 +237,21 @@ def test_test_end_leaves_out_a_window_it_cuts_short(tmp_path: Path, capsys) -> N
         .split(" (")[0]
         .endswith(datetime.fromtimestamp(last_full, UTC).strftime("%Y-%m-%d %H:%M"))
     )
+
+
+def test_a_malformed_profile_table_found_on_its_own_is_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    table = tmp_path / "data" / "lucid-profiles" / "single_data.csv"
+    table.parent.mkdir(parents=True)
+    table.write_text("foo,bar\n1,2\n")
+    monkeypatch.setenv("DPROBE_TRACE_DIR", str(tmp_path / "data"))
+    trace = _demand_csv(tmp_path / "d.csv", n=60)
+    out = tmp_path / "report"
+    args = ["evaluate", "--trace", str(trace), "--format", "demand-csv", "--json"]
+    assert main([*args, "--models", "last-value", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)  # the evaluation's rows are out
+    warning = captured.err.index(f"warning: no profiler level accuracy in this report: {table}")
+    assert warning < captured.err.index("evaluated ")  # said before the evaluation ran
+    assert json.loads((out / "summary.json").read_text())["profiler_lofo"] is None
