@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     import importlib.util
     import logging
     import os
+    import shlex
     import sys
     from pathlib import Path
 
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from dprobe.commands._common import settings
     from dprobe.config import BrokerSettings, KafkaSettings
     from dprobe.demo.plan import DemoPlan
-    from dprobe.demo.processes import broker_to_start
+    from dprobe.demo.processes import broker_to_start, stop_command
     from dprobe.demo.report import report
     from dprobe.demo.run import Demo
 
@@ -107,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         code = report(outcome, plan, out_dir, say=say)
         if args.keep_broker:
             say(f"this run's topics are kept: DPROBE_KAFKA_TOPIC_PREFIX={plan.topic_prefix} "
-                f"dprobe events --from-beginning")  # fmt: skip
+                f"dprobe --bootstrap {shlex.quote(kafka.bootstrap)} events "
+                "--from-beginning")  # fmt: skip
         return code
     finally:
         if broker is not None and not args.keep_broker:
@@ -115,4 +117,4 @@ def run(args: argparse.Namespace) -> int:
             broker.stop()
         elif broker is not None:
             say(f"the broker the demo started keeps running at {broker.bootstrap} "
-                f"(dprobe broker stop stops it)")  # fmt: skip
+                f"({stop_command(broker.settings)} stops it)")  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -69,6 +70,18 @@ def broker_to_start(bootstrap: str, settings: BrokerSettings) -> LocalBroker | N
             state_dir=Path(f"{settings.state_dir}-{port}"),
         )
     return LocalBroker(settings)
+
+
+def stop_command(settings: BrokerSettings) -> str:
+    """The command that stops the broker of ``settings`` (it is found by its state folder).
+
+    >>> stop_command(BrokerSettings(port=9192, controller_port=9193, state_dir=Path("/b")))
+    'dprobe broker stop --port 9192 --controller-port 9193 --state-dir /b'
+    """
+    return (
+        f"dprobe broker stop --port {settings.port} --controller-port "
+        f"{settings.controller_port} --state-dir {shlex.quote(str(settings.state_dir))}"
+    )
 
 
 def free_port(preferred: int) -> int:

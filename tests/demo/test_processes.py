@@ -98,3 +98,28 @@ def test_a_port_something_listens_on_is_not_free() -> None:
         listener.listen()
         port = listener.getsockname()[1]
         assert free_port(port) != port
+
+
+def test_the_stop_command_it_prints_stops_the_broker_it_started(tmp_path: Path) -> None:
+    """The command printed for a broker of its own (another port, another state folder),
+    parsed as the CLI parses it, names that broker, not the configured one."""
+    import shlex
+
+    from dprobe.cli import build_parser
+    from dprobe.commands._common import settings
+    from dprobe.config import BrokerSettings
+    from dprobe.demo.processes import broker_to_start, stop_command
+
+    configured = BrokerSettings(port=9092, state_dir=tmp_path / "my broker")
+    broker = broker_to_start(f"127.0.0.1:{free_port(0)}", configured)
+    assert broker is not None
+    argv = shlex.split(stop_command(broker.settings))
+    assert argv[:3] == ["dprobe", "broker", "stop"]
+    args = build_parser().parse_args(argv[1:])
+    parsed = settings(
+        BrokerSettings, args, port=args.port, controller_port=args.controller_port,
+        state_dir=args.state_dir,
+    )  # fmt: skip
+    assert (parsed.port, parsed.controller_port, parsed.state_dir) == (
+        broker.settings.port, broker.settings.controller_port, broker.settings.state_dir,
+    )  # fmt: skip
