@@ -5,8 +5,11 @@ configured partitions, if they may; where only an administrator may create topic
 choose the partitions once for the whole fleet, `dprobe topics create` creates every
 topic the worker uses (samples with broker timestamps, jobs, features, dead letters,
 scaling events with one partition so plans stay in order, the worker's internal and
-changelog topics) and lists them; existing topics are left as they are, with a warning
-when one has fewer partitions than configured. `dprobe topics list` only lists.
+changelog topics) and lists them. Existing topics are left as they are, with a warning
+when one of samples, jobs or features has fewer partitions than configured; an internal
+topic of the app id with another count is an error (exit 2): every worker of an app id
+uses one count, that of its topics. `dprobe topics list` only lists (exit 0, also when a
+topic is missing; stderr counts them).
 
   dprobe topics create --partitions 8
   dprobe topics list
@@ -29,14 +32,15 @@ def run(args: argparse.Namespace) -> int:
 
     from dprobe.commands._common import settings
     from dprobe.config import WorkerSettings
-    from dprobe.streams.provision import describe_topics, ensure_topics
+    from dprobe.streams.provision import changelog_topics, describe_topics, ensure_topics
     from dprobe.streams.topics import TopicNames
 
     s = settings(WorkerSettings, args, partitions=args.partitions, app_id=args.app_id)
     if args.action == "create":
         asyncio.run(ensure_topics(s, attempts=3))
     names = TopicNames.from_settings(s)
-    found = asyncio.run(describe_topics(s, [*names.external(), names.updates, names.planning]))
+    internal = [names.updates, names.planning, *changelog_topics(s, s.partitions)]
+    found = asyncio.run(describe_topics(s, [*names.external(), *internal]))
     for topic, count in found.items():
         print(f"{topic}\t{'missing' if count is None else f'{count} partition(s)'}")
     missing = [t for t, n in found.items() if n is None]
