@@ -240,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
     windows, n_rows = _counted_windows(args, test_end)
     if not windows:
         raise UsageError(_no_windows(args, n_rows, test_end))
+    _check_warm_start(args, models, windows)
     first, last = windows[0].window_end, windows[-1].window_end
     if first == last:
         raise UsageError(
@@ -384,6 +385,48 @@ def _windows_needed(horizon_s: float, args: argparse.Namespace) -> int:
     while math.ceil(0.7 * (n - 1) - 1e-9) + ahead > n - 1:
         n += 1
     return n
+
+
+def _check_warm_start(args: argparse.Namespace, models: list[Any], windows: list[Any]) -> None:
+    """--warm-start from a checkpoint that has already learned windows at or after the
+    trace's first window of a tenant is a :class:`UsageError`: the model would ignore
+    that tenant's windows as late until the trace passes the checkpoint's time, and its
+    forecasts would stay frozen."""
+    if not args.warm_start:
+        return
+    from dprobe.models.forecast.multitask import MultiTaskForecaster
+
+    first: dict[str, float] = {}
+    for w in windows:
+        end = float(w.window_end)
+        if end < first.get(w.tenant, math.inf):
+            first[w.tenant] = end
+    for m in models:
+        inner = getattr(m, "inner", m)
+        if not isinstance(inner, MultiTaskForecaster):
+            continue
+        late = sorted(t for t, end in first.items() if inner.ignores(t, end))
+        if not late:
+            continue
+        seen = max(inner.seen_until(t) or 0.0 for t in late)
+        start = min(first[t] for t in late)
+        raise UsageError(
+            f"--warm-start {args.warm_start}: the checkpoint has learned windows up to "
+            f"{_iso(seen)}, but the trace starts at {_iso(start)} for "
+            f"{_count(len(late), 'tenant')} it holds ({', '.join(late[:3])}"
+            f"{', ...' if len(late) > 3 else ''}): the model would ignore those windows as "
+            "late and its forecasts would not move; warm-start from a checkpoint saved on a "
+            "span before the trace's"
+        )
+
+
+def _count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1.
+
+    >>> _count(1, "tenant"), _count(3, "tenant")
+    ('1 tenant', '3 tenants')
+    """
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _check_checkpoint_path(path: str) -> None:

@@ -493,6 +493,20 @@ class MultiTaskForecaster:
         """Tenants seen so far."""
         return sorted(self._hist)
 
+    def seen_until(self, tenant: str) -> float | None:
+        """End of the newest window of ``tenant`` learned so far (None: never seen).
+        :meth:`learn_one` ignores a window of the tenant that does not end after it (see
+        :meth:`ignores`), so a model warm-started from a later span learns nothing until
+        its windows pass this time."""
+        hist = self._hist.get(tenant)
+        return None if hist is None or hist.last_idx < 0 else hist.last_idx * hist.step_s
+
+    def ignores(self, tenant: str, window_end: float) -> bool:
+        """Whether :meth:`learn_one` would drop a window of ``tenant`` ending at
+        ``window_end`` as late or repeated (it is not after the newest one learned)."""
+        hist = self._hist.get(tenant)
+        return hist is not None and round(float(window_end) / hist.step_s) <= hist.last_idx
+
     # -- state ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """All learned state as plain containers and tensors (``torch.save``-able, safe-load).

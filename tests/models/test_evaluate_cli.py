@@ -12,9 +12,10 @@ import pytest
 from dprobe.cli import main
 
 
-def _demand_csv(path: Path, n: int = 300) -> Path:
+def _demand_csv(path: Path, n: int = 300, start: int = 0) -> Path:
+    """``n`` 10-minute rows of two tenants, from row number ``start`` of the series."""
     lines = ["ts,tenant,demand_gpus,quota_gpus"]
-    for i in range(n):
+    for i in range(start, start + n):
         t = 1_590_000_000 + 600 * i
         lines.append(f"{t},vc-a,{8 + 8 * ((i // 12) % 2)},32")
         lines.append(f"{t},vc-b,{round(4 + 2 * math.sin(i / 10), 2)},16")
@@ -150,6 +151,8 @@ def test_checkpoint_saved_by_one_run_warm_starts_the_next(tmp_path: Path, capsys
     assert main([*base, "--models", "dprobe-mmoe", "--save-checkpoint", str(ckpt)]) == 0
     assert ckpt.stat().st_size > 10_000
     capsys.readouterr()
+    later = _demand_csv(tmp_path / "later.csv", n=150, start=150)  # the span after it
+    base[2] = str(later)
     assert main([*base, "--models", "dprobe-mmoe", "--warm-start", str(ckpt)]) == 0
     assert json.loads(capsys.readouterr().out)
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
@@ -255,3 +258,18 @@ def test_a_malformed_profile_table_found_on_its_own_is_a_warning(
     warning = captured.err.index(f"warning: no profiler level accuracy in this report: {table}")
     assert warning < captured.err.index("evaluated ")  # said before the evaluation ran
     assert json.loads((out / "summary.json").read_text())["profiler_lofo"] is None
+
+
+def test_a_checkpoint_that_has_seen_the_traces_span_exits_2(tmp_path: Path, capsys) -> None:
+    trace = _demand_csv(tmp_path / "d.csv", n=60)
+    ckpt = tmp_path / "mmoe.pt"
+    base = ["evaluate", "--trace", str(trace), "--format", "demand-csv", "--no-plots", "--json"]
+    base += ["--models", "last-value,dprobe-mmoe"]
+    assert main([*base, "--save-checkpoint", str(ckpt)]) == 0
+    capsys.readouterr()
+    # the same trace again: every window is at or before what the checkpoint learned
+    assert main([*base, "--warm-start", str(ckpt)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"--warm-start {ckpt}: the checkpoint has learned windows up to" in captured.err
+    assert "for 2 tenants it holds (vc-a, vc-b)" in captured.err
