@@ -49,9 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--time-unit",
         type=float,
-        default=60.0,
+        default=None,
         metavar="S",
-        help="jobs-csv: seconds per time unit of submit_time/duration (default 60: minutes)",
+        help="--format jobs-csv only: seconds per time unit of submit_time/duration "
+        "(default 60: minutes)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document (rows) on stdout")
     p.add_argument(
@@ -210,6 +211,10 @@ def run(args: argparse.Namespace) -> int:
     # every check of the flags and output paths first: nothing is read, run or written
     # before they all pass
     positive(args.window_s, "--window-s")
+    if args.time_unit is None:
+        args.time_unit = 60.0
+    elif args.fmt != "jobs-csv":  # a flag that would be ignored is refused, not dropped
+        raise UsageError("--time-unit applies only with --format jobs-csv")
     positive(args.time_unit, "--time-unit")
     checked_seed(args.seed, "--seed")
     if args.origin_stride < 1:

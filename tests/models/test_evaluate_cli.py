@@ -273,3 +273,13 @@ def test_a_checkpoint_that_has_seen_the_traces_span_exits_2(tmp_path: Path, caps
     assert captured.out == ""
     assert f"--warm-start {ckpt}: the checkpoint has learned windows up to" in captured.err
     assert "for 2 tenants it holds (vc-a, vc-b)" in captured.err
+
+
+@pytest.mark.parametrize("fmt", ["demand-csv", "helios-vc"])
+def test_time_unit_applies_only_to_a_jobs_trace(tmp_path: Path, capsys, fmt: str) -> None:
+    trace = _demand_csv(tmp_path / "d.csv", n=50)
+    args = ["evaluate", "--trace", str(trace), "--format", fmt, "--no-plots", "--json"]
+    assert main([*args, "--models", "last-value", "--time-unit", "1"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "--time-unit applies only with --format jobs-csv" in captured.err
