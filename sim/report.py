@@ -11,7 +11,11 @@ better; ``None`` without a static cell or when static had no delay);
 (predictive cells only) is ``(reactive - predictive) / (reactive - oracle)``: the share of
 the oracle's gain over reactive that predictive captures (``None`` when the oracle gains
 nothing). ``oracle_pick`` (oracle cells only) names the run the oracle kept: ``planner``,
-``foresight`` or ``reactive``.
+``foresight`` or ``reactive``. ``repeated``: true for a static row that shows again the
+run of an earlier static row of the same seed and policy (static quotas never move a node,
+so a sweep runs static once per seed and policy and shows it under every move latency x
+reclaim rule, with that cell's ``move_latency_s`` and ``reclaim``); leave these rows out
+to count each run once.
 
 Example:
     >>> from dprobe.sim.run import CellResult
@@ -54,6 +58,7 @@ COLUMNS = (
     "reduction_vs_reactive",
     "oracle_gain_captured",
     "oracle_pick",
+    "repeated",
 )
 
 
@@ -65,8 +70,12 @@ def rows(results: Sequence[CellResult]) -> list[dict[str, Any]]:
     """One plain row per cell, with exactly :data:`COLUMNS`."""
     by = {(r.seed, r.policy, r.move_latency_s, r.reclaim, r.mode): r.avg_queue_s for r in results}
     out = []
+    static_shown: set[tuple[int, str]] = set()
     for r in results:
         key = (r.seed, r.policy, r.move_latency_s, r.reclaim)
+        repeated = r.mode == "static" and (r.seed, r.policy) in static_shown
+        if r.mode == "static":
+            static_shown.add((r.seed, r.policy))
         reactive, oracle = by.get((*key, "reactive")), by.get((*key, "oracle"))
         captured = None
         if r.mode == "predictive" and reactive is not None and oracle is not None:
@@ -95,6 +104,7 @@ def rows(results: Sequence[CellResult]) -> list[dict[str, Any]]:
                 "reduction_vs_reactive": _pct(reactive, r.avg_queue_s),
                 "oracle_gain_captured": captured,
                 "oracle_pick": r.oracle_pick or None,
+                "repeated": repeated,
             }
         )
     return out

@@ -497,9 +497,16 @@ def run(args: argparse.Namespace) -> int:
     )
     wall = time.perf_counter() - t0
     skipped = _per_seed([next((r.skipped for r in results if r.seed == k), 0) for k in seeds])
+    # static runs once per seed and policy and is shown in every latency x reclaim cell
+    shown = (
+        f" ({len(results)} cells: static run once per policy"
+        f"{' and seed' if len(seeds) > 1 else ''}, shown under every latency and reclaim rule)"
+        if len(results) != n_runs
+        else ""
+    )
     say(
-        f"{len(results)} runs in {wall:.1f} s; {skipped} jobs left out (0 GPUs or larger than "
-        f"the cluster)"
+        f"{n_runs} runs{shown} in {wall:.1f} s; {skipped} jobs left out (0 GPUs or larger "
+        "than the cluster)"
         + (f"; predictive forecaster: {forecaster}" if "predictive" in modes else "")
     )
     for r in results:

@@ -31,6 +31,7 @@ KEYS = {
     "reduction_vs_reactive",
     "oracle_gain_captured",
     "oracle_pick",
+    "repeated",
 }
 
 
@@ -471,3 +472,22 @@ def test_a_chart_folder_that_refuses_files_exits_2_before_the_run(
     assert out == ""
     assert "--chart /proc/x.png: cannot write in /proc" in err
     assert "runs in" not in err  # refused before simulating
+
+
+def test_a_sweep_counts_static_once_per_policy_and_marks_its_repeated_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = _trace(tmp_path)
+    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv"), "--chart", ""]
+    args += ["--policies", "fifo,srtf", "--sweep", "--latencies", "0,900", "--json"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    rows = json.loads(out)
+    # 2 policies x (static once + 3 modes x 2 latencies x 2 reclaim rules)
+    assert len(rows) == 32
+    assert "26 runs (32 cells: static run once per policy" in err
+    static = [r for r in rows if r["mode"] == "static"]
+    assert len(static) == 8
+    assert [r["policy"] for r in static if not r["repeated"]] == ["fifo", "srtf"]
+    assert sum(not r["repeated"] for r in rows) == 26
+    assert not any(r["repeated"] for r in rows if r["mode"] != "static")
