@@ -50,6 +50,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # top-level modules of the optional extras (`pip install dprobe` alone is the collector's
 # install; `dprobe[worker]` adds the stream worker's, `dprobe[all]` every command's)
 EXTRAS = frozenset({"faust", "mode", "croniter", "torch", "numpy", "pyarrow", "matplotlib", "tqdm"})
+# the extra that holds all a command needs, where one smaller than [all] does
+EXTRA_OF = {"worker": "worker", "archive": "archive", "replay": "archive"}
 
 # commands that run once and end: the Kafka client's progress reports (subscriptions,
 # metadata, coordinators) are noise beside their own lines unless --log-level DEBUG
@@ -213,7 +215,7 @@ def _run(argv: Sequence[str] | None) -> int:
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in EXTRAS:
             raise
-        extra = "worker" if args.command == "worker" else "all"
+        extra = EXTRA_OF.get(args.command, "all")
         print(
             f"dprobe {args.command}: needs {exc.name}, which the collector-only install "
             f"leaves out: pip install '.[{extra}]' at the root of the dprobe checkout",

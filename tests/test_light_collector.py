@@ -71,10 +71,14 @@ def test_the_collector_runs_without_the_extras(argv: list[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("command", "extra"), [("worker", "worker"), ("simulate", "all"), ("demo", "all")]
+    ("command", "extra"),
+    [("worker", "worker"), ("simulate", "all"), ("demo", "all"), ("replay", "archive")],
 )
 def test_a_command_that_needs_an_extra_names_it_in_one_line(command: str, extra: str) -> None:
-    args = {"worker": [], "simulate": ["--jobs", "x.csv", "--nodes", "2"], "demo": []}[command]
+    args = {
+        "worker": [], "simulate": ["--jobs", "x.csv", "--nodes", "2"], "demo": [],
+        "replay": ["x.csv", "--format", "demand-csv", "--no-progress"],
+    }[command]  # fmt: skip
     done = _run(["--bootstrap", "127.0.0.1:1", command, *args])
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith(f"dprobe {command}:")]
     assert done.returncode == 2, done.stderr[-2000:]
