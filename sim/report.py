@@ -173,7 +173,7 @@ def sweep_table(results: Sequence[CellResult]) -> str:
         lines.append(
             f"| {lat:g} | {rec} | {pol} | "
             + " | ".join("-" if c is None else seconds_text(c.avg_queue_s) for c in cells)
-            + f" | {vs or '-'} | {'-' if cap is None else f'{cap:.2f}'} | "
+            + f" | {vs} | {'-' if cap is None else f'{cap:.2f}'} | "
             + " | ".join("-" if c is None else seconds_text(c.lost_gpu_h) for c in lost)
             + " |"
         )
@@ -185,7 +185,9 @@ def _neg(pct: float | None) -> float | None:
 
 
 def _signed(pct: float | None) -> str:
-    return "" if pct is None else f"{pct:+.2f} %"
+    """A change in percent with its sign; ``-`` without one (no reference, or a reference
+    that did not wait), as every other empty cell of the tables."""
+    return "-" if pct is None else f"{pct:+.2f} %"
 
 
 def seconds_text(x: float) -> str:

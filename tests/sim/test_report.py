@@ -43,3 +43,12 @@ def test_static_rows_name_no_move_latency_or_reclaim_rule_and_counts_are_grouped
     assert _column(text, "reclaim") == {"static": "-", "reactive": "preempt"}
     assert _column(text, "node moves")["reactive"] == "12,345"
     assert _column(text, "preemptions")["reactive"] == "1,200"
+
+
+def test_a_change_without_a_reference_reads_dash_not_an_empty_cell() -> None:
+    # no static cell at all, and a reactive cell that did not wait
+    cells = [_cell("reactive", 0.0), _cell("predictive", 80.0)]
+    text = table(cells)
+    assert _column(text, "wait vs static") == {"reactive": "-", "predictive": "-"}
+    assert _column(text, "wait vs reactive") == {"reactive": "-", "predictive": "-"}
+    assert "|  |" not in text
