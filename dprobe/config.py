@@ -959,7 +959,7 @@ def _warn_unknown_env(section: str, env: Mapping[str, str], known: set[str]) -> 
         _warned_env.add(key)
         near = difflib.get_close_matches(key, sorted(known), n=1)
         hint = f"; did you mean {near[0]}?" if near else ""
-        _log.warning("environment variable %s is not a %s setting: ignored%s", key, section, hint)
+        _log.warning("environment variable %s names no %s setting: ignored%s", key, section, hint)
 
 
 def _given_in(message: str, section: str, given: dict[str, str]) -> str:

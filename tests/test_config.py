@@ -341,7 +341,7 @@ def test_a_misspelt_environment_variable_is_logged_with_the_likely_name(
         assert load(WorkerSettings, env=env).window_s == 60.0
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
-        "environment variable DPROBE_WORKER_WINDOWS is not a worker setting: ignored; "
+        "environment variable DPROBE_WORKER_WINDOWS names no worker setting: ignored; "
         "did you mean DPROBE_WORKER_WINDOW_S?"
     ]
 

@@ -241,7 +241,7 @@ def test_check_says_which_environment_variables_no_service_reads(
     captured = capsys.readouterr()
     assert captured.out.splitlines() == [f"[{s}] ok" for s in SECTIONS]
     assert captured.err.splitlines() == [
-        "dprobe config: warning: environment variable DPROBE_COLLECTOR_INTERVALS is not a "
+        "dprobe config: warning: environment variable DPROBE_COLLECTOR_INTERVALS names no "
         "collector setting: ignored; did you mean DPROBE_COLLECTOR_INTERVAL_S?"
     ]
 
