@@ -256,7 +256,7 @@ def sweep_chart(results: Sequence[CellResult], path: str | Path, title: str = ""
             if i == len(reclaims) - 1:
                 ax.set_xlabel("move latency (s)", fontsize=7)
             if k == 0:
-                ax.set_ylabel("avg queueing delay (s, log)", fontsize=7)
+                ax.set_ylabel("avg queueing delay\n(s, log; 0 drawn at 0.1)", fontsize=7)
     axes[0][-1].legend(fontsize=7)
     fig.suptitle(title or "Average queueing delay against move latency", fontsize=9)
     return _save(plt, fig, path)

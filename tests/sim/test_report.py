@@ -52,3 +52,19 @@ def test_a_change_without_a_reference_reads_dash_not_an_empty_cell() -> None:
     assert _column(text, "wait vs static") == {"reactive": "-", "predictive": "-"}
     assert _column(text, "wait vs reactive") == {"reactive": "-", "predictive": "-"}
     assert "|  |" not in text
+
+
+def test_the_sweep_chart_says_where_it_draws_a_wait_of_zero(tmp_path, monkeypatch) -> None:
+    import dprobe.sim.report as report
+
+    labels: list[str] = []
+    save = report._save
+
+    def keep_labels(plt, fig, path):
+        labels.extend(ax.get_ylabel() for ax in fig.axes)
+        return save(plt, fig, path)
+
+    monkeypatch.setattr(report, "_save", keep_labels)
+    cells = [_cell("static", 0.0), _cell("reactive", 0.0)]  # drawn at 0.1 on the log axis
+    assert report.sweep_chart(cells, tmp_path / "s.png").stat().st_size > 1000
+    assert any("0 drawn at 0.1" in label for label in labels)
