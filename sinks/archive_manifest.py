@@ -24,8 +24,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -34,6 +37,7 @@ from dprobe.errors import UsageError
 from dprobe.sinks.parquet_archive import fsync_dir
 
 MANIFEST_NAME: Final = "dprobe-archive.json"
+LOCK_NAME: Final = ".dprobe-archive.lock"
 
 
 @dataclass
@@ -83,6 +87,25 @@ class ArchiveManifest:
                 "it names the group, cluster and topics this folder archives"
             ) from None
 
+    def record(self, out_dir: Path, committed: dict[str, int], *, fsync: bool = True) -> None:
+        """Add ``committed`` to the folder's manifest and save it. The members of one group
+        share the folder, each committing its own partitions: the file is read again and
+        written under a lock, so that no member writes back another's older offsets."""
+        with _locked(out_dir):
+            on_disk = ArchiveManifest.load(out_dir)
+            if on_disk is not None:
+                self.committed = on_disk.committed
+            self.committed.update(committed)
+            self.save(out_dir, fsync=fsync)
+
+    def refresh(self, out_dir: Path) -> None:
+        """Take the committed offsets the folder's manifest holds now (another member of
+        the group may have committed a partition this one is about to take over)."""
+        with _locked(out_dir):
+            on_disk = ArchiveManifest.load(out_dir)
+        if on_disk is not None:
+            self.committed = on_disk.committed
+
     def save(self, out_dir: Path, *, fsync: bool = True) -> None:
         """Write the manifest atomically (temp file, fsync, rename, fsync of the folder)."""
         path = out_dir / MANIFEST_NAME
@@ -107,3 +130,14 @@ class ArchiveManifest:
         """``group 'g' on Kafka cluster 'c' (topics a, b)``."""
         topics = ", ".join(self.topics[k] for k in sorted(self.topics))
         return f"group {self.group_id!r} on Kafka cluster {self.cluster_id!r} (topics {topics})"
+
+
+@contextlib.contextmanager
+def _locked(out_dir: Path) -> Iterator[None]:
+    """An exclusive lock on the folder's manifest, between processes."""
+    with open(out_dir / LOCK_NAME, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

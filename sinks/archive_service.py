@@ -282,10 +282,12 @@ class Archiver(AsyncService):
         """Record committed offsets in the folder's manifest (after Kafka took them)."""
         if self.manifest is None:
             return
-        for tp, offset in offsets.items():
-            key = ArchiveManifest.key(self.kinds[tp.topic], tp.partition)
-            self.manifest.committed[key] = offset
-        await asyncio.to_thread(self.manifest.save, self.writer.out_dir, fsync=self.writer.fsync)
+        done = {
+            ArchiveManifest.key(self.kinds[tp.topic], tp.partition): n for tp, n in offsets.items()
+        }
+        await asyncio.to_thread(
+            self.manifest.record, self.writer.out_dir, done, fsync=self.writer.fsync
+        )
         self._owned = True  # the manifest now stands for the folder
 
     def _commit_later(self, offsets: dict[TopicPartition, int], exc: KafkaError) -> None:
@@ -422,6 +424,8 @@ class Archiver(AsyncService):
                 else:
                     self.writer.remove_uncommitted(self.kinds[tp.topic], tp.partition, committed)
             if missing:
+                assert self.manifest is not None
+                await asyncio.to_thread(self.manifest.refresh, self.writer.out_dir)
                 starts = await self.consumer.beginning_offsets(missing)
                 ends = await self.consumer.end_offsets(missing)
                 for tp in missing:

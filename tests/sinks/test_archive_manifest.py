@@ -137,3 +137,19 @@ async def test_files_of_an_older_dprobe_are_never_written_over(
         "jobs-p0-o0-o49.parquet", "jobs-p0-o50-o59.parquet", "jobs-p1-o0-o4.parquet"
     ]  # fmt: skip
     assert json.loads((out / MANIFEST_NAME).read_text())["committed"] == {"jobs:0": 60, "jobs:1": 5}
+
+
+def test_two_members_of_a_group_keep_each_other_s_offsets(tmp_path: Path) -> None:
+    """Each member of a group loaded the manifest at its start and commits only its own
+    partitions: neither writes back the other's older offsets, and a member taking a
+    partition over reads the other's newest."""
+    from dprobe.sinks.archive_manifest import ArchiveManifest
+
+    ArchiveManifest("g", "c", {"jobs": "af.jobs"}, {"jobs:0": 5, "jobs:1": 5}).save(tmp_path)
+    first, second = ArchiveManifest.load(tmp_path), ArchiveManifest.load(tmp_path)
+    assert first is not None and second is not None
+    first.record(tmp_path, {"jobs:0": 50})
+    second.record(tmp_path, {"jobs:1": 70})
+    assert (ArchiveManifest.load(tmp_path) or first).committed == {"jobs:0": 50, "jobs:1": 70}
+    first.refresh(tmp_path)  # p1 moves to the first member
+    assert first.committed["jobs:1"] == 70
