@@ -211,11 +211,14 @@ def run(args: argparse.Namespace) -> int:
     # every check of the flags and output paths first: nothing is read, run or written
     # before they all pass
     positive(args.window_s, "--window-s")
-    if args.time_unit is None:
+    # a bad value is named before whether it applies; a flag that would be ignored is
+    # refused, not dropped
+    if args.time_unit is not None:
+        positive(args.time_unit, "--time-unit")
+        if args.fmt != "jobs-csv":
+            raise UsageError("--time-unit applies only with --format jobs-csv")
+    else:
         args.time_unit = 60.0
-    elif args.fmt != "jobs-csv":  # a flag that would be ignored is refused, not dropped
-        raise UsageError("--time-unit applies only with --format jobs-csv")
-    positive(args.time_unit, "--time-unit")
     checked_seed(args.seed, "--seed")
     if args.origin_stride < 1:
         raise UsageError("--origin-stride must be >= 1")
