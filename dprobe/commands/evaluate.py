@@ -277,8 +277,9 @@ def run(args: argparse.Namespace) -> int:
     n_fit = sum(1 for w in windows if w.window_end < test_start)
     split = (
         f"split: fit/warm-up on windows ending {_iso(first)} .. before {_iso(test_start)} "
-        f"({n_fit} windows); test {_iso(test_start)} .. {_iso(last)} "
-        f"({len(windows) - n_fit} windows); {len(tenants)} tenants, {args.window_s:g}-s windows "
+        f"({_count(n_fit, 'window')}); test {_iso(test_start)} .. {_iso(last)} "
+        f"({_count(len(windows) - n_fit, 'window')}); {_count(len(tenants), 'tenant')}, "
+        f"{args.window_s:g}-s windows "
         f"(mean demand), origins every {args.origin_stride} window(s); online models keep "
         "learning from closed windows during the test span (never from the future)"
     )
@@ -302,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if not result.rows:
         raise UsageError("no forecast could be scored: the test span is shorter than the horizons")
-    print(f"evaluated {len(windows)} windows in {time.monotonic() - t0:.1f} s", file=err)
+    print(f"evaluated {_count(len(windows), 'window')} in {time.monotonic() - t0:.1f} s", file=err)
     if profiler_line:
         print(profiler_line, file=err)
 

@@ -478,9 +478,10 @@ def run(args: argparse.Namespace) -> int:
         * (int("static" in modes) + dynamic * len(latencies) * len(reclaims))
     )
     workers = max(1, min(args.workers, n_runs))
-    jobs = _per_seed([len(r) for r in streams.values()])
+    jobs = _per_seed([len(r) for r in streams.values()], "job")
     say(
-        f"{jobs} jobs ({source}); {len(vc_nodes)} VCs, {sum(vc_nodes.values())} nodes; "
+        f"{jobs} ({source}); {_count(len(vc_nodes), 'VC')}, "
+        f"{_count(sum(vc_nodes.values()), 'node')}; "
         f"{origin}" + (f"; seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else "")
     )
     t0 = time.perf_counter()
@@ -496,7 +497,9 @@ def run(args: argparse.Namespace) -> int:
         label=f"simulate, {len(seeds)} seeds" if len(seeds) > 1 else "simulate",
     )
     wall = time.perf_counter() - t0
-    skipped = _per_seed([next((r.skipped for r in results if r.seed == k), 0) for k in seeds])
+    skipped = _per_seed(
+        [next((r.skipped for r in results if r.seed == k), 0) for k in seeds], "job"
+    )
     # static runs once per seed and policy and is shown in every latency x reclaim cell
     shown = (
         f" ({len(results)} cells: static run once per policy"
@@ -505,16 +508,18 @@ def run(args: argparse.Namespace) -> int:
         else ""
     )
     say(
-        f"{n_runs} runs{shown} in {wall:.1f} s; {skipped} jobs left out (0 GPUs or larger "
+        f"{_count(n_runs, 'run')}{shown} in {wall:.1f} s; {skipped} left out (0 GPUs or larger "
         "than the cluster)"
         + (f"; predictive forecaster: {forecaster}" if "predictive" in modes else "")
     )
     for r in results:
         if r.unfinished:
+            them = "it" if r.unfinished == 1 else "them"
             say(
-                f"warning: {r.policy}/{r.mode} (seed {r.seed}): {r.unfinished} jobs never "
-                "finished (no room for them in their VC in this mode); its averages leave "
-                "them out, so it compares badly with the other cells (column 'unfinished')"
+                f"warning: {r.policy}/{r.mode} (seed {r.seed}): {_count(r.unfinished, 'job')} "
+                f"never finished (no room for {them} in their VC in this mode); its averages "
+                f"leave {them} out, so it compares badly with the other cells (column "
+                "'unfinished')"
             )
     several = len(seeds) > 1
     # the results first: a chart that cannot be written must not lose a finished run
@@ -587,6 +592,21 @@ def _probe_folder(path: Path, shown: str) -> None:
     Path(probe).unlink(missing_ok=True)
 
 
-def _per_seed(counts: list[int]) -> str:
-    """``counts`` (one per seed) as one figure when they agree, else ``a/b/c``."""
-    return str(counts[0]) if len(set(counts)) == 1 else "/".join(map(str, counts))
+def _per_seed(counts: list[int], noun: str) -> str:
+    """``counts`` (one per seed) of ``noun`` as one figure when they agree, else ``a/b/c``;
+    the noun plural unless every count is 1.
+
+    >>> _per_seed([1], "job"), _per_seed([3, 3], "job"), _per_seed([1, 2], "job")
+    ('1 job', '3 jobs', '1/2 jobs')
+    """
+    figure = str(counts[0]) if len(set(counts)) == 1 else "/".join(map(str, counts))
+    return f"{figure} {noun}" if set(counts) == {1} else f"{figure} {noun}s"
+
+
+def _count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1.
+
+    >>> _count(1, "VC"), _count(10, "VC")
+    ('1 VC', '10 VCs')
+    """
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

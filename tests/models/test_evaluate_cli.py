@@ -283,3 +283,13 @@ def test_time_unit_applies_only_to_a_jobs_trace(tmp_path: Path, capsys, fmt: str
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "--time-unit applies only with --format jobs-csv" in captured.err
+
+
+def test_one_tenant_is_said_in_the_singular(tmp_path: Path, capsys) -> None:
+    trace = tmp_path / "one.csv"
+    rows = [f"{1_590_000_000 + 600 * i},vc-a,{8 + i % 3}" for i in range(40)]
+    trace.write_text("ts,tenant,demand_gpus\n" + "\n".join(rows) + "\n")
+    args = ["evaluate", "--trace", str(trace), "--format", "demand-csv", "--no-plots", "--json"]
+    assert main([*args, "--models", "last-value", "--horizons", "600"]) == 0
+    err = capsys.readouterr().err
+    assert "; 1 tenant, 600-s windows" in err and "1 tenants" not in err

@@ -131,7 +131,7 @@ def test_pool_puts_every_job_in_one_vc_of_all_nodes(
     pooled = json.loads(out)[0]
     # One VC of 3 nodes: the three 8-GPU jobs start at once; per VC, a's one node runs them
     # one after another (waits 0, 1200, 2400 s).
-    assert "1 VCs, 3 nodes" in err and "pooled into one VC" in err
+    assert "1 VC, 3 nodes" in err and "pooled into one VC" in err
     assert pooled["avg_queue_s"] == 0.0
     assert pooled["node_moves"] == 0
     assert main(args) == 0
@@ -222,7 +222,7 @@ def test_nodes_override_a_vc_file_beside_the_jobs(
     args = ["simulate", "--jobs", str(jobs), "--policies", "fifo", "--modes", "static"]
     args += ["--chart", "", "--json"]
     assert main([*args, "--nodes", "5"]) == 0
-    assert "1 VCs, 5 nodes; 5 nodes split over the VCs" in capsys.readouterr().err
+    assert "1 VC, 5 nodes; 5 nodes split over the VCs" in capsys.readouterr().err
     assert main(args) == 0
     assert "2 VCs, 3 nodes; VC sizes from" in capsys.readouterr().err
 
@@ -336,7 +336,7 @@ def test_jobs_that_never_run_are_reported_not_hidden_in_the_averages(
     by = {r["mode"]: r for r in json.loads(out)}
     assert (by["static"]["jobs"], by["static"]["unfinished"]) == (2, 1)
     assert by["reactive"]["unfinished"] == by["oracle"]["unfinished"] == 0
-    assert "fifo/static (seed 0): 1 jobs never finished" in err
+    assert "fifo/static (seed 0): 1 job never finished (no room for it" in err
     assert main([*args, "--forecaster", "recent-peak"]) == 0
     table = capsys.readouterr().out
     header = [c.strip() for c in table.splitlines()[0].strip("|").split("|")]
@@ -491,3 +491,15 @@ def test_a_sweep_counts_static_once_per_policy_and_marks_its_repeated_rows(
     assert [r["policy"] for r in static if not r["repeated"]] == ["fifo", "srtf"]
     assert sum(not r["repeated"] for r in rows) == 26
     assert not any(r["repeated"] for r in rows if r["mode"] != "static")
+
+
+def test_counts_of_one_are_singular(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "jobs.csv").write_text(
+        "job_id,user,num_gpu,submit_time,duration,model_name\n0,a,8,0,20,vgg16\n"
+    )
+    (tmp_path / "vcs.csv").write_text("vc,node num\na,1\n")
+    args = ["simulate", "--jobs", str(tmp_path / "jobs.csv"), "--vcs", str(tmp_path / "vcs.csv")]
+    assert main([*args, "--policies", "fifo", "--modes", "static", "--chart", ""]) == 0
+    err = capsys.readouterr().err
+    assert "1 job (jobs.csv); 1 VC, 1 node;" in err
+    assert "1 run in " in err and "; 0 jobs left out" in err
