@@ -410,7 +410,9 @@ class Archiver(AsyncService):
     async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
         """Forget what was read and not committed (``assigned`` is the whole new
         assignment), and delete files of the assigned partitions that were never
-        committed: every partition is read again from its committed offset. A partition
+        committed: every partition is read again from its committed offset. aiokafka
+        fetches the new assignment while this runs, so only what was read before it is
+        forgotten (at once, before anything is awaited); rows read meanwhile are kept. A partition
         the group has no offset for is read from the manifest's record of it, else from
         its beginning (see :meth:`_without_offset`)."""
         assert self.consumer is not None
@@ -422,7 +424,8 @@ class Archiver(AsyncService):
                 if committed is None:
                     missing.append(tp)
                 else:
-                    self.writer.remove_uncommitted(self.kinds[tp.topic], tp.partition, committed)
+                    kind = self.kinds[tp.topic]
+                    self.writer.remove_uncommitted(kind, tp.partition, committed, discard=False)
             if missing:
                 assert self.manifest is not None
                 await asyncio.to_thread(self.manifest.refresh, self.writer.out_dir)
@@ -463,10 +466,11 @@ class Archiver(AsyncService):
                     "the archive was stopped?); going on from offset %d, archived before",
                     self.settings.group_id, tp.topic, tp.partition, done,
                 )  # fmt: skip
+                self._forget({tp})  # read from the beginning meanwhile: read again from done
                 self.consumer.seek(tp, done)
-            self.writer.remove_uncommitted(kind, tp.partition, max(done, start))
+            self.writer.remove_uncommitted(kind, tp.partition, max(done, start), discard=False)
         elif self._owned:
-            self.writer.remove_uncommitted(kind, tp.partition, start)
+            self.writer.remove_uncommitted(kind, tp.partition, start, discard=False)
         elif clash := next(
             (f for f in list_files(self.writer.out_dir, kind)
              if f.partition == tp.partition and f.last >= start),

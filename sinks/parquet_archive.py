@@ -215,11 +215,14 @@ class ArchiveWriter:
         if self.fsync:
             fsync_dir(path.parent)
 
-    def remove_uncommitted(self, kind: str, partition: int, committed: int) -> list[Path]:
+    def remove_uncommitted(
+        self, kind: str, partition: int, committed: int, *, discard: bool = True
+    ) -> list[Path]:
         """Delete files of ``kind``/``partition`` starting at or after offset ``committed``
         (never committed, so they will be read and written again), and stray temp files.
 
-        Also drops buffered rows of that partition (they are read again too).
+        With ``discard``, also drops buffered rows of that partition (read again too);
+        without, the caller has dropped what it will read again already.
         """
         removed = []
         for f in list_files(self.out_dir, kind):
@@ -232,7 +235,8 @@ class ArchiveWriter:
                 log.warning("%s straddles committed offset %d; kept", f.path, committed)
         for tmp in (self.out_dir / kind).glob(f"date=*/hour=*/.{kind}-p{partition}-*.tmp"):
             tmp.unlink(missing_ok=True)
-        self.discard(kind, partition)
+        if discard:
+            self.discard(kind, partition)
         if removed:
             log.info(
                 "removed %d uncommitted archive file(s) of %s p%d", len(removed), kind, partition

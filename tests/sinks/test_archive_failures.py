@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -59,6 +60,7 @@ class FakeConsumer:
         self.stopped = False
         self.idle_polls = 0
         self.ends: dict[TopicPartition, int] = {}
+        self.while_assigning: Callable[[], Awaitable[object]] | None = None
         self.seeks: list[tuple[TopicPartition, int]] = []
 
     async def start(self) -> None:
@@ -92,6 +94,9 @@ class FakeConsumer:
         return self.committed_offsets.get(tp)
 
     async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        if self.while_assigning is not None:  # aiokafka fetches while the listener runs
+            fetch, self.while_assigning = self.while_assigning, None
+            await fetch()
         return dict.fromkeys(tps, 0)
 
     async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
@@ -301,3 +306,18 @@ async def test_invalid_records_are_named_then_counted_not_logged_each(
     said = [r.getMessage() for r in caplog.records if "not archived" in r.getMessage()]
     assert len(said) == 1 and said[0].startswith(f"{JOBS} partition 0 offset 5 not archived: ")
     assert archiver.invalid_records == 2 and archiver.records == 2
+
+
+async def test_records_fetched_while_the_assignment_is_handled_are_kept(
+    tmp_path: Path, consumer: FakeConsumer
+) -> None:
+    """aiokafka sets the new assignment and fetches it while the rebalance listener still
+    runs: what it reads meanwhile is from the new positions and must reach the files (it
+    was dropped with the rows read before the rebalance, and never read again)."""
+    out = tmp_path / "archive"
+    async with Archiver(_settings(out)) as archiver:
+        consumer.batches.append(_batch(P0, 0, 29))
+        consumer.while_assigning = archiver.poll
+        await consumer.assign({P0})  # no committed offset: read from the beginning
+        assert archiver.records == 30
+    assert _held(out, P0) == 30 and consumer.commits == [{P0: 30}]
