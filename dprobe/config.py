@@ -9,7 +9,9 @@ Example:
     >>> s = load(WorkerSettings, cli={"window_s": 30}, env={"DPROBE_KAFKA_BOOTSTRAP": "k:9092"})
     >>> s.window_s, s.kafka.bootstrap
     (30.0, 'k:9092')
-    >>> load(KafkaSettings, env={"DPROBE_KAFKA_SASL_PASSWORD": "hunter2"}).sasl_password
+    >>> sasl = {"DPROBE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "DPROBE_KAFKA_SASL_MECHANISM":
+    ...         "PLAIN", "DPROBE_KAFKA_SASL_USERNAME": "svc", "DPROBE_KAFKA_SASL_PASSWORD": "pw"}
+    >>> load(KafkaSettings, env=sasl).sasl_password
     Secret('***')
 """
 
