@@ -43,12 +43,16 @@ LOCK_NAME: Final = ".dprobe-archive.lock"
 @dataclass
 class ArchiveManifest:
     """The identity of one archive (``group_id``, ``cluster_id``, ``topics``: kind ->
-    topic) and ``committed``: ``"kind:partition"`` -> the next offset to archive."""
+    topic) and ``committed``: ``"kind:partition"`` -> the next offset to archive.
+    ``adopted``: the folder held files of an older dprobe (no manifest) when it was first
+    written, so a partition without a record here may have files this archive did not
+    write, and they are never deleted."""
 
     group_id: str
     cluster_id: str
     topics: dict[str, str]
     committed: dict[str, int] = field(default_factory=dict)
+    adopted: bool = False  # the folder held files of an older dprobe when this was written
 
     @staticmethod
     def key(kind: str, partition: int) -> str:
@@ -78,6 +82,7 @@ class ArchiveManifest:
                 cluster_id=str(raw["cluster_id"]),
                 topics={str(k): str(v) for k, v in raw["topics"].items()},
                 committed={str(k): int(v) for k, v in raw.get("committed", {}).items()},
+                adopted=bool(raw.get("adopted", False)),
             )
         except FileNotFoundError:
             return None
@@ -95,7 +100,8 @@ class ArchiveManifest:
             on_disk = ArchiveManifest.load(out_dir)
             if on_disk is not None:
                 self.committed = on_disk.committed
-            self.committed.update(committed)
+            for key, offset in committed.items():  # never back: a late member's older one
+                self.committed[key] = max(offset, self.committed.get(key, offset))
             self.save(out_dir, fsync=fsync)
 
     def refresh(self, out_dir: Path) -> None:
@@ -115,6 +121,7 @@ class ArchiveManifest:
             "cluster_id": self.cluster_id,
             "topics": dict(sorted(self.topics.items())),
             "committed": dict(sorted(self.committed.items())),
+            "adopted": self.adopted,
         }
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(body, fh, indent=1)

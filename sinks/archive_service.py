@@ -167,11 +167,12 @@ class Archiver(AsyncService):
                     "holds one archive: give this one a folder of its own (--out or "
                     "archive.out_dir), or run it with the folder's group, cluster and topics"
                 )
-            me.committed = written.committed
-            self.manifest, self._owned = me, True
+            me.committed, me.adopted = written.committed, written.adopted
+            self.manifest, self._owned = me, not written.adopted
             return
         self.manifest = me
         self._owned = not any(list_files(self.writer.out_dir))
+        me.adopted = not self._owned  # saved at the first commit
         if self._owned:
             await asyncio.to_thread(me.save, self.writer.out_dir, fsync=self.writer.fsync)
         else:
@@ -288,7 +289,6 @@ class Archiver(AsyncService):
         await asyncio.to_thread(
             self.manifest.record, self.writer.out_dir, done, fsync=self.writer.fsync
         )
-        self._owned = True  # the manifest now stands for the folder
 
     def _commit_later(self, offsets: dict[TopicPartition, int], exc: KafkaError) -> None:
         """Keep ``offsets`` for the next flush (unless newer ones were noted meanwhile, or
@@ -418,25 +418,29 @@ class Archiver(AsyncService):
         assert self.consumer is not None
         async with self._lock:
             self._forget(set(self._next) | assigned)
-            missing = []
-            for tp in assigned:
-                committed = await self.consumer.committed(tp)
-                if committed is None:
-                    missing.append(tp)
-                else:
-                    kind = self.kinds[tp.topic]
-                    self.writer.remove_uncommitted(kind, tp.partition, committed, discard=False)
-            if missing:
-                assert self.manifest is not None
-                await asyncio.to_thread(self.manifest.refresh, self.writer.out_dir)
-                starts = await self.consumer.beginning_offsets(missing)
-                ends = await self.consumer.end_offsets(missing)
-                for tp in missing:
-                    try:
-                        self._without_offset(tp, starts[tp], ends[tp])
-                    except UsageError as exc:
-                        self._failure = exc  # the next poll raises it
-                        return
+            try:
+                await self._clean_up(assigned)
+            except Exception as exc:  # noqa: BLE001 - aiokafka would only log it and go on
+                self._failure = exc  # the next poll raises it, before any row is taken
+
+    async def _clean_up(self, assigned: set[TopicPartition]) -> None:
+        """Delete the never-committed files of ``assigned``; place the partitions the
+        group has no offset for (:meth:`_without_offset`)."""
+        assert self.consumer is not None and self.manifest is not None
+        missing = []
+        for tp in assigned:
+            committed = await self.consumer.committed(tp)
+            if committed is None:
+                missing.append(tp)
+            else:
+                kind = self.kinds[tp.topic]
+                self.writer.remove_uncommitted(kind, tp.partition, committed, discard=False)
+        if missing:
+            await asyncio.to_thread(self.manifest.refresh, self.writer.out_dir)
+            starts = await self.consumer.beginning_offsets(missing)
+            ends = await self.consumer.end_offsets(missing)
+            for tp in missing:
+                self._without_offset(tp, starts[tp], ends[tp])
 
     def _without_offset(self, tp: TopicPartition, start: int, end: int) -> None:
         """A partition the group has no committed offset for (a new group, offsets that
@@ -460,6 +464,11 @@ class Archiver(AsyncService):
                     "created again. Archive the new topic into a folder of its own (--out or "
                     "archive.out_dir)"
                 )
+            if done < start:
+                log.warning(
+                    "%s partition %d: offsets %d to %d were deleted by the topic's retention "
+                    "before they were archived", tp.topic, tp.partition, done, start - 1,
+                )  # fmt: skip
             if done > start:
                 log.warning(
                     "group %r has no committed offset for %s partition %d (expired while "
@@ -469,7 +478,7 @@ class Archiver(AsyncService):
                 self._forget({tp})  # read from the beginning meanwhile: read again from done
                 self.consumer.seek(tp, done)
             self.writer.remove_uncommitted(kind, tp.partition, max(done, start), discard=False)
-        elif self._owned:
+        elif self._owned:  # a folder this archive began: a crash before its first commit
             self.writer.remove_uncommitted(kind, tp.partition, start, discard=False)
         elif clash := next(
             (f for f in list_files(self.writer.out_dir, kind)

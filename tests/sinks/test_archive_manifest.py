@@ -153,3 +153,47 @@ def test_two_members_of_a_group_keep_each_other_s_offsets(tmp_path: Path) -> Non
     assert (ArchiveManifest.load(tmp_path) or first).committed == {"jobs:0": 50, "jobs:1": 70}
     first.refresh(tmp_path)  # p1 moves to the first member
     assert first.committed["jobs:1"] == 70
+
+
+async def test_an_adopted_folder_never_deletes_a_partition_it_has_no_record_of(
+    tmp_path: Path, consumer: FakeConsumer
+) -> None:
+    """An older dprobe's folder, both partitions committed; after the upgrade only p0 gets
+    records, then the group's offsets expire: p1's files are not taken for uncommitted."""
+    out = tmp_path / "archive"
+    async with Archiver(_settings(out)) as archiver:
+        await consumer.assign({P0, P1})
+        consumer.batches += [_batch(P0, 0, 49), _batch(P1, 0, 49)]
+        await archiver.poll()
+        await archiver.poll()
+    (out / MANIFEST_NAME).unlink()  # as an older dprobe left it
+    await _archive(out, consumer, 50, 59)  # upgraded: p0 only
+    assert json.loads((out / MANIFEST_NAME).read_text())["adopted"] is True
+    consumer.committed_offsets.clear()
+    with pytest.raises(UsageError, match=r"holds jobs-p1-o0-o49\.parquet"):
+        async with Archiver(_settings(out)) as archiver:
+            await consumer.assign({P1})
+            await archiver.poll()
+    assert "jobs-p1-o0-o49.parquet" in _names(out)
+
+
+async def test_a_failing_assignment_stops_the_archive_instead_of_reading_from_0(
+    tmp_path: Path, consumer: FakeConsumer
+) -> None:
+    from aiokafka.errors import KafkaTimeoutError
+
+    out = tmp_path / "archive"
+    await _archive(out, consumer, 0, 49)
+    consumer.committed_offsets.clear()  # offsets expired: the manifest places p0 at 50
+
+    async def times_out(_: object) -> None:
+        raise KafkaTimeoutError()
+
+    consumer.end_offsets = times_out  # type: ignore[method-assign,assignment]
+    with pytest.raises(KafkaTimeoutError):
+        async with Archiver(_settings(out)) as archiver:
+            await consumer.assign({P0})
+            consumer.batches.append(_batch(P0, 0, 29))  # what reading from 0 would get
+            await archiver.poll()
+    assert _names(out) == ["jobs-p0-o0-o49.parquet"]
+    assert json.loads((out / MANIFEST_NAME).read_text())["committed"] == {"jobs:0": 50}
