@@ -71,7 +71,7 @@ from aiokafka.errors import (
 
 from dprobe.clock import Clock, SystemClock
 from dprobe.config import ArchiveSettings, KafkaSettings
-from dprobe.errors import UsageError
+from dprobe.errors import DprobeError, UsageError
 from dprobe.kafka_auth import start_client
 from dprobe.lifecycle import AsyncService
 from dprobe.schema import ClusterReport, HostSnapshot, JobEvent, SchemaError, decode
@@ -420,8 +420,15 @@ class Archiver(AsyncService):
             self._forget(set(self._next) | assigned)
             try:
                 await self._clean_up(assigned)
+            except DprobeError as exc:  # the next poll raises it, before any row is taken
+                self._failure = exc
             except Exception as exc:  # noqa: BLE001 - aiokafka would only log it and go on
-                self._failure = exc  # the next poll raises it, before any row is taken
+                names = ", ".join(sorted(f"{tp.topic}-{tp.partition}" for tp in assigned))
+                self._failure = DprobeError(
+                    f"partitions {names} "
+                    f"were not placed ({_one_line(exc)}): stopped rather than read them again "
+                    "from their beginning; a restart tries again"
+                )
 
     async def _clean_up(self, assigned: set[TopicPartition]) -> None:
         """Delete the never-committed files of ``assigned``; place the partitions the

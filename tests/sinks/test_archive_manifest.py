@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dprobe.config import ArchiveSettings, KafkaSettings
-from dprobe.errors import UsageError
+from dprobe.errors import DprobeError, UsageError
 from dprobe.sinks.archive_manifest import MANIFEST_NAME
 from dprobe.sinks.archive_service import Archiver
 from dprobe.sinks.parquet_archive import list_files
@@ -190,7 +190,7 @@ async def test_a_failing_assignment_stops_the_archive_instead_of_reading_from_0(
         raise KafkaTimeoutError()
 
     consumer.end_offsets = times_out  # type: ignore[method-assign,assignment]
-    with pytest.raises(KafkaTimeoutError):
+    with pytest.raises(DprobeError, match=r"partitions af\.jobs-0 were not placed \(Kafka"):
         async with Archiver(_settings(out)) as archiver:
             await consumer.assign({P0})
             consumer.batches.append(_batch(P0, 0, 29))  # what reading from 0 would get
