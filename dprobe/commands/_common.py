@@ -61,3 +61,12 @@ def checked_seed(value: int, flag: str) -> int:
     if not 0 <= value <= MAX_SEED:
         raise UsageError(f"{flag} must be within 0 .. {MAX_SEED}, got {value}")
     return value
+
+
+def count_of(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1.
+
+    >>> count_of(1, "VC"), count_of(10, "VC")
+    ('1 VC', '10 VCs')
+    """
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dprobe.commands._common import checked_seed, positive
+from dprobe.commands._common import checked_seed, count_of, positive
 from dprobe.errors import UsageError
 from dprobe.folders import output_file, output_folder
 
@@ -277,8 +277,8 @@ def run(args: argparse.Namespace) -> int:
     n_fit = sum(1 for w in windows if w.window_end < test_start)
     split = (
         f"split: fit/warm-up on windows ending {_iso(first)} .. before {_iso(test_start)} "
-        f"({_count(n_fit, 'window')}); test {_iso(test_start)} .. {_iso(last)} "
-        f"({_count(len(windows) - n_fit, 'window')}); {_count(len(tenants), 'tenant')}, "
+        f"({count_of(n_fit, 'window')}); test {_iso(test_start)} .. {_iso(last)} "
+        f"({count_of(len(windows) - n_fit, 'window')}); {count_of(len(tenants), 'tenant')}, "
         f"{args.window_s:g}-s windows "
         f"(mean demand), origins every {args.origin_stride} window(s); online models keep "
         "learning from closed windows during the test span (never from the future)"
@@ -303,7 +303,9 @@ def run(args: argparse.Namespace) -> int:
     )
     if not result.rows:
         raise UsageError("no forecast could be scored: the test span is shorter than the horizons")
-    print(f"evaluated {_count(len(windows), 'window')} in {time.monotonic() - t0:.1f} s", file=err)
+    print(
+        f"evaluated {count_of(len(windows), 'window')} in {time.monotonic() - t0:.1f} s", file=err
+    )
     if profiler_line:
         print(profiler_line, file=err)
 
@@ -422,20 +424,11 @@ def _check_warm_start(args: argparse.Namespace, models: list[Any], windows: list
         raise UsageError(
             f"--warm-start {args.warm_start}: the checkpoint has learned windows up to "
             f"{_iso(seen)}, but the trace starts at {_iso(start)} for "
-            f"{_count(len(late), 'tenant')} it holds ({', '.join(late[:3])}"
+            f"{count_of(len(late), 'tenant')} it holds ({', '.join(late[:3])}"
             f"{', ...' if len(late) > 3 else ''}): the model would ignore those windows as "
             "late and its forecasts would not move; warm-start from a checkpoint saved on a "
             "span before the trace's"
         )
-
-
-def _count(n: int, noun: str) -> str:
-    """``n`` and ``noun``, plural unless ``n`` is 1.
-
-    >>> _count(1, "tenant"), _count(3, "tenant")
-    ('1 tenant', '3 tenants')
-    """
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _check_checkpoint_path(path: str) -> None:

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dprobe.commands._common import checked_seed, positive
+from dprobe.commands._common import checked_seed, count_of, positive
 from dprobe.errors import UsageError
 from dprobe.folders import output_file
 
@@ -480,8 +480,8 @@ def run(args: argparse.Namespace) -> int:
     workers = max(1, min(args.workers, n_runs))
     jobs = _per_seed([len(r) for r in streams.values()], "job")
     say(
-        f"{jobs} ({source}); {_count(len(vc_nodes), 'VC')}, "
-        f"{_count(sum(vc_nodes.values()), 'node')}; "
+        f"{jobs} ({source}); {count_of(len(vc_nodes), 'VC')}, "
+        f"{count_of(sum(vc_nodes.values()), 'node')}; "
         f"{origin}" + (f"; seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else "")
     )
     t0 = time.perf_counter()
@@ -508,7 +508,7 @@ def run(args: argparse.Namespace) -> int:
         else ""
     )
     say(
-        f"{_count(n_runs, 'run')}{shown} in {wall:.1f} s; {skipped} left out (0 GPUs or larger "
+        f"{count_of(n_runs, 'run')}{shown} in {wall:.1f} s; {skipped} left out (0 GPUs or larger "
         "than the cluster)"
         + (f"; predictive forecaster: {forecaster}" if "predictive" in modes else "")
     )
@@ -516,7 +516,7 @@ def run(args: argparse.Namespace) -> int:
         if r.unfinished:
             them = "it" if r.unfinished == 1 else "them"
             say(
-                f"warning: {r.policy}/{r.mode} (seed {r.seed}): {_count(r.unfinished, 'job')} "
+                f"warning: {r.policy}/{r.mode} (seed {r.seed}): {count_of(r.unfinished, 'job')} "
                 f"never finished (no room for {them} in their VC in this mode); its averages "
                 f"leave {them} out, so it compares badly with the other cells (column "
                 "'unfinished')"
@@ -601,12 +601,3 @@ def _per_seed(counts: list[int], noun: str) -> str:
     """
     figure = str(counts[0]) if len(set(counts)) == 1 else "/".join(map(str, counts))
     return f"{figure} {noun}" if set(counts) == {1} else f"{figure} {noun}s"
-
-
-def _count(n: int, noun: str) -> str:
-    """``n`` and ``noun``, plural unless ``n`` is 1.
-
-    >>> _count(1, "VC"), _count(10, "VC")
-    ('1 VC', '10 VCs')
-    """
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
