@@ -106,9 +106,9 @@ class ArchiveManifest:
 
     def refresh(self, out_dir: Path) -> None:
         """Take the committed offsets the folder's manifest holds now (another member of
-        the group may have committed a partition this one is about to take over)."""
-        with _locked(out_dir):
-            on_disk = ArchiveManifest.load(out_dir)
+        the group may have committed a partition this one is about to take over). No lock:
+        :meth:`save` replaces the file whole."""
+        on_disk = ArchiveManifest.load(out_dir)
         if on_disk is not None:
             self.committed = on_disk.committed
 

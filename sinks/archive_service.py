@@ -44,7 +44,7 @@ Failures:
 
 Example:
     >>> from pathlib import Path
-    >>> from dprobe.config import ArchiveSettings, KafkaSettings
+    >>> from dprobe.config import ArchiveSettings
     >>> async def main(stop):  # doctest: +SKIP
     ...     async with Archiver(ArchiveSettings(out_dir=Path("archive"))) as a:
     ...         await a.run(stop)
@@ -123,7 +123,6 @@ class Archiver(AsyncService):
         self._invalid_said_at: float | None = None  # when an invalid record was last named
         self._invalid_unsaid = 0
         self.manifest: ArchiveManifest | None = None  # what the folder holds (set at start)
-        self._owned = False  # the folder's files are all this archive's (see _on_assigned)
 
     async def start(self) -> None:
         """Check the archive folder, then join the consumer group (partitions arrive at the
@@ -168,12 +167,11 @@ class Archiver(AsyncService):
                     "archive.out_dir), or run it with the folder's group, cluster and topics"
                 )
             me.committed, me.adopted = written.committed, written.adopted
-            self.manifest, self._owned = me, not written.adopted
+            self.manifest = me
             return
         self.manifest = me
-        self._owned = not any(list_files(self.writer.out_dir))
-        me.adopted = not self._owned  # saved at the first commit
-        if self._owned:
+        me.adopted = any(list_files(self.writer.out_dir))  # saved at the first commit
+        if not me.adopted:
             await asyncio.to_thread(me.save, self.writer.out_dir, fsync=self.writer.fsync)
         else:
             log.warning(
@@ -485,7 +483,9 @@ class Archiver(AsyncService):
                 self._forget({tp})  # read from the beginning meanwhile: read again from done
                 self.consumer.seek(tp, done)
             self.writer.remove_uncommitted(kind, tp.partition, max(done, start), discard=False)
-        elif self._owned:  # a folder this archive began: a crash before its first commit
+        elif (
+            not self.manifest.adopted
+        ):  # a folder this archive began: a crash before its first commit
             self.writer.remove_uncommitted(kind, tp.partition, start, discard=False)
         elif clash := next(
             (f for f in list_files(self.writer.out_dir, kind)
