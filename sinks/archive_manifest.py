@@ -59,11 +59,12 @@ class ArchiveManifest:
         return f"{kind}:{partition}"
 
     def differences(self, written: ArchiveManifest) -> list[str]:
-        """How this archive differs from the one that ``written`` describes ([] when the same)."""
+        """How this archive differs from the one that ``written`` describes ([] when the
+        same). An empty cluster id (a broker that reports none) matches any."""
         out = []
         if self.group_id != written.group_id:
             out.append(f"group {self.group_id!r}, not {written.group_id!r}")
-        if self.cluster_id != written.cluster_id:
+        if self.cluster_id and written.cluster_id and self.cluster_id != written.cluster_id:
             out.append(f"Kafka cluster {self.cluster_id!r}, not {written.cluster_id!r}")
         for kind in sorted(set(self.topics) & set(written.topics)):
             if self.topics[kind] != written.topics[kind]:
@@ -89,7 +90,10 @@ class ArchiveManifest:
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise UsageError(
                 f"{path}: not a readable archive manifest ({type(exc).__name__}: {exc}); "
-                "it names the group, cluster and topics this folder archives"
+                "it names the group, cluster and topics this folder archives. If it was "
+                "damaged (a disk error), move it away: the archive then takes the folder as "
+                "one an older dprobe wrote, goes on where its group has committed offsets "
+                "and stops rather than write over any other file"
             ) from None
 
     def record(self, out_dir: Path, committed: dict[str, int], *, fsync: bool = True) -> None:

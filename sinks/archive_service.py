@@ -167,6 +167,7 @@ class Archiver(AsyncService):
                     "archive.out_dir), or run it with the folder's group, cluster and topics"
                 )
             me.committed, me.adopted = written.committed, written.adopted
+            me.cluster_id = me.cluster_id or written.cluster_id  # a broker that names none
             self.manifest = me
             return
         self.manifest = me

@@ -139,6 +139,40 @@ async def test_files_of_an_older_dprobe_are_never_written_over(
     assert json.loads((out / MANIFEST_NAME).read_text())["committed"] == {"jobs:0": 60, "jobs:1": 5}
 
 
+async def test_a_damaged_manifest_stops_the_archive_and_says_how_to_go_on(
+    tmp_path: Path, consumer: FakeConsumer
+) -> None:
+    """The message's recovery step works: with the manifest moved away, the archive goes on
+    where its group committed, and deletes nothing."""
+    out = tmp_path / "archive"
+    await _archive(out, consumer, 0, 49)
+    (out / MANIFEST_NAME).write_text('{"group_id": "dprobe-ar')  # torn by a disk error
+    with pytest.raises(UsageError, match=r"dprobe-archive\.json: not a readable .* move it away"):
+        await _archive(out, consumer, 50, 59)
+    assert _names(out) == ["jobs-p0-o0-o49.parquet"]
+    consumer.batches.clear()  # the refused run's, never read
+    (out / MANIFEST_NAME).rename(tmp_path / "damaged.json")
+    await _archive(out, consumer, 50, 59)
+    assert _names(out) == ["jobs-p0-o0-o49.parquet", "jobs-p0-o50-o59.parquet"]
+    assert json.loads((out / MANIFEST_NAME).read_text())["committed"] == {"jobs:0": 60}
+
+
+async def test_a_broker_that_names_no_cluster_matches_the_folder_s_cluster(
+    tmp_path: Path, consumer: FakeConsumer
+) -> None:
+    """An empty cluster id (a broker that reports none) is not "another cluster", and the
+    folder keeps the id it had."""
+    out = tmp_path / "archive"
+    await _archive(out, consumer, 0, 49)
+    CLUSTER[0] = ""
+    try:
+        await _archive(out, consumer, 50, 59)
+    finally:
+        CLUSTER[0] = "cluster-a"
+    assert json.loads((out / MANIFEST_NAME).read_text())["cluster_id"] == "cluster-a"
+    assert _names(out) == ["jobs-p0-o0-o49.parquet", "jobs-p0-o50-o59.parquet"]
+
+
 def test_two_members_of_a_group_keep_each_other_s_offsets(tmp_path: Path) -> None:
     """Each member of a group loaded the manifest at its start and commits only its own
     partitions: neither writes back the other's older offsets, and a member taking a
