@@ -116,30 +116,35 @@ async def replay(
     pending: list[Awaitable[Any]] = []
     started = last_wait = clk.monotonic()
     delta: float | None = None
-    for original in records:
-        rec = original
-        if rec.kind not in topics:
-            raise ReplayError(f"no topic for {rec.kind} records")
-        if shift_to_now:
-            if delta is None:
-                delta = shift_to_end_now(rec.ts, clk.now(), speed, span_s)
-            rec = shifted(original, delta)
-        await pacer.wait(rec.ts)
-        try:
-            pending.append(await sink.send(topics[rec.kind], value=rec.value, key=rec.key))
-        except Exception as exc:  # a Kafka error at send (no metadata, refused, too large)
-            raise ReplayError(f"sending to {topics[rec.kind]} failed: {exc!r}") from exc
-        stats.records += 1
-        stats.by_kind[rec.kind] = stats.by_kind.get(rec.kind, 0) + 1
-        if stats.first_ts is None:
-            stats.first_ts = rec.ts
-        stats.last_ts = rec.ts
-        if on_record is not None:
-            on_record(rec)
-        if len(pending) >= await_every or clk.monotonic() - last_wait >= 1.0:
-            await _delivered(pending)
-            pending = []
-            last_wait = clk.monotonic()
+    try:
+        for original in records:
+            rec = original
+            topic = _topic_of(rec, topics)
+            if shift_to_now:
+                if delta is None:
+                    delta = shift_to_end_now(rec.ts, clk.now(), speed, span_s)
+                rec = shifted(original, delta)
+            await pacer.wait(rec.ts)
+            try:
+                pending.append(await sink.send(topic, value=rec.value, key=rec.key))
+            except Exception as exc:  # a Kafka error at send (no metadata, refused, too large)
+                raise ReplayError(f"sending to {topic} failed: {exc!r}") from exc
+            stats.records += 1
+            stats.by_kind[rec.kind] = stats.by_kind.get(rec.kind, 0) + 1
+            if stats.first_ts is None:
+                stats.first_ts = rec.ts
+            stats.last_ts = rec.ts
+            if on_record is not None:
+                on_record(rec)
+            if len(pending) >= await_every or clk.monotonic() - last_wait >= 1.0:
+                await _delivered(pending)
+                pending = []
+                last_wait = clk.monotonic()
+    except ReplayError:
+        raise
+    except BaseException as stop:  # an input error, Ctrl-C: what was sent is delivered
+        await _delivered_before(stop, pending)
+        raise
     await _delivered(pending)
     stats.wall_s = clk.monotonic() - started
     return stats
@@ -159,6 +164,24 @@ def shift_to_end_now(first_ts: float, now: float, speed: float, span_s: float) -
     """
     ahead = span_s if speed <= 0 else span_s * max(0.0, 1.0 - 1.0 / speed)
     return now - first_ts - ahead
+
+
+def _topic_of(rec: ReplayRecord, topics: dict[str, str]) -> str:
+    try:
+        return topics[rec.kind]
+    except KeyError:
+        raise ReplayError(f"no topic for {rec.kind} records") from None
+
+
+async def _delivered_before(stop: BaseException, futures: list[Awaitable[Any]]) -> None:
+    """Wait for the records sent before ``stop`` (an input error, an interrupt), so that
+    what was sent is delivered; :class:`ReplayError` when some of them were not."""
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    if failed := [r for r in results if isinstance(r, BaseException)]:
+        raise ReplayError(
+            f"delivery failed: {failed[0]!r} ({len(failed)} of the last {len(results)} "
+            "records sent were not delivered)"
+        ) from stop
 
 
 async def _delivered(futures: list[Awaitable[Any]]) -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from typing import Any
 
 import pytest
 
 from dprobe import schema
 from dprobe.clock import ManualClock
+from dprobe.errors import UsageError
 from dprobe.traces.replay import MemorySink, ReplayError, replay
 from dprobe.traces.replay_record import ReplayRecord
 
@@ -117,6 +118,42 @@ async def test_delivery_failure_stops_the_replay() -> None:
 
     with pytest.raises(ReplayError, match="broker said no"):
         await replay(_jobs([0.0, 1.0, 2.0]), FailingSink(), TOPICS, await_every=2)
+
+
+class LateSink(MemorySink):
+    """A producer that delivers (or fails) each record a moment after it is sent."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        super().__init__()
+        self.error = error
+        self.futures: list[asyncio.Future[None]] = []
+
+    async def send(self, topic: str, value: bytes, key: bytes | None = None) -> Awaitable[Any]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.error is None:
+            asyncio.get_running_loop().call_later(0.05, fut.set_result, None)
+        else:
+            asyncio.get_running_loop().call_later(0.05, fut.set_exception, self.error)
+        self.futures.append(fut)
+        return fut
+
+
+def _bad_after(records: list[ReplayRecord]) -> Iterator[ReplayRecord]:
+    yield from records
+    raise UsageError("trace.csv line 4: not a number")
+
+
+async def test_an_input_error_waits_until_what_was_sent_is_delivered() -> None:
+    sink = LateSink()
+    with pytest.raises(UsageError, match="line 4"):
+        await replay(_bad_after(_jobs([0.0, 1.0, 2.0])), sink, TOPICS)
+    assert len(sink.futures) == 3 and all(f.done() for f in sink.futures)
+
+
+async def test_an_input_error_says_when_what_was_sent_was_not_delivered() -> None:
+    sink = LateSink(RuntimeError("broker said no"))
+    with pytest.raises(ReplayError, match=r"broker said no.*3 of the last 3 records sent were not"):
+        await replay(_bad_after(_jobs([0.0, 1.0, 2.0])), sink, TOPICS)
 
 
 async def test_a_record_without_a_topic_is_an_error() -> None:
