@@ -269,3 +269,32 @@ def test_a_value_that_starts_like_a_negative_number_reaches_the_commands_check(
     assert main([*argv, "--chart", ""]) == 2
     err = capsys.readouterr().err
     assert message in err and "expected one argument" not in err
+
+
+@pytest.mark.parametrize("taken", ["port", "controller-port"])
+def test_broker_start_on_a_port_in_use_exits_2_naming_the_setting(
+    taken: str, tmp_path: os.PathLike[str]
+) -> None:
+    """Checked before anything is fetched or formatted: nothing is left in the state dir."""
+    import socket
+
+    with socket.socket() as held, socket.socket() as free:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        free.bind(("127.0.0.1", 0))  # a port nobody listens on (bound, so none takes it)
+        ports = {"port": held.getsockname()[1], "controller-port": free.getsockname()[1]}
+        if taken == "controller-port":
+            ports = {"port": ports["controller-port"], "controller-port": ports["port"]}
+        state = os.path.join(tmp_path, "broker")
+        res = _dprobe(
+            "broker", "start", "--port", str(ports["port"]),
+            "--controller-port", str(ports["controller-port"]), "--state-dir", state,
+        )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    what = "port" if taken == "port" else "controller port"
+    assert f"{what} {ports[taken]} on 127.0.0.1 is already in use" in res.stderr
+    assert (
+        f"choose another with --{taken} (DPROBE_BROKER_{taken.upper().replace('-', '_')}"
+        in res.stderr
+    )
+    assert not os.path.exists(os.path.join(state, "data", "meta.properties"))

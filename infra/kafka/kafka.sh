@@ -75,7 +75,7 @@ broker_pid() {
   return 1
 }
 
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/${PORT}") 2>/dev/null; }
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/${1:-${PORT}}") 2>/dev/null; }
 
 log_says_started() { grep -q "Kafka Server started" "${LOGDIR}/server.log" 2>/dev/null; }
 
@@ -126,7 +126,12 @@ start() {
   s="$(state)"
   if [[ "${s}" == ready ]]; then echo "ready 127.0.0.1:${PORT}"; return 0; fi
   if [[ "${s}" == stopped ]]; then
-    if port_open; then die "port ${PORT} on 127.0.0.1 is already in use by another process: set DPROBE_KAFKA_PORT"; fi
+    if port_open "${PORT}"; then
+      die "port ${PORT} on 127.0.0.1 is already in use by another process: choose another with --port (DPROBE_BROKER_PORT, [broker] port; DPROBE_KAFKA_PORT for this script alone)"
+    fi
+    if port_open "${CPORT}"; then
+      die "controller port ${CPORT} on 127.0.0.1 is already in use by another process: choose another with --controller-port (DPROBE_BROKER_CONTROLLER_PORT, [broker] controller_port; DPROBE_KAFKA_CONTROLLER_PORT for this script alone)"
+    fi
     fetch
     render_config
     format_once
