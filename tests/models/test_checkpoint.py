@@ -12,6 +12,7 @@ from dprobe.errors import UsageError
 from dprobe.models.checkpoint import CheckpointError, load_state, save_state
 from dprobe.models.forecast.baselines import LastValue
 from dprobe.models.plan_loop import PlanLoop
+from dprobe.schema import LevelCounts, TenantWindow
 
 RAN: list[str] = []
 
@@ -27,13 +28,42 @@ def _loop() -> PlanLoop:
     return PlanLoop(LastValue())
 
 
+def _windows(end: float, demand: dict[str, float]) -> list[TenantWindow]:
+    return [
+        TenantWindow(
+            tenant=t,
+            window_start=end - 60.0,
+            window_end=end,
+            hosts=1,
+            gpus_busy=d,
+            instances=d,
+            util_sum=0.0,
+            level_counts=LevelCounts(),
+            effective_demand_gpus=d,
+            pending_gpus=0.0,
+            running_gpus=d,
+        )
+        for t, d in demand.items()
+    ]
+
+
 def test_a_plan_loop_checkpoint_round_trips(tmp_path: Path) -> None:
+    """A loop that has learned and planned (quotas moved, forecasts outstanding, planner
+    history) is restored whole from its file and plans the next end as the original."""
     loop = _loop()
+    for k in range(1, 6):  # vc-a grows, vc-b's demand vanishes: quota moves to vc-a
+        loop.plan_end(60.0 * k, _windows(60.0 * k, {"vc-a": 8.0 * k, "vc-b": 0.0}))
+    state = loop.state_dict()
+    assert state != _loop().state_dict()  # there is something to restore
+    assert loop.quotas()["vc-a"] > loop.quotas()["vc-b"]
     path = tmp_path / "plan-loop.ckpt"
     loop.save(path)
     again = _loop()
     assert again.load(path)
-    assert again.state_dict() == loop.state_dict()
+    assert again.state_dict() == state
+    assert again.quotas() == loop.quotas() and again.planned_upto == loop.planned_upto
+    nxt = _windows(360.0, {"vc-a": 48.0, "vc-b": 0.0})
+    assert again.plan_end(360.0, nxt) == loop.plan_end(360.0, nxt)
     assert not _loop().load(tmp_path / "missing.ckpt")
 
 
