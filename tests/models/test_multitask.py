@@ -119,8 +119,15 @@ def test_settings_are_kept_verbatim_and_validated() -> None:
 
 
 def test_uses_one_thread() -> None:
-    MultiTaskForecaster()
-    assert torch.get_num_threads() == 1
+    # from more than one thread: whatever an earlier model or the environment set, the
+    # model itself must bring torch down to one
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        MultiTaskForecaster()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_memory_per_tenant_is_bounded() -> None:
