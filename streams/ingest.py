@@ -128,7 +128,8 @@ class Ingest:
         self._unwritten: dict[bytes, tuple[int, dict[str, Any]]] = {}  # key -> (batch, state)
         self._pending: deque[asyncio.Future[None]] = deque()
         self._batches = 0
-        self._conflict_warned: dict[str, float] = {}  # host -> when last warned (monotonic)
+        # host -> when last warned (monotonic), oldest first; none older than the interval
+        self._conflict_warned: dict[str, float] = {}
         self.depth = DEPTH
         self.on_failure: Callable[[BaseException], None] = exit_process
 
@@ -328,10 +329,19 @@ class Ingest:
         :data:`CONFLICT_WARN_EVERY_S`: nothing else tells that a host's data is missing."""
         now = time.monotonic()
         self.stats.conflict(snap.host, now)
-        last = self._conflict_warned.get(snap.host)
+        warned = self._conflict_warned
+        last = warned.get(snap.host)
         if last is not None and now - last < CONFLICT_WARN_EVERY_S:
             return
-        self._conflict_warned[snap.host] = now
+        warned.pop(snap.host, None)  # re-inserted last: the map stays in order of warning
+        warned[snap.host] = now
+        # hosts warned about longer ago than the interval would be warned about again
+        # anyway: forget them, so host ids that come and go do not pile up here
+        while warned:
+            oldest = next(iter(warned))
+            if now - warned[oldest] < CONFLICT_WARN_EVERY_S:
+                break
+            del warned[oldest]
         log.warning(
             "host %s: dropped snapshot seq %d of %s, newer than seq %d already taken: a second "
             "collector sends under this host id, or one restarted with a fresh state_dir (taken "

@@ -5,6 +5,7 @@ per snapshot. Compared with the same ingest fed the first collector alone."""
 from __future__ import annotations
 
 import logging
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from dprobe import schema
 from dprobe.streams import codec
+from dprobe.streams import ingest as ingest_module
 from tests.streams.helpers import make_snapshots
 from tests.streams.test_batch_semantics import FakeTable, FakeTopic, _ingest
 
@@ -63,3 +65,44 @@ async def test_a_second_collector_under_one_host_id_is_counted_and_logged_once(
     assert len(warnings) == 1, warnings
     assert warnings[0].startswith("host host-0: dropped snapshot seq 0 of ")
     assert "newer than seq 20 already taken" in warnings[0]
+
+
+async def test_hosts_warned_about_longer_ago_than_the_interval_are_forgotten(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fleet whose host ids churn (each seen in conflict once, then never again) keeps
+    only the hosts warned about within the last interval, and a host seen again after
+    the interval is warned about again."""
+    clock = [1000.0]
+    fake_time = SimpleNamespace(
+        monotonic=lambda: clock[0], time=time.time, strftime=time.strftime, gmtime=time.gmtime
+    )
+    monkeypatch.setattr(ingest_module, "time", fake_time)
+    updates = FakeTopic(2)
+    ingest = _ingest(updates, FakeTable())
+    base = make_snapshots(hosts=1, ticks=6)
+    step_s = ingest_module.CONFLICT_WARN_EVERY_S / 4
+    offset = 0
+
+    async def conflict(host: str) -> None:
+        nonlocal offset
+        # seq 5 taken, then a seq 0 stamped later: another collector under this host id
+        snaps = [
+            msgspec.structs.replace(base[5], host=host),
+            msgspec.structs.replace(base[0], host=host, ts=base[5].ts + 0.5),
+        ]
+        await ingest.on_snapshots([_event(offset + i, s) for i, s in enumerate(snaps)])
+        offset += len(snaps)
+
+    with caplog.at_level(logging.WARNING, logger="dprobe.streams.ingest"):
+        for n in range(40):
+            clock[0] += step_s
+            await conflict(f"churn-{n}")
+            assert len(ingest._conflict_warned) <= 4, sorted(ingest._conflict_warned)
+        assert set(ingest._conflict_warned) == {f"churn-{n}" for n in range(36, 40)}
+        clock[0] += step_s
+        await conflict("churn-0")  # seen again long after its warning: warned again
+    warned = [r.getMessage() for r in caplog.records if "second collector" in r.getMessage()]
+    assert len(warned) == 41
+    assert warned[-1].startswith("host churn-0: ")
+    assert ingest.stats.conflicting_snapshots["churn-39"] == 1
