@@ -186,12 +186,25 @@ def test_checkpoint_flags_need_exactly_one_multitask_model(
 
 
 def test_the_job_multitask_model_saves_and_warm_starts_too(tmp_path: Path, capsys) -> None:
-    trace = _demand_csv(tmp_path / "d.csv", n=150)
+    trace = _demand_csv(tmp_path / "d.csv", n=60)
     ckpt = tmp_path / "jobs.pt"
     base = ["evaluate", "--trace", str(trace), "--format", "demand-csv", "--no-plots", "--json"]
     base += ["--models", "dprobe-mmoe-jobs"]
     assert main([*base, "--save-checkpoint", str(ckpt)]) == 0
     assert ckpt.stat().st_size > 10_000
+    capsys.readouterr()
+    # the span after it, from the checkpoint: evaluated, the job model scored
+    later = _demand_csv(tmp_path / "later.csv", n=60, start=60)
+    warm = [*base[:2], str(later), *base[3:], "--warm-start", str(ckpt)]
+    assert main(warm) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["model"] for r in rows} == {"last-value", "dprobe-mmoe-jobs"}
+    # the same span again: the model evaluated holds the checkpoint's windows, so it is
+    # refused (a model left fresh would be evaluated without a word)
+    assert main([*base, "--warm-start", str(ckpt)]) == 2
+    assert f"--warm-start {ckpt}: the checkpoint has learned windows up to" in (
+        capsys.readouterr().err
+    )
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     assert main([*base, "--warm-start", str(tmp_path / "junk.pt")]) == 2  # read, not ignored
     assert "--warm-start" in capsys.readouterr().err
