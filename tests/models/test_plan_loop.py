@@ -107,9 +107,14 @@ def test_each_end_is_planned_once_and_replays_are_ignored() -> None:
     messages = _interleave(_partition_logs(20), random.Random(1))
     loop = _loop()
     events = _run(loop, messages)
+    assert events, "the demand shift produced no plan"
     assert _run(loop, messages) == []  # the same records again (a replay): nothing new
     ends = [e.window_end for e in events]
     assert ends == sorted(ends)
+    plans_by_end: dict[float, set[str]] = {}
+    for e in events:
+        plans_by_end.setdefault(e.window_end, set()).add(e.plan_id)
+    assert all(len(plans) == 1 for plans in plans_by_end.values()), plans_by_end
     assert len({e.event_id for e in events}) == len(events)
 
 
@@ -120,7 +125,9 @@ def test_a_restored_loop_continues_like_the_original() -> None:
     _run(original, messages[:half])
     restored = _loop()
     restored.load_state_dict(copy.deepcopy(original.state_dict()))
-    assert _run(restored, messages[half:]) == _run(original, messages[half:])
+    after = _run(original, messages[half:])
+    assert after, "nothing planned after the checkpoint: nothing to compare"
+    assert _run(restored, messages[half:]) == after
 
 
 class _TwoHorizons(LastValue):
