@@ -89,12 +89,18 @@ def test_generic_knowledge_transfers_to_a_new_tenant() -> None:
 
 
 def test_horizons_between_heads_are_interpolated() -> None:
+    """Linearly: 3.5 windows is half-way between the heads at 1 and 6 windows, half a
+    window half-way between the demand now and the first head (both quantiles)."""
     m = _model(gate_changes=False)
-    for w in _square("vc-a", 400, 10.0, 40.0):
+    windows = _square("vc-a", 400, 10.0, 40.0)
+    for w in windows:
         m.learn_one(w)
-    fc = m.forecast("vc-a", [STEP, 3.5 * STEP, 6 * STEP, 60 * STEP])
-    lo, hi = sorted((fc[STEP][0], fc[6 * STEP][0]))
-    assert lo - 1e-6 <= fc[3.5 * STEP][0] <= hi + 1e-6
+    fc = m.forecast("vc-a", [STEP / 2, STEP, 3.5 * STEP, 6 * STEP, 60 * STEP])
+    assert abs(fc[6 * STEP][0] - fc[STEP][0]) > 1.0  # the heads differ: a real check
+    now = windows[-1].running_gpus + windows[-1].pending_gpus
+    for q in (0, 1):
+        assert fc[3.5 * STEP][q] == pytest.approx((fc[STEP][q] + fc[6 * STEP][q]) / 2)
+        assert fc[STEP / 2][q] == pytest.approx((now + fc[STEP][q]) / 2)
     assert fc[60 * STEP] == fc[6 * STEP]  # beyond the last head: the last head
 
 
