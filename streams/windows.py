@@ -302,7 +302,9 @@ class Windows:
         log.warning(
             "%d late partial(s) dropped (e.g. host %s, tenant %s, window %s): their windows "
             "were already closed, every window ending at or before %s is out (data older "
-            "than the watermark minus grace: a replay into live topics, a host far behind)",
+            "than the watermark minus grace: a replay into live topics, a host far behind; "
+            "or, right after a worker was killed, partials of a batch it had sent and not "
+            "yet recorded, sent again: the closed window already held those)",
             self._late_unlogged, part.host, part.tenant, _utc(part.window_start),
             _utc(ps.out_before),
         )  # fmt: skip
