@@ -46,7 +46,19 @@ def _cache_dir(name: str) -> Path:
 
 
 class ConfigError(UsageError):
-    """A setting has an invalid value; the message names the setting and where it came from."""
+    """A setting has an invalid value; the message names the setting and where it came from.
+
+    One error may carry several ``problems`` (every refused setting of a settings file),
+    each a message of its own; the error's text is all of them, in order.
+
+    >>> exc = ConfigError("worker.window_s must be > 0", "worker.grace_s must be >= 0")
+    >>> exc.problems[1], str(exc)
+    ('worker.grace_s must be >= 0', 'worker.window_s must be > 0; worker.grace_s must be >= 0')
+    """
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("; ".join(problems))
+        self.problems: tuple[str, ...] = problems
 
 
 def _check_port(name: str, port: int, *, lowest: int = 0) -> None:
@@ -300,6 +312,12 @@ class CollectorSettings:
             )
         if self.spool_max_bytes < 1024 * 1024:
             raise ConfigError("collector.spool_max_bytes must be at least 1 MiB")
+        if not 1 <= self.send_batch_max <= 100_000:  # 0 would never send a snapshot
+            raise ConfigError("collector.send_batch_max must be within [1, 100000]")
+        if self.shutdown_timeout_s < 0:
+            raise ConfigError("collector.shutdown_timeout_s must be >= 0 seconds")
+        _check_dir_path("collector.spool_dir", self.spool_dir)
+        _check_dir_path("collector.state_dir", self.state_dir)
         if self.backend not in {"nvml", "synthetic"}:
             raise ConfigError("collector.backend must be 'nvml' or 'synthetic'")
         _check_port("collector.metrics_port", self.metrics_port)
@@ -809,12 +827,17 @@ def _build(
     """``cls`` from its sources; ``where`` names the config file and ``flags`` the
     command line's flags in error lines; ``origins`` receives where each setting came from
     (``"worker.window_s" -> "environment DPROBE_WORKER_WINDOW_S"``, else ``"default"``);
-    without ``with_kafka`` a nested ``kafka`` is the default, whatever its sources say."""
+    without ``with_kafka`` a nested ``kafka`` is the default, whatever its sources say.
+
+    Every refused setting is told, not only the first: the :class:`ConfigError` carries
+    one problem per unknown key, per value of the wrong type and per check the settings
+    fail (see :func:`_construct`)."""
     flags = flags or {}
     section: str = getattr(cls, "section")  # noqa: B009 - class attribute, not a field
     table = doc.get(section, {})
     if not isinstance(table, dict):
         raise ConfigError(f"{where}[{section}] must be a table")
+    problems: list[str] = []
     hints = get_type_hints(cls)
     values: dict[str, Any] = {}
     given: dict[str, str] = {}  # field -> where its value came from, for error lines
@@ -825,14 +848,14 @@ def _build(
         # a nested KafkaSettings is set in [kafka], never here: not a name to suggest
         settable = [n for n in names if hints[n] is not KafkaSettings]
         named = ", ".join(k + _did_you_mean(k, settable) for k in unknown)
-        raise ConfigError(f"{where}[{section}] has unknown settings: {named}")
+        problems.append(f"{where}[{section}] has unknown settings: {named}")
     env_keys = {f.name: _env_key(section, f.name) for f in fields}
     _warn_unknown_env(section, env, set(env_keys.values()))
     for f in fields:
         hint = hints[f.name]
         if hint is KafkaSettings:
             if f.name in table:
-                raise ConfigError(
+                problems.append(
                     f"{where}[{section}] {f.name}: Kafka settings go in the [kafka] table, "
                     "which every command reads"
                 )
@@ -840,9 +863,12 @@ def _build(
                 values[f.name] = KafkaSettings()
                 continue
             kafka_cli = {"bootstrap": cli.get("bootstrap")}
-            values[f.name] = _build(
-                KafkaSettings, kafka_cli, env, doc, where, flags=flags, origins=origins
-            )
+            try:
+                values[f.name] = _build(
+                    KafkaSettings, kafka_cli, env, doc, where, flags=flags, origins=origins
+                )
+            except ConfigError as exc:  # told with this section's own problems
+                problems.extend(exc.problems)
             continue
         env_key = env_keys[f.name]
         if cli.get(f.name) is not None:
@@ -865,7 +891,9 @@ def _build(
             values[f.name] = _convert(raw, hint)
             _check_duration(f.name, values[f.name])
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{origin}: {exc}") from None
+            problems.append(f"{origin}: {exc}")
+            values.pop(f.name, None)  # the other settings are still checked
+            continue
         secret = hint is Secret or isinstance(values[f.name], Secret)
         shown = "(hidden)" if secret else _shown(raw)
         given[f.name] = {
@@ -875,10 +903,43 @@ def _build(
             "env": f"{env_key}={shown} in the environment",
             "file": f"{f.name} = {shown} in [{section}] of {where.removesuffix(': ')}",
         }[kind]
-    try:
-        return cls(**values)
-    except (ConfigError, TypeError, ValueError) as exc:
-        raise ConfigError(f"{exc}{_given_in(str(exc), section, given)}") from None
+    # the checks of the settings themselves, of the values that could be read (a nested
+    # kafka that was refused stands in as its default)
+    values.update(
+        {n: KafkaSettings() for n in names if hints[n] is KafkaSettings and n not in values}
+    )
+    built, refused = _construct(cls, values, section, given)
+    if built is None or problems or refused:
+        raise ConfigError(*problems, *refused)
+    return built
+
+
+def _construct(
+    cls: type[S], values: dict[str, Any], section: str, given: dict[str, str]
+) -> tuple[S | None, list[str]]:
+    """``cls(**values)`` and no refusal, or every check it fails, each with where its
+    settings were given (and ``None``, or the settings without those it refused).
+
+    The checks of ``__post_init__`` stop at the first that fails, so the settings a refusal
+    names are put back to their defaults and the rest are checked again, until they pass.
+    A refusal that names a setting already put back says nothing of what was given (the
+    default may not suit the other settings) and is not told.
+    """
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    reset: set[str] = set()
+    refused: list[str] = []
+    while True:
+        try:
+            return cls(**{k: v for k, v in values.items() if k not in reset}), refused
+        except (ConfigError, TypeError, ValueError) as exc:
+            message = str(exc)
+            named = {n for n in names if _names(message, section, n)}
+            if not named & reset:
+                refused.append(f"{message}{_given_in(message, section, given)}")
+            more = {n for n in named if n in values} - reset
+            if not more:  # nothing left to put back: whatever else is wrong stays unsaid
+                return None, refused
+            reset |= more
 
 
 MAX_DURATION_S = 1e7  # 115 days, the longest duration a message may hold
@@ -973,20 +1034,30 @@ def _given_in(message: str, section: str, given: dict[str, str]) -> str:
     >>> _given_in("worker.grace_s must be >= 0", "worker", {})
     ''
     """
-    named = [
-        text
-        for name, text in given.items()
-        if re.search(rf"(?<![\w.]){re.escape(section)}\.{re.escape(name)}\b", message)
-        or re.search(rf"(?<![\w.]){re.escape(name)}\b", message)
-    ]
+    named = [text for name, text in given.items() if _names(message, section, name)]
     return f" (given: {'; '.join(named)})" if named else ""
+
+
+def _names(message: str, section: str, name: str) -> bool:
+    """Whether ``message`` names the setting ``name`` of ``section`` (``worker.grace_s``,
+    or ``grace_s`` alone in a list such as ``window_s and grace_s``).
+
+    >>> _names("worker.partitions must be >= 1", "worker", "partitions")
+    True
+    >>> _names("worker.events_partitions must be >= 1", "worker", "partitions")
+    False
+    """
+    return bool(
+        re.search(rf"(?<![\w.]){re.escape(section)}\.{re.escape(name)}\b", message)
+        or re.search(rf"(?<![\w.]){re.escape(name)}\b", message)
+    )
 
 
 def _check_servers(bootstrap: str) -> None:
     """Refuse a bootstrap list a Kafka client cannot parse: every comma-separated server
     is ``HOST:PORT`` (a bracketed IPv6 address allowed), or ``HOST`` for port 9092.
 
-    >>> _check_servers("k1:9092,[::1]:9093,k3")
+    >>> _check_servers("k1:9092,[::1]:9093,k3,fe80::1")
     >>> _check_servers("k1:x")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -997,8 +1068,10 @@ def _check_servers(bootstrap: str) -> None:
         if server.startswith("["):  # [IPv6]:PORT or [IPv6]
             host, _, rest = server[1:].partition("]")
             port = rest[1:] if rest.startswith(":") else None if not rest else "?"
-        elif server.count(":") > 1:  # a bare IPv6 address
+        elif server.count(":") > 1:  # a bare IPv6 address (with a zone: fe80::1%eth0)
             host, port = server, None
+            if not re.fullmatch(r"[0-9A-Fa-f:.]+(%[\w.-]+)?", server):
+                port = ","  # two HOST:PORT run together ('k1:9092;k2:9092'), not IPv6
         else:
             host, _, port_text = server.partition(":")
             port = port_text if ":" in server else None
@@ -1009,7 +1082,11 @@ def _check_servers(bootstrap: str) -> None:
         if not host or (port is not None and not (port.isdigit() and 0 < int(port) < 65536)):
             raise ConfigError(
                 f"kafka.bootstrap: server {server!r} is not HOST:PORT "
-                "(the port is a number from 1 to 65535)"
+                + (
+                    "(servers are separated by ',')"
+                    if port == ","
+                    else "(the port is a number from 1 to 65535)"
+                )
             )
 
 

@@ -302,7 +302,17 @@ def test_an_error_line_names_the_flag_a_value_came_from() -> None:
 
 
 @pytest.mark.parametrize(
-    "bootstrap", ["k1:x", "k1:9092,,k2:9092", "k1:0", "k1:65536", ":9092", "[::1]x", "k1:-1"]
+    "bootstrap",
+    [
+        "k1:x",
+        "k1:9092,,k2:9092",
+        "k1:0",
+        "k1:65536",
+        ":9092",
+        "[::1]x",
+        "k1:-1",
+        "k1:9092;k2:9092",  # not a bare IPv6 address: a client resolves it as one host
+    ],
 )
 def test_a_bootstrap_server_that_is_not_host_port_is_refused(bootstrap: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -312,7 +322,17 @@ def test_a_bootstrap_server_that_is_not_host_port_is_refused(bootstrap: str) -> 
 
 
 @pytest.mark.parametrize(
-    "bootstrap", ["k1:9092", "k1:9092, k2:9093", "k1", "[::1]:9092", "[::1]", "::1", "10.0.0.1:1"]
+    "bootstrap",
+    [
+        "k1:9092",
+        "k1:9092, k2:9093",
+        "k1",
+        "[::1]:9092",
+        "[::1]",
+        "::1",
+        "10.0.0.1:1",
+        "fe80::1",
+    ],
 )
 def test_every_bootstrap_form_a_kafka_client_reads_is_taken(bootstrap: str) -> None:
     from aiokafka.conn import collect_hosts
@@ -407,6 +427,19 @@ def test_a_value_of_the_wrong_toml_type_is_refused(tmp_path: Path, text: str, me
         (BrokerSettings, {"DPROBE_BROKER_HEAP": "abc"}, "broker.heap must be a JVM heap size"),
         (BrokerSettings, {"DPROBE_BROKER_STATE_DIR": "/etc/passwd/x"}, "broker.state_dir: "),
         (BrokerSettings, {"DPROBE_BROKER_LIB_DIR": "/etc/passwd"}, "broker.lib_dir: "),
+        # a collector that could never send, or never flush on SIGTERM, or never spool
+        (CollectorSettings, {"DPROBE_COLLECTOR_SEND_BATCH_MAX": "0"}, "collector.send_batch_max"),
+        (
+            CollectorSettings,
+            {"DPROBE_COLLECTOR_SHUTDOWN_TIMEOUT_S": "-1"},
+            "collector.shutdown_timeout_s",
+        ),
+        (
+            CollectorSettings,
+            {"DPROBE_COLLECTOR_SPOOL_DIR": "/etc/passwd/x"},
+            "collector.spool_dir: ",
+        ),
+        (CollectorSettings, {"DPROBE_COLLECTOR_STATE_DIR": "/etc/passwd"}, "collector.state_dir: "),
     ],
 )
 def test_a_setting_that_cannot_work_is_refused_naming_it(

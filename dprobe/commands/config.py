@@ -3,7 +3,8 @@
 `dprobe config check` builds the settings of every service (kafka, broker, collector,
 worker, archive, lag, replay) from the file given with --config (or DPROBE_CONFIG) and the
 environment, as each service does when it starts. It prints one line per service that is
-fine and, for each that is not, the reason naming the setting and where it was given.
+fine and, for each that is not, one line per refused setting (all of them, not only the
+first), naming the setting and where it was given.
 It exits 2 if any service's settings are refused. Like `promtool check config`, it can run
 in a deployment pipeline: it talks to no broker. It does read the TLS files the [kafka]
 table names, as every service does when it starts.
@@ -77,7 +78,13 @@ def _load(cls: type, args: argparse.Namespace, origins: dict[str, str] | None = 
 def _check(args: argparse.Namespace) -> int:
     from dprobe.commands.collect import check_tenant_map
     from dprobe.commands.worker import check_model
-    from dprobe.config import SERVICES, CollectorSettings, KafkaSettings, WorkerSettings
+    from dprobe.config import (
+        SERVICES,
+        CollectorSettings,
+        ConfigError,
+        KafkaSettings,
+        WorkerSettings,
+    )
     from dprobe.errors import UsageError
 
     # what a service checks on start beyond its settings object, before Kafka
@@ -90,8 +97,10 @@ def _check(args: argparse.Namespace) -> int:
         for cls in SERVICES:
             try:
                 more.get(cls, lambda _: None)(_load(cls, args))
-            except UsageError as exc:
-                refused.setdefault(str(exc), []).append(f"[{cls.section}]")
+            except UsageError as exc:  # each refused setting on a line of its own
+                reasons = exc.problems if isinstance(exc, ConfigError) else (str(exc),)
+                for reason in reasons:
+                    refused.setdefault(reason, []).append(f"[{cls.section}]")
             else:
                 print(f"[{cls.section}] ok")
     for reason, services in refused.items():  # a file-wide problem is told once

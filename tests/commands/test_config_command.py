@@ -98,6 +98,63 @@ def test_check_names_every_refused_service_and_exits_2(
     assert lines[1].startswith("dprobe config: [lag] refused: lag.groups must name")
 
 
+def test_check_names_every_bad_value_of_a_section_in_one_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user fixing a file learns of every refused setting at once, each on its own line,
+    not one per run."""
+    bad = tmp_path / "bad.toml"
+    text = (
+        '[collector]\ninterval_s = -1\ncompression = "brotli"\nmetrics_port = 70000\n'
+        'tenants = "four"\n\n[kafka]\nrequest_timeout_ms = 0\ntopic_prefix = "a b"\n'
+    )
+    out, err = _refused(bad, text, capsys)
+    assert out == ["[broker] ok"]
+    given = f"in [collector] of config file {bad})"
+    kafka = "dprobe config: [kafka], [collector], [worker], [archive], [lag], [replay] refused: "
+    assert err == [
+        f"{kafka}kafka.topic_prefix 'a b': Kafka topic names hold only letters, digits, '.', "
+        f"'_' and '-' (given: topic_prefix = 'a b' in [kafka] of config file {bad})",
+        f"{kafka}kafka.request_timeout_ms must be >= 1 (given: request_timeout_ms = 0 in "
+        f"[kafka] of config file {bad})",
+        f"dprobe config: [collector] refused: config file {bad}: [collector] tenants: "
+        "expected an integer, got 'four'",
+        f"dprobe config: [collector] refused: collector.interval_s must be > 0 (given: "
+        f"interval_s = -1 {given}",
+        "dprobe config: [collector] refused: collector.compression must be zstd, lz4, gzip, "
+        f"snappy or none (given: compression = 'brotli' {given}",
+        "dprobe config: [collector] refused: collector.metrics_port must be within "
+        f"[0, 65535] (given: metrics_port = 70000 {given}",
+    ]
+    # the service itself refuses the file for all of them too, on its one line
+    assert main(["--config", str(bad), "collect", "--once"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "kafka.request_timeout_ms must be >= 1" in line
+    assert "tenants: expected an integer" in line
+    assert "collector.metrics_port must be within [0, 65535]" in line
+
+
+def test_a_value_put_aside_for_the_check_never_adds_a_problem_of_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Settings that are only wrong together are told once: a refused SASL mechanism is
+    not followed by 'a SASL protocol needs a mechanism', nor a refused node size by a
+    complaint about the capacity."""
+    text = (
+        '[kafka]\nsecurity_protocol = "SASL_PLAINTEXT"\nsasl_mechanism = "GSSAPI"\n'
+        'sasl_username = "u"\nsasl_password = "p"\n\n'
+        "[worker]\nnode_gpus = 128\nwindow_s = 0\n"
+    )
+    out, err = _refused(tmp_path / "bad.toml", text, capsys)
+    assert out == ["[broker] ok"]
+    assert [line.split(" refused: ")[1].split(" (given")[0] for line in err] == [
+        "kafka.sasl_mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, not 'GSSAPI'",
+        "worker.window_s must be > 0 and worker.grace_s >= 0",
+        "worker.node_gpus must be within [1, worker.capacity_gpus], worker.guaranteed_gpus "
+        "within [0, worker.capacity_gpus] and capacity_gpus at most 10000000",
+    ]
+
+
 def test_check_also_makes_the_checks_a_service_makes_on_start(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
