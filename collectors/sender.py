@@ -199,6 +199,14 @@ class KafkaSender:
 
     async def _connect(self) -> bool:
         producer = self._factory()
+        try:
+            return await self._start_producer(producer)
+        except asyncio.CancelledError:  # stopped while connecting: close what was opened
+            if self._producer is not producer:
+                await asyncio.shield(self._stop_producer(producer))
+            raise
+
+    async def _start_producer(self, producer: Any) -> bool:
         with watching_auth() as watch:
             try:
                 await asyncio.wait_for(producer.start(), self.send_timeout_s)

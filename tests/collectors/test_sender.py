@@ -209,3 +209,26 @@ async def test_stop_returns_even_when_a_cancellation_is_lost(tmp_path) -> None:
     assert swallowed >= 1
     assert loop.time() - t0 < 2.0
     assert spool.pending_records == 1 and sender._task is not None and sender._task.done()
+
+
+async def test_a_stop_while_connecting_closes_the_producer_it_was_starting(tmp_path) -> None:
+    """SIGTERM (or a failed start of the rest of the collector) while the producer is still
+    connecting, to a broker that does not answer, stops that producer too: aiokafka logs
+    'Unclosed AIOKafkaProducer' for one never stopped, and its connections stay open."""
+    broker = Broker()
+    connecting = asyncio.Event()
+
+    class HangingProducer(FakeProducer):
+        async def start(self) -> None:
+            connecting.set()
+            await asyncio.sleep(3600)  # a broker address that swallows packets
+
+    sender, spool, _ = setup(tmp_path, broker)
+    sender._factory = lambda: HangingProducer(broker)
+    spool.append(0, b"0")
+    await sender.start()
+    await asyncio.wait_for(connecting.wait(), 5.0)
+    await asyncio.wait_for(sender.stop(timeout_s=0.1), 10.0)
+    [producer] = broker.producers
+    assert producer.stopped
+    assert spool.pending_records == 1
