@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,16 @@ class TenantMap:
     users: dict[str, str] = field(default_factory=dict)
 
 
+def _did_you_mean(table: str) -> str:
+    """`` (did you mean [T]?)`` for the table closest to a misspelt one, else "".
+
+    >>> _did_you_mean("pod"), _did_you_mean("groups")
+    (' (did you mean [pods]?)', '')
+    """
+    near = difflib.get_close_matches(table, _TABLES, n=1)
+    return f" (did you mean [{near[0]}]?)" if near else ""
+
+
 def load_tenant_map(path: Path | str) -> TenantMap:
     """Read and validate a mapping file; raise :class:`UsageError` naming what is wrong."""
     path = Path(path).expanduser()
@@ -54,9 +65,17 @@ def load_tenant_map(path: Path | str) -> TenantMap:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"tenant map {path}: {exc}") from None
-    unknown = set(doc) - set(_TABLES)
+    listed = ", ".join(f"[{t}]" for t in _TABLES)
+    loose = sorted(k for k, v in doc.items() if k not in _TABLES and not isinstance(v, dict))
+    if loose:  # 'alice = "vc-a"' above every table: not a mapping of any kind
+        raise UsageError(
+            f"tenant map {path}: key(s) {', '.join(loose)} outside any table; put each in "
+            f"one of {listed}"
+        )
+    unknown = sorted(set(doc) - set(_TABLES))
     if unknown:
-        raise UsageError(f"tenant map {path}: unknown tables {sorted(unknown)}; use {_TABLES}")
+        named = ", ".join(f"[{t}]{_did_you_mean(t)}" for t in unknown)
+        raise UsageError(f"tenant map {path}: unknown tables {named}; use {listed}")
     tables: dict[str, dict[str, str]] = {}
     for name in _TABLES:
         table = doc.get(name, {})

@@ -187,6 +187,31 @@ def test_mapping_file_is_read_and_validated(tmp_path: Path) -> None:
         load_tenant_map(tmp_path / "missing.toml")
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[pod]\n"ml/t-0" = "vc-a"\n',
+            "unknown tables [pod] (did you mean [pods]?); use [pods], [namespaces], "
+            "[accounts], [slices], [users]",
+        ),
+        (
+            'alice = "vc-a"\n[users]\nbob = "vc-b"\n',
+            "key(s) alice outside any table; put each in one of [pods], [namespaces], "
+            "[accounts], [slices], [users]",
+        ),
+    ],
+)
+def test_a_misspelt_table_or_a_key_outside_any_is_named_as_such(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    bad = tmp_path / "tenants.toml"
+    bad.write_text(text)
+    with pytest.raises(UsageError) as err:
+        load_tenant_map(bad)
+    assert str(err.value) == f"tenant map {bad}: {message}"
+
+
 def test_a_mapping_file_saved_with_a_byte_order_mark_reads_like_one_without(
     tmp_path: Path,
 ) -> None:
