@@ -155,6 +155,9 @@ async def ensure_topics(
         ]
         if todo:
             await create_topics(admin, todo)
+            # described with their partitions before going on: a worker's first table
+            # write, or `dprobe topics create`'s listing, would not see them yet
+            await wait_for_partitions(admin, [t.name for t in todo])
         if mark:  # newer than the windows it holds: workers that join next check against it
             await announce_window(s, names.planning)
         return partitions
