@@ -56,7 +56,7 @@ def _did_you_mean(table: str) -> str:
 
 
 def load_tenant_map(path: Path | str) -> TenantMap:
-    """Read and validate a mapping file; raise :class:`UsageError` naming what is wrong."""
+    """Read and validate a mapping file; raise :class:`UsageError` naming every problem."""
     path = Path(path).expanduser()
     if not path.exists():
         raise UsageError(f"tenant map {path} does not exist")
@@ -65,35 +65,40 @@ def load_tenant_map(path: Path | str) -> TenantMap:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"tenant map {path}: {exc}") from None
+    problems = _problems(doc)
+    if problems:  # all of them at once, on one line (a service's error line)
+        raise UsageError(f"tenant map {path}: {'; '.join(problems)}")
+    tables = {name: {str(k): v for k, v in doc.get(name, {}).items()} for name in _TABLES}
+    return TenantMap(**tables)
+
+
+def _problems(doc: dict[str, object]) -> list[str]:
+    """Every problem of a parsed mapping file, one line each (none: it is valid)."""
     listed = ", ".join(f"[{t}]" for t in _TABLES)
+    problems: list[str] = []
     loose = sorted(k for k, v in doc.items() if k not in _TABLES and not isinstance(v, dict))
     if loose:  # 'alice = "vc-a"' above every table: not a mapping of any kind
-        raise UsageError(
-            f"tenant map {path}: key(s) {', '.join(loose)} outside any table; put each in "
-            f"one of {listed}"
-        )
-    unknown = sorted(set(doc) - set(_TABLES))
+        problems.append(f"key(s) {', '.join(loose)} outside any table: put each in one of {listed}")
+    unknown = sorted(k for k, v in doc.items() if k not in _TABLES and isinstance(v, dict))
     if unknown:
         named = ", ".join(f"[{t}]{_did_you_mean(t)}" for t in unknown)
-        raise UsageError(f"tenant map {path}: unknown tables {named}; use {listed}")
-    tables: dict[str, dict[str, str]] = {}
+        problems.append(f"unknown tables {named}: use {listed}")
     for name in _TABLES:
         table = doc.get(name, {})
         if not isinstance(table, dict) or not all(
             isinstance(v, str) and 0 < len(v) <= 256 for v in table.values()
         ):
-            raise UsageError(f"tenant map {path}: [{name}] must map names to tenant strings")
+            problems.append(f"[{name}] must map names to tenant strings")
+            continue
         bad = next((v for v in table.values() if has_control_character(v)), None)
         if bad is not None:
-            raise UsageError(
-                f"tenant map {path}: [{name}] tenant {bad!r} holds a control character"
-            )
-        tables[name] = {str(k): v for k, v in table.items()}
-    for key in tables["slices"]:
+            problems.append(f"[{name}] tenant {bad!r} holds a control character")
+    slices = doc.get("slices", {})
+    for key in slices if isinstance(slices, dict) else ():
         if not is_tenant_slice(key):
-            raise UsageError(
-                f"tenant map {path}: [slices] key {key!r} can never match: name one slice "
-                "unit ending in .slice, other than -.slice, system.slice, user.slice, "
-                "machine.slice and the kubepods slices (map pods in [pods] or [namespaces])"
+            problems.append(
+                f"[slices] key {key!r} can never match: name one slice unit ending in .slice, "
+                "other than -.slice, system.slice, user.slice, machine.slice and the kubepods "
+                "slices (map pods in [pods] or [namespaces])"
             )
-    return TenantMap(**tables)
+    return problems

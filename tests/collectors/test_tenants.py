@@ -192,12 +192,12 @@ def test_mapping_file_is_read_and_validated(tmp_path: Path) -> None:
     [
         (
             '[pod]\n"ml/t-0" = "vc-a"\n',
-            "unknown tables [pod] (did you mean [pods]?); use [pods], [namespaces], "
+            "unknown tables [pod] (did you mean [pods]?): use [pods], [namespaces], "
             "[accounts], [slices], [users]",
         ),
         (
             'alice = "vc-a"\n[users]\nbob = "vc-b"\n',
-            "key(s) alice outside any table; put each in one of [pods], [namespaces], "
+            "key(s) alice outside any table: put each in one of [pods], [namespaces], "
             "[accounts], [slices], [users]",
         ),
     ],
@@ -210,6 +210,27 @@ def test_a_misspelt_table_or_a_key_outside_any_is_named_as_such(
     with pytest.raises(UsageError) as err:
         load_tenant_map(bad)
     assert str(err.value) == f"tenant map {bad}: {message}"
+
+
+def test_every_problem_of_a_mapping_file_is_named_at_once(tmp_path: Path) -> None:
+    """An operator fixing the file learns all of them from one start, not one per start."""
+    bad = tmp_path / "tenants.toml"
+    bad.write_text(
+        'alice = "vc-a"\n[pod]\n"ml/t-0" = "vc-a"\n[users]\nbob = 7\n'
+        '[slices]\n"system.slice" = "vc-s"\n[accounts]\np1 = "vc-\\u0007"\n'
+    )
+    with pytest.raises(UsageError) as err:
+        load_tenant_map(bad)
+    problems = str(err.value).removeprefix(f"tenant map {bad}: ").split("; ")
+    assert [p.split(" ", 1)[0] for p in problems] == [
+        "key(s)",
+        "unknown",
+        "[accounts]",
+        "[users]",
+        "[slices]",
+    ]
+    assert "\n" not in str(err.value)  # one line: a service's error line holds them all
+    assert "(did you mean [pods]?)" in problems[1] and "'system.slice'" in problems[4]
 
 
 def test_a_mapping_file_saved_with_a_byte_order_mark_reads_like_one_without(
