@@ -1057,7 +1057,7 @@ def _check_servers(bootstrap: str) -> None:
     """Refuse a bootstrap list a Kafka client cannot parse: every comma-separated server
     is ``HOST:PORT`` (a bracketed IPv6 address allowed), or ``HOST`` for port 9092.
 
-    >>> _check_servers("k1:9092,[::1]:9093,k3,fe80::1")
+    >>> _check_servers("k1:9092,[::1]:9093,k3,fe80::1,[fe80::1%eth0]:9092")
     >>> _check_servers("k1:x")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -1068,9 +1068,14 @@ def _check_servers(bootstrap: str) -> None:
         if server.startswith("["):  # [IPv6]:PORT or [IPv6]
             host, _, rest = server[1:].partition("]")
             port = rest[1:] if rest.startswith(":") else None if not rest else "?"
-        elif server.count(":") > 1:  # a bare IPv6 address (with a zone: fe80::1%eth0)
+        elif server.count(":") > 1:  # a bare IPv6 address
             host, port = server, None
-            if not re.fullmatch(r"[0-9A-Fa-f:.]+(%[\w.-]+)?", server):
+            if re.fullmatch(r"[0-9A-Fa-f:.]+%[\w.-]+", server):  # Kafka clients misread it
+                raise ConfigError(
+                    f"kafka.bootstrap: server {server!r}: write an IPv6 address with a zone "
+                    f"in brackets, [{server}]:9092"
+                )
+            if not re.fullmatch(r"[0-9A-Fa-f:.]+", server):
                 port = ","  # two HOST:PORT run together ('k1:9092;k2:9092'), not IPv6
         else:
             host, _, port_text = server.partition(":")

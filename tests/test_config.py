@@ -332,6 +332,7 @@ def test_a_bootstrap_server_that_is_not_host_port_is_refused(bootstrap: str) -> 
         "::1",
         "10.0.0.1:1",
         "fe80::1",
+        "[fe80::1%eth0]:9092",
     ],
 )
 def test_every_bootstrap_form_a_kafka_client_reads_is_taken(bootstrap: str) -> None:
@@ -339,6 +340,19 @@ def test_every_bootstrap_form_a_kafka_client_reads_is_taken(bootstrap: str) -> N
 
     assert load(KafkaSettings, env={}, cli={"bootstrap": bootstrap}).bootstrap == bootstrap
     assert collect_hosts(bootstrap)  # and the client reads it too
+
+
+def test_a_bare_ipv6_address_with_a_zone_is_refused_with_its_bracketed_form() -> None:
+    from aiokafka.conn import collect_hosts
+
+    with pytest.raises(ValueError):  # what the client would do with it at start
+        collect_hosts("fe80::1%eth0")
+    with pytest.raises(ConfigError) as err:
+        load(KafkaSettings, env={}, cli={"bootstrap": "k1:9092,fe80::1%eth0"})
+    assert str(err.value).startswith(
+        "kafka.bootstrap: server 'fe80::1%eth0': write an IPv6 address with a zone in "
+        "brackets, [fe80::1%eth0]:9092 (given: "
+    )
 
 
 def test_a_secret_in_an_error_line_is_never_shown() -> None:
