@@ -66,7 +66,8 @@ def split_nodes(records: Sequence[JobRecord], nodes: int, *, node_gpus: int) -> 
     least = sum(biggest.values())
     if nodes < least:
         raise UsageError(
-            f"--nodes {nodes} is too few: the jobs need at least {least} nodes "
+            f"--nodes {nodes} is too few: the jobs need at least {least} "
+            f"node{'' if least == 1 else 's'} "
             f"(each VC the nodes of its largest job, {node_gpus} GPUs a node)"
         )
     rest = nodes - least
