@@ -12,7 +12,8 @@ from dprobe.errors import UsageError
 from dprobe.models.checkpoint import CheckpointError, load_state, save_state
 from dprobe.models.forecast.baselines import LastValue
 from dprobe.models.plan_loop import PlanLoop
-from dprobe.schema import LevelCounts, TenantWindow
+from dprobe.schema import TenantWindow
+from tests.models.windows import demand_window
 
 RAN: list[str] = []
 
@@ -29,22 +30,7 @@ def _loop() -> PlanLoop:
 
 
 def _windows(end: float, demand: dict[str, float]) -> list[TenantWindow]:
-    return [
-        TenantWindow(
-            tenant=t,
-            window_start=end - 60.0,
-            window_end=end,
-            hosts=1,
-            gpus_busy=d,
-            instances=d,
-            util_sum=0.0,
-            level_counts=LevelCounts(),
-            effective_demand_gpus=d,
-            pending_gpus=0.0,
-            running_gpus=d,
-        )
-        for t, d in demand.items()
-    ]
+    return [demand_window(t, end, running=d) for t, d in demand.items()]
 
 
 def test_a_plan_loop_checkpoint_round_trips(tmp_path: Path) -> None:

@@ -11,27 +11,16 @@ import msgspec
 
 from dprobe.models.forecast.baselines import LastValue
 from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
-from dprobe.schema import LevelCounts, ScalingEvent, TenantWindow
+from dprobe.schema import ScalingEvent, TenantWindow
 from dprobe.streams.plan_order import PlanOrder
+from tests.models.windows import demand_window
 
 W = 60.0
 PARTITION = {"vc-a": 0, "vc-b": 1, "vc-c": 1, "vc-d": 2}
 
 
 def _window(tenant: str, end: float, running: float) -> TenantWindow:
-    return TenantWindow(
-        tenant=tenant,
-        window_start=end - W,
-        window_end=end,
-        hosts=1,
-        gpus_busy=running,
-        instances=running,
-        util_sum=0.0,
-        level_counts=LevelCounts(),
-        effective_demand_gpus=running,
-        pending_gpus=0.0,
-        running_gpus=running,
-    )
+    return demand_window(tenant, end, running=running, length_s=W)
 
 
 def _demand(tenant: str, k: int) -> float:

@@ -11,25 +11,14 @@ import pytest
 
 from dprobe.models.forecast.baselines import LastValue
 from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
-from dprobe.schema import ClusterReport, LevelCounts, ScalingEvent, TenantWindow
+from dprobe.schema import ClusterReport, ScalingEvent, TenantWindow
+from tests.models.windows import demand_window
 
 W = 60.0
 
 
 def _window(tenant: str, end: float, running: float, pending: float = 0.0) -> TenantWindow:
-    return TenantWindow(
-        tenant=tenant,
-        window_start=end - W,
-        window_end=end,
-        hosts=1,
-        gpus_busy=running,
-        instances=int(running),
-        util_sum=0.0,
-        level_counts=LevelCounts(),
-        effective_demand_gpus=running + pending,
-        pending_gpus=pending,
-        running_gpus=running,
-    )
+    return demand_window(tenant, end, running=running, pending=pending, length_s=W)
 
 
 def _loop(capacity: int = 64) -> PlanLoop:

@@ -10,25 +10,14 @@ import pytest
 
 from dprobe.models.forecast.baselines import LastValue
 from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
-from dprobe.schema import LevelCounts, TenantWindow
+from dprobe.schema import TenantWindow
+from tests.models.windows import demand_window
 
 W = 60.0
 
 
 def _window(tenant: str, running: float, hosts: int, pending: float = 0.0) -> TenantWindow:
-    return TenantWindow(
-        tenant=tenant,
-        window_start=0.0,
-        window_end=W,
-        hosts=hosts,
-        gpus_busy=running,
-        instances=running,
-        util_sum=0.0,
-        level_counts=LevelCounts(),
-        effective_demand_gpus=running + pending,
-        pending_gpus=pending,
-        running_gpus=running,
-    )
+    return demand_window(tenant, W, running=running, pending=pending, hosts=hosts, length_s=W)
 
 
 def _deltas(windows: list[TenantWindow], loop: PlanLoop | None = None) -> dict[str, float]:
