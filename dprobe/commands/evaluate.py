@@ -103,7 +103,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--save-checkpoint", metavar="FILE", help="write the multi-task model at the end"
     )
-    p.add_argument("--plot-tenants", type=int, default=3, help="tenants to plot (largest first)")
+    p.add_argument(
+        "--plot-tenants", type=int, default=3, help="tenants to plot, largest first, >= 0 (3)"
+    )
 
 
 def finite(value: Any) -> Any:
@@ -180,7 +182,9 @@ def _models(args: argparse.Namespace) -> list[Any]:
 
             try:
                 load_checkpoint(model, args.warm_start)
-            except (OSError, CheckpointError) as exc:
+            except OSError as exc:
+                raise UsageError(f"--warm-start {args.warm_start}: {exc.strerror or exc}") from None
+            except CheckpointError as exc:
                 raise UsageError(f"--warm-start: {exc}") from None
         models.append(model)
     return _calibrated(models, args)
@@ -222,6 +226,8 @@ def run(args: argparse.Namespace) -> int:
     checked_seed(args.seed, "--seed")
     if args.origin_stride < 1:
         raise UsageError("--origin-stride must be >= 1")
+    if args.plot_tenants < 0:
+        raise UsageError(f"--plot-tenants must be >= 0, got {args.plot_tenants}")
     horizons = _horizons(args.horizons)
     short = [h for h in horizons if h < args.window_s]
     horizons = [h for h in horizons if h >= args.window_s]

@@ -385,3 +385,19 @@ def test_simulate_forecaster_with_predictive_is_not_warned_of(cwd: Path, capsys)
     captured = capsys.readouterr()
     assert "is not used" not in captured.err
     assert "predictive forecaster: last-value" in captured.out + captured.err
+
+
+def test_evaluate_a_negative_plot_tenants_is_refused_before_the_run(cwd: Path, capsys) -> None:
+    argv = _evaluate(_demand_csv(cwd / "d.csv"), "--plot-tenants", "-1")
+    line = _refused(argv, cwd, capsys)
+    assert line == "dprobe evaluate: --plot-tenants must be >= 0, got -1"
+
+
+def test_evaluate_a_missing_warm_start_checkpoint_is_named_in_one_line(cwd: Path, capsys) -> None:
+    missing = cwd / "nowhere.pt"
+    argv = _evaluate(
+        _demand_csv(cwd / "d.csv"), "--no-plots", "--models", "dprobe-mmoe",
+        "--warm-start", str(missing),
+    )  # fmt: skip
+    line = _refused(argv, cwd, capsys)
+    assert line == f"dprobe evaluate: --warm-start {missing}: No such file or directory"
