@@ -288,7 +288,8 @@ def trace_files(path: str | Path, fmt: TraceFormat) -> list[Path]:
     if fmt == "helios-vc":
         files = [f for f in files if f.name.startswith("vc")]
     if not files:
-        raise TraceFormatError(f"folder holds no {fmt} files (.csv or .csv.gz)", path=p)
+        names = "vc*.csv or vc*.csv.gz" if fmt == "helios-vc" else ".csv or .csv.gz"
+        raise TraceFormatError(f"folder holds no {fmt} files ({names})", path=p)
     return files
 
 

@@ -195,3 +195,15 @@ def test_real_helios_file(trace_dir: Path) -> None:
     assert len(pts) == 44_640
     assert pts[1].ts - pts[0].ts == 60.0
     assert all(p.demand_gpus == p.running_gpus + p.pending_gpus for p in pts[:100])
+
+
+def test_a_helios_folder_without_per_vc_series_names_the_files_it_looks_for(
+    tmp_path: Path,
+) -> None:
+    """A folder of other CSVs (a jobs trace, the quota table) is refused naming vc*.csv,
+    not as if it held no CSV at all."""
+    (tmp_path / "jobs.csv").write_text("job_id,user,num_gpu,submit_time,duration\n")
+    with pytest.raises(
+        TraceFormatError, match=r"no helios-vc files \(vc\*\.csv or vc\*\.csv\.gz\)"
+    ):
+        trace_files(tmp_path, "helios-vc")
