@@ -159,13 +159,19 @@ def load_colocation(
         if missing and reader.fieldnames:  # the header says it is another file
             raise UsageError(f"{p}:1: no {', '.join(missing)} column(s) in its header")
         for row in reader:
-            try:
-                a, b = row["model1"], row["model2"]
-                sa, sb = float(row["speed1"]), float(row["speed2"])
-            except (KeyError, TypeError, ValueError):
-                raise UsageError(
-                    f"{p}:{reader.line_num}: need model1, speed1, model2, speed2"
-                ) from None
+            a, b = row.get("model1"), row.get("model2")
+            texts = row.get("speed1"), row.get("speed2")
+            if a is None or b is None or None in texts:  # a row cut short
+                raise UsageError(f"{p}:{reader.line_num}: need model1, speed1, model2, speed2")
+            pair: list[float] = []
+            for col, text in zip(("speed1", "speed2"), texts, strict=True):
+                try:
+                    pair.append(float(text))  # type: ignore[arg-type]
+                except ValueError:
+                    raise UsageError(
+                        f"{p}:{reader.line_num}: {col} {text!r} is not a number"
+                    ) from None
+            sa, sb = pair
             if not (math.isfinite(sa) and math.isfinite(sb) and sa > 0 and sb > 0):
                 raise UsageError(f"{p}:{reader.line_num}: speeds must be finite and > 0")
             sums[(a, b)].append(sa)

@@ -127,5 +127,9 @@ def test_a_co_location_file_with_another_header_is_named_at_its_header(tmp_path:
         load_colocation(jobs)
     bad = tmp_path / "colocate.csv"
     bad.write_text("model1,speed1,model2,speed2\nvgg16,0.8,resnet50,0.7\nvgg16,x,a,1\n")
-    with pytest.raises(UsageError, match=r"colocate\.csv:3: need model1, speed1"):
+    with pytest.raises(UsageError, match=r"colocate\.csv:3: speed1 'x' is not a number$"):
         load_colocation(bad)
+    short = tmp_path / "short.csv"
+    short.write_text("model1,speed1,model2,speed2\nvgg16,0.8,resnet50,0.7\nvgg16,0.8\n")
+    with pytest.raises(UsageError, match=r"short\.csv:3: need model1, speed1, model2, speed2"):
+        load_colocation(short)
