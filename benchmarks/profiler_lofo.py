@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dprobe.models.levels import LEVELS
 from dprobe.models.profiler import JobProfiler
 from dprobe.models.profiler_eval import leave_one_family_out, leave_one_row_out
-from dprobe.models.profiles import Profile, load_profiles, shipped_profiles
+from dprobe.models.profiles import Profile, ProfileTableError, load_profiles, shipped_profiles
 
 
 def report(name: str, rows: Sequence[Profile]) -> None:
@@ -60,7 +60,11 @@ def main() -> None:
         candidate = Path(os.environ["DPROBE_TRACE_DIR"]) / "lucid-profiles" / "single_data.csv"
         table = str(candidate) if candidate.is_file() else None
     if table:
-        report(f"{table}", load_profiles(table))
+        try:
+            rows = load_profiles(table)
+        except ProfileTableError as exc:  # a missing or bad table: one line, exit 2
+            ap.exit(2, f"{ap.prog}: {exc}\n")
+        report(f"{table}", rows)
     else:
         print("\n(set DPROBE_TRACE_DIR or pass --table to also score the Lucid profiles)")
 

@@ -160,3 +160,27 @@ def test_loads_the_real_lucid_table(trace_dir: Path) -> None:
     assert len(rows) == 66
     assert len({r.family for r in rows}) == 14
     assert all(r.params_m is not None for r in rows)
+
+
+def test_lofo_benchmark_refuses_a_bad_table_in_one_line(tmp_path: Path) -> None:
+    """benchmarks/profiler_lofo.py (docs/profiler.md) given a table it cannot read exits 2
+    with one line naming the file and line, not a traceback."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "profiler_lofo.py"
+    bad = tmp_path / "single_data.csv"
+    bad.write_text(
+        "model,batchsize,amp,gpu_util,gmem\nresnet50,64,0,90,8000\nbert,oops,0,50,4000\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script), "--table", str(bad)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"profiler_lofo.py: {bad}:3: batchsize: not a number: 'oops'"
+    ]
