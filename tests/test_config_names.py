@@ -186,7 +186,15 @@ def test_a_bootstrap_server_that_is_no_host_name_is_refused(bootstrap: str) -> N
 
 @pytest.mark.parametrize(
     "bootstrap",
-    ["k1:9092, k2:9092", "[::1]:9092", "::1", "[::1]", "fe80::1%eth0", "kafka-1", "10.0.0.1:9093"],
+    [
+        "k1:9092, k2:9092",
+        "[::1]:9092",
+        "::1",
+        "[::1]",
+        "[fe80::1%eth0]:9092",
+        "kafka-1",
+        "10.0.0.1:9093",
+    ],
 )
 def test_bootstrap_lists_in_use_are_accepted(bootstrap: str) -> None:
     assert load(KafkaSettings, env={}, cli={"bootstrap": bootstrap}).bootstrap == bootstrap
