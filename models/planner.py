@@ -420,7 +420,8 @@ def _explain(t: TenantState, desired: int, damped: int, delta: int) -> tuple[Rea
         beyond = f" and the forecast ({q})" if cur + delta > t.need_gpus else ""
         return (
             "waiting_jobs",
-            f"{cur} -> {cur + delta} GPUs for jobs waiting now (need {t.need_gpus:.0f}){beyond}",
+            f"{cur} -> {cur + delta} GPUs for the jobs running and waiting now "
+            f"(need {t.need_gpus:.0f}){beyond}",
         )
     if delta > 0 and t.nominal_gpus is not None and cur + delta <= t.nominal_gpus and cur >= damped:
         return "returned", f"{cur} -> {cur + delta} GPUs: idle capacity it lent came back"

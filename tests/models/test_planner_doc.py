@@ -42,7 +42,7 @@ def test_a_raise_beyond_the_need_names_the_forecast_too() -> None:
         return up.message
 
     assert plan(72.0) == (
-        "64 -> 88 GPUs for jobs waiting now (need 72) and the forecast "
+        "64 -> 88 GPUs for the jobs running and waiting now (need 72) and the forecast "
         "(p90=88.0 p50=70.0 GPUs at 600s)"
     )
-    assert plan(88.0) == "64 -> 88 GPUs for jobs waiting now (need 88)"
+    assert plan(88.0) == "64 -> 88 GPUs for the jobs running and waiting now (need 88)"
