@@ -75,14 +75,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--hours", type=float, help="replay only the first H hours of event time")
     p.add_argument(
-        "--tick", type=float, dest="tick_s", help="telemetry tick of demand formats (60 s)"
+        "--tick",
+        type=float,
+        dest="tick_s",
+        help="telemetry tick of the synthetic hosts, not with dprobe-parquet (60 s)",
     )
-    p.add_argument("--gpus-per-host", type=int, help="GPUs per synthetic host (8)")
+    p.add_argument(
+        "--gpus-per-host", type=int, help="GPUs per synthetic host, not with dprobe-parquet (8)"
+    )
     p.add_argument(
         "--time-unit",
         type=float,
         dest="jobs_time_unit_s",
-        help="jobs-csv seconds per time unit (60)",
+        help="--format jobs-csv only: seconds per time unit (60)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -135,6 +140,16 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.hours is not None and not args.hours > 0:
         raise UsageError("--hours must be > 0")
+    # a flag that would be ignored is refused, not dropped (values are checked above)
+    if args.jobs_time_unit_s is not None and args.fmt != "jobs-csv":
+        raise UsageError("--time-unit applies only with --format jobs-csv")
+    if args.fmt == "dprobe-parquet":
+        for flag, value in (("--tick", args.tick_s), ("--gpus-per-host", args.gpus_per_host)):
+            if value is not None:
+                raise UsageError(
+                    f"{flag} does not apply with --format dprobe-parquet "
+                    "(an archive replays its own records)"
+                )
     topics = topics_for(s, args.topic, primary="jobs" if args.fmt == "jobs-csv" else "samples")
     bad: list[str] = []
 

@@ -280,3 +280,24 @@ async def test_a_send_that_fails_at_once_is_a_replay_error() -> None:
     rec = ReplayRecord(kind="samples", ts=0.0, key=b"h", value=b"{}")
     with pytest.raises(ReplayError, match=r"sending to t failed: .*MessageSizeTooLarge"):
         await replay([rec], Refusing(), {"samples": "t"})
+
+
+@pytest.mark.parametrize(
+    ("fmt", "flags", "message"),
+    [
+        ("demand-csv", ["--time-unit", "60"], "--time-unit applies only with --format jobs-csv"),
+        ("dprobe-parquet", ["--tick", "30"],
+         "--tick does not apply with --format dprobe-parquet (an archive replays its own records)"),
+        ("dprobe-parquet", ["--gpus-per-host", "4"],
+         "--gpus-per-host does not apply with --format dprobe-parquet"),
+    ],
+)  # fmt: skip
+def test_a_flag_the_format_would_ignore_is_refused_before_kafka(
+    tmp_path: Path, fmt: str, flags: list[str], message: str
+) -> None:
+    trace = tmp_path / "d.csv"
+    trace.write_text("ts,tenant,demand_gpus\n0,a,1\n")
+    done = _dprobe("replay", str(trace), "--format", fmt, *flags, "--bootstrap", "127.0.0.1:1")
+    assert done.returncode == 2
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"dprobe replay: {message}")
