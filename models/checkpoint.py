@@ -87,6 +87,16 @@ def state_of(raw: bytes, name: str) -> Any:
 
 
 def first_line(exc: BaseException) -> str:
-    """The first line of an error's message, or its type when it has none."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    """The first line of an error's message, or its type when it has none; a first line
+    that only announces what follows (ends with a colon, as torch's "Error(s) in loading
+    state_dict for MMoENet:") gets the first line after it.
+
+    >>> first_line(RuntimeError("Error(s) in loading:\\n\\tsize mismatch for w.\\n\\tmore"))
+    'Error(s) in loading: size mismatch for w.'
+    """
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]

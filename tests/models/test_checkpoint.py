@@ -94,3 +94,23 @@ def test_a_checkpoint_of_other_settings_leaves_the_loop_as_it_was(tmp_path: Path
     assert after.keys() == before.keys()
     assert after["planned_upto"] == before["planned_upto"]
     assert loop.forecaster.forecast("vc-a", [600.0]) == {600.0: (0.0, 0.0)}
+
+
+def test_a_checkpoint_of_other_settings_says_what_does_not_fit(tmp_path: Path) -> None:
+    """torch's message starts with a line that only announces the list of mismatches;
+    the one-line reason carries the first of them, not a dangling colon."""
+    from dprobe.models.forecast.multitask import (
+        MultiTaskForecaster,
+        load_checkpoint,
+        save_checkpoint,
+    )
+
+    path = tmp_path / "mmoe.ckpt"
+    save_checkpoint(MultiTaskForecaster(k_lags=3), path)
+    with pytest.raises(CheckpointError) as caught:
+        load_checkpoint(MultiTaskForecaster(k_lags=4), path)
+    message = str(caught.value)
+    assert "not a checkpoint of this model" in message
+    assert "size mismatch for" in message
+    assert ":)" not in message
+    assert "\n" not in message
