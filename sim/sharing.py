@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import re
 import statistics
 from collections import defaultdict
@@ -37,6 +36,7 @@ from dprobe.errors import UsageError
 from dprobe.models.demand import default_profiler
 from dprobe.models.levels import Level, LevelSettings
 from dprobe.text_input import read_text
+from dprobe.traces.jobs_csv import cell_number
 
 if TYPE_CHECKING:
     from dprobe.sim.cluster import VC
@@ -159,21 +159,13 @@ def load_colocation(
         if missing and reader.fieldnames:  # the header says it is another file
             raise UsageError(f"{p}:1: no {', '.join(missing)} column(s) in its header")
         for row in reader:
-            a, b = row.get("model1"), row.get("model2")
-            texts = row.get("speed1"), row.get("speed2")
-            if a is None or b is None or None in texts:  # a row cut short
+            a, sa_text, b, sb_text = (row.get(c) for c in ("model1", "speed1", "model2", "speed2"))
+            if a is None or b is None or sa_text is None or sb_text is None:  # a row cut short
                 raise UsageError(f"{p}:{reader.line_num}: need model1, speed1, model2, speed2")
-            pair: list[float] = []
-            for col, text in zip(("speed1", "speed2"), texts, strict=True):
-                try:
-                    pair.append(float(text))  # type: ignore[arg-type]
-                except ValueError:
-                    raise UsageError(
-                        f"{p}:{reader.line_num}: {col} {text!r} is not a number"
-                    ) from None
-            sa, sb = pair
-            if not (math.isfinite(sa) and math.isfinite(sb) and sa > 0 and sb > 0):
-                raise UsageError(f"{p}:{reader.line_num}: speeds must be finite and > 0")
+            sa = cell_number(sa_text, "speed1", str(p), reader.line_num)
+            sb = cell_number(sb_text, "speed2", str(p), reader.line_num)
+            if not (sa > 0 and sb > 0):
+                raise UsageError(f"{p}:{reader.line_num}: speeds must be > 0")
             sums[(a, b)].append(sa)
             sums[(b, a)].append(sb)
     except csv.Error as exc:

@@ -140,14 +140,14 @@ def _iter(fh: IO[str], name: str, unit: float, on_bad: OnBad | None) -> Iterator
             raise UsageError(f"{name}:{line}: {problem}")
         if job_id in seen:
             raise UsageError(f"{name}:{line}: duplicate job_id {job_id!r}")
-        gpus = _number(row[cols["num_gpu"]], "num_gpu", name, line)
+        gpus = cell_number(row[cols["num_gpu"]], "num_gpu", name, line)
         if gpus != int(gpus) or not 0 <= gpus <= MAX_JOB_GPUS:
             raise UsageError(
                 f"{name}:{line}: num_gpu must be a whole number within [0, {MAX_JOB_GPUS}], "
                 f"got {gpus:g}"
             )
-        submit = _number(row[cols[t_col]], t_col, name, line)
-        duration = _number(row[cols[d_col]], d_col, name, line)
+        submit = cell_number(row[cols[t_col]], t_col, name, line)
+        duration = cell_number(row[cols[d_col]], d_col, name, line)
         if submit < 0 or duration <= 0:
             raise UsageError(f"{name}:{line}: need {t_col} >= 0 and {d_col} > 0")
         if submit * scale > MAX_TIME_S or duration * scale > MAX_DURATION_S:
@@ -174,7 +174,9 @@ def _iter(fh: IO[str], name: str, unit: float, on_bad: OnBad | None) -> Iterator
     yield from parsed_rows(rows, job, on_bad)
 
 
-def _number(text: str, col: str, name: str, line: int) -> float:
+def cell_number(text: str, col: str, name: str, line: int) -> float:
+    """The finite number in column ``col`` at ``name:line``; :class:`UsageError` naming
+    them otherwise (a CLI's exit 2)."""
     try:
         value = float(text)
     except ValueError:
