@@ -117,9 +117,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--modes",
         nargs="+",
-        default=list(MODES),
+        default=None,
         metavar="M",
-        help=f"any of {', '.join(MODES)}, space- or comma-separated (default: all)",
+        help=f"any of {', '.join(MODES)}, space- or comma-separated (default: all; with "
+        "--pool static)",
     )
     p.add_argument(
         "--node-scale",
@@ -132,8 +133,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pool",
         action="store_true",
-        help="put every job in one VC of all the nodes: what the VC boundaries cost "
-        "(a reference for --modes static; no quota moves between VCs)",
+        help="put every job in one VC of all the nodes and run it with static quotas: what "
+        "the VC boundaries cost (no quota moves between VCs, so only --modes static)",
     )
     p.add_argument(
         "--time-unit",
@@ -188,10 +189,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--checkpoint-interval",
         type=float,
-        default=1800.0,
+        default=None,
         metavar="S",
         help="jobs checkpoint every S seconds of work; a reclaim preemption loses the work "
-        "since the last one (1800; 0: nothing lost)",
+        "since the last one (1800; 0: nothing lost; only with --reclaim preempt or --sweep)",
     )
     p.add_argument(
         "--lend-horizon",
@@ -280,6 +281,23 @@ _DEPENDENT = (
     ("--share-models", "share_models", "colocate", ""),
 )
 _NOT_WITH_SWEEP = (("--move-latency", "move_latency", 300.0), ("--reclaim", "reclaim", "wait"))
+_CHECKPOINT = ("--checkpoint-interval", "checkpoint_interval")
+_CHECKPOINT_DEFAULT_S = 1800.0
+
+
+def _modes(args: argparse.Namespace) -> list[str]:
+    """The modes to run: ``--modes``, else every mode, or static alone with ``--pool``
+    (one VC of every node has nothing to move)."""
+    if args.modes is None:
+        return ["static"] if args.pool else list(MODES)
+    modes = _names(args.modes, MODES, "mode")
+    if args.pool and set(modes) != {"static"}:
+        moving = ", ".join(m for m in modes if m != "static")
+        raise UsageError(
+            f"--pool runs static quotas only (one VC of every node has no quota to move): "
+            f"drop --modes {moving}"
+        )
+    return modes
 
 
 def _check_combinations(args: argparse.Namespace) -> None:
@@ -341,10 +359,14 @@ def run(args: argparse.Namespace) -> int:
     from dprobe.sim.settings import SimSettings
     from dprobe.traces.jobs_csv import read_jobs
 
-    costs_given = [flag for flag, attr, _ in _NOT_WITH_SWEEP if getattr(args, attr) is not None]
+    costs_given = [
+        flag
+        for flag, attr in (*((f, a) for f, a, _ in _NOT_WITH_SWEEP), _CHECKPOINT)
+        if getattr(args, attr) is not None
+    ]
     _check_combinations(args)
     policies = _names(args.policies, POLICIES, "policy")
-    modes = _names(args.modes, MODES, "mode")
+    modes = _modes(args)
     if args.worker_planner and not {"predictive", "oracle"} & set(modes):
         raise UsageError("--worker-planner applies only with --modes predictive or oracle")
     try:
@@ -378,7 +400,20 @@ def run(args: argparse.Namespace) -> int:
     if costs_given and set(modes) == {"static"}:
         raise UsageError(
             f"{' and '.join(costs_given)} {'does' if len(costs_given) == 1 else 'do'} not apply "
-            "with --modes static (static quotas never move a node)"
+            f"with {'--pool' if args.pool else '--modes static'} (static quotas never move a "
+            "node)"
+        )
+    if args.sweep and set(modes) == {"static"}:
+        raise UsageError(
+            f"--sweep does not apply with {'--pool' if args.pool else '--modes static'}: it "
+            "varies the move latency and the reclaim rule, and static quotas never move a node"
+        )
+    if args.checkpoint_interval is None:
+        args.checkpoint_interval = _CHECKPOINT_DEFAULT_S
+    elif args.reclaim == "wait" and not args.sweep:
+        raise UsageError(
+            "--checkpoint-interval applies only with --reclaim preempt or --sweep (a VC that "
+            "waits for its lent nodes preempts nothing, so no work is lost)"
         )
     if not (math.isfinite(args.node_scale) and 0 < args.node_scale <= MAX_NODE_SCALE):
         raise UsageError(

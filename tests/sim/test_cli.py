@@ -370,6 +370,8 @@ def test_the_oracle_prefers_the_run_that_left_no_job_unfinished() -> None:
             ["--reclaim", "preempt", "--move-latency", "0"],
             "--move-latency and --reclaim do not apply with --modes static (static quotas",
         ),
+        (["--checkpoint-interval", "600"], "--checkpoint-interval does not apply with --modes"),
+        (["--sweep"], "--sweep does not apply with --modes static: it varies the move latency"),
     ],
 )
 def test_a_flag_that_would_be_ignored_is_a_usage_error(
@@ -379,6 +381,46 @@ def test_a_flag_that_would_be_ignored_is_a_usage_error(
     args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv"), "--chart", ""]
     assert main([*args, "--modes", "static", *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--modes", "reactive", "--checkpoint-interval", "600"],
+         "--checkpoint-interval applies only with --reclaim preempt or --sweep"),
+        (["--modes", "oracle", "--reclaim", "wait", "--checkpoint-interval", "0"],
+         "--checkpoint-interval applies only with --reclaim preempt or --sweep"),
+        (["--pool", "--modes", "static,reactive,oracle"],
+         "--pool runs static quotas only (one VC of every node has no quota to move): drop "
+         "--modes reactive, oracle"),
+        (["--pool", "--sweep"], "--sweep does not apply with --pool"),
+        (["--pool", "--reclaim", "preempt"], "--reclaim does not apply with --pool"),
+    ],
+)  # fmt: skip
+def test_a_flag_a_dynamic_run_would_ignore_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    jobs = _trace(tmp_path)
+    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv"), "--chart", ""]
+    assert main([*args, "--policies", "fifo", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_pool_alone_runs_static_only_and_checkpoints_apply_to_preempt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = _trace(tmp_path)
+    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv")]
+    args += ["--policies", "fifo,sjf", "--chart", "", "--json"]
+    assert main([*args, "--pool"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["policy"], r["mode"]) for r in rows] == [("fifo", "static"), ("sjf", "static")]
+    preempt = ["--modes", "reactive", "--reclaim", "preempt", "--checkpoint-interval", "0"]
+    assert main([*args, *preempt]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["mode"] for r in rows} == {"reactive"}
+    assert all(r["lost_gpu_h"] == 0.0 for r in rows)
 
 
 def test_time_unit_applies_only_to_a_job_file(capsys: pytest.CaptureFixture[str]) -> None:
