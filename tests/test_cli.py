@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 
@@ -39,6 +40,27 @@ def test_every_command_explains_itself(name: str, capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert f"dprobe {name}" in out
     assert len(out.splitlines()) > 3
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_help_descriptions_name_settings_not_code_constants(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main([name, "--help"])
+    out = capsys.readouterr().out
+    # the description: after the usage block, before the first argument group
+    description = out.split("\n\n", 1)[1].split("options:")[0].split("positional arguments:")[0]
+    constants = set(re.findall(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b", description))
+    assert {c for c in constants if not c.startswith(("DPROBE_", "KAFKA_"))} == set()
+
+
+def test_events_help_quotes_the_join_wait_it_uses(capsys: pytest.CaptureFixture[str]) -> None:
+    from dprobe.commands.events import JOIN_WAIT_S
+
+    with pytest.raises(SystemExit):
+        main(["events", "--help"])
+    assert f"longer than {JOIN_WAIT_S:g} s is said" in capsys.readouterr().out
 
 
 def test_unknown_command_is_bad_usage() -> None:

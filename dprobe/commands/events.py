@@ -17,9 +17,9 @@ object per line (JSON Lines), the event as produced: a tail has no end, so it ca
 one JSON document; every line is one complete document for jq or a script. A summary goes
 to stderr at the end. Stops on --max-events, after --timeout seconds without records
 (with --group, counted from when the group gave this reader its partitions; a group that
-gives none within --timeout or JOIN_WAIT_S, the longer, is an error), or on Ctrl-C /
+gives none within --timeout or 30 s, the longer, is an error), or on Ctrl-C /
 SIGTERM (exit 0). With --group, where it reads from is said once the group has given this
-reader its partitions; a join that takes longer than JOIN_WAIT_S is said on stderr.
+reader its partitions; a join that takes longer than 30 s is said on stderr.
 
 Examples:
     dprobe events --from-beginning
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 REMEMBERED_IDS = 100_000
 POLL_MS = 500
 JOIN_WAIT_S = 30.0  # with --group: said on stderr after this; with --timeout, the least wait
+# (the module docstring, which --help prints, quotes it as "30 s")
 LEAVE_WAIT_S = 2.0  # with --group: longest wait to leave a group not joined yet
 ASSIGN_WAIT_S = 30.0  # without --group: longest wait for the topic's partitions at the start
 
