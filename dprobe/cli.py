@@ -158,7 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name, (module, help_text) in COMMANDS.items():
         mod = importlib.import_module(f"dprobe.commands.{module}")
-        p = sub.add_parser(name, help=help_text, description=mod.__doc__)
+        # a module docstring is the command's help: its reST literals read as `x` there
+        description = (mod.__doc__ or "").replace("``", "`")
+        p = sub.add_parser(name, help=help_text, description=description)
         p.formatter_class = argparse.RawDescriptionHelpFormatter
         mod.add_arguments(p)
         _add_global_options(p, after_command=True)

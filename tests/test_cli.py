@@ -53,6 +53,7 @@ def test_help_descriptions_name_settings_not_code_constants(
     description = out.split("\n\n", 1)[1].split("options:")[0].split("positional arguments:")[0]
     constants = set(re.findall(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b", description))
     assert {c for c in constants if not c.startswith(("DPROBE_", "KAFKA_"))} == set()
+    assert "``" not in description  # reST literals read as `x`
 
 
 def test_events_help_quotes_the_join_wait_it_uses(capsys: pytest.CaptureFixture[str]) -> None:

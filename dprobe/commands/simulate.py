@@ -20,11 +20,11 @@ stream each; the seed also seeds the learned forecasters) and prints, per cell, 
 over the seeds and each mode's wait as a share of reactive's in the same seed; the
 ``--json`` rows then carry their ``seed`` and the chart shows the means.
 
-``--pool`` puts every job in one VC that holds every node; with ``--modes static`` that
-is how long jobs would wait with no VC boundaries at all, a reference no quota mode
-reaches:
+``--pool`` puts every job in one VC that holds every node and runs it with static quotas
+(the only mode it runs): how long jobs would wait with no VC boundaries at all, a
+reference no quota mode reaches:
 
-    dprobe simulate --jobs trace.csv --pool --modes static
+    dprobe simulate --jobs trace.csv --pool
 """
 
 from __future__ import annotations
