@@ -46,6 +46,12 @@ def _trace(tmp_path: Path) -> Path:
     return p
 
 
+def _argv(tmp_path: Path, *extra: str) -> list[str]:
+    """``dprobe simulate`` of :func:`_trace`'s jobs and VCs, then ``extra``."""
+    jobs = _trace(tmp_path)
+    return ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv"), *extra]
+
+
 def test_json_is_one_document_with_the_contract_keys(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -97,8 +103,7 @@ def test_json_is_one_document_with_the_contract_keys(
 def test_sweep_runs_every_latency_and_reclaim(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    jobs = _trace(tmp_path)
-    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv")]
+    args = _argv(tmp_path)
     args += ["--policies", "fifo", "--modes", "static,reactive,oracle", "--sweep"]
     args += ["--latencies", "0,600", "--chart", str(tmp_path / "s.png"), "--json"]
     assert main(args) == 0
@@ -123,8 +128,7 @@ def test_sweep_runs_every_latency_and_reclaim(
 def test_pool_puts_every_job_in_one_vc_of_all_nodes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    jobs = _trace(tmp_path)
-    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv")]
+    args = _argv(tmp_path)
     args += ["--policies", "fifo", "--modes", "static", "--chart", "", "--json"]
     assert main([*args, "--pool"]) == 0
     out, err = capsys.readouterr()
@@ -296,8 +300,7 @@ def test_an_empty_chart_path_writes_no_chart(
 def test_sweep_prints_one_line_per_latency_reclaim_and_policy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    jobs = _trace(tmp_path)
-    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv"), "--chart", ""]
+    args = _argv(tmp_path, "--chart", "")
     args += ["--policies", "fifo,sjf", "--modes", "static,reactive", "--sweep"]
     assert main([*args, "--latencies", "0,600"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -312,8 +315,7 @@ def test_sweep_prints_one_line_per_latency_reclaim_and_policy(
 def test_an_empty_grid_prints_an_empty_table(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    jobs = _trace(tmp_path)
-    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv"), "--chart", ""]
+    args = _argv(tmp_path, "--chart", "")
     assert main([*args, "--policies", ","]) == 0
     out, err = capsys.readouterr()
     assert out.strip().splitlines()[0].startswith("| policy | mode |")
@@ -357,51 +359,48 @@ def test_the_oracle_prefers_the_run_that_left_no_job_unfinished() -> None:
     assert oracle_of(replace(base, avg_queue_s=10.0), reactive).oracle_pick == "planner"
 
 
+_IGNORED_WITH_STATIC = [
+    (["--latencies", "5"], "--latencies applies only with --sweep"),
+    (["--days", "3"], "--days applies only with --helios"),
+    (["--share-models", "vgg16"], "--share-models applies only with --colocate"),
+    (["--sweep", "--move-latency", "900"], "--move-latency does not apply with --sweep"),
+    (["--sweep", "--reclaim", "preempt"], "--reclaim does not apply with --sweep"),
+    (["--move-latency", "900"], "--move-latency does not apply with --modes static"),
+    (
+        ["--reclaim", "preempt", "--move-latency", "0"],
+        "--move-latency and --reclaim do not apply with --modes static (static quotas",
+    ),
+    (["--checkpoint-interval", "600"], "--checkpoint-interval does not apply with --modes"),
+    (["--sweep"], "--sweep does not apply with --modes static: it varies the move latency"),
+]
+_IGNORED_OTHERWISE = [
+    (
+        ["--modes", "reactive", "--checkpoint-interval", "600"],
+        "--checkpoint-interval applies only with --reclaim preempt or --sweep",
+    ),
+    (
+        ["--modes", "oracle", "--reclaim", "wait", "--checkpoint-interval", "0"],
+        "--checkpoint-interval applies only with --reclaim preempt or --sweep",
+    ),
+    (
+        ["--pool", "--modes", "static,reactive,oracle"],
+        "--pool runs static quotas only (one VC of every node has no quota to move): drop "
+        "--modes reactive, oracle",
+    ),
+    (["--pool", "--sweep"], "--sweep does not apply with --pool"),
+    (["--pool", "--reclaim", "preempt"], "--reclaim does not apply with --pool"),
+]
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
-    [
-        (["--latencies", "5"], "--latencies applies only with --sweep"),
-        (["--days", "3"], "--days applies only with --helios"),
-        (["--share-models", "vgg16"], "--share-models applies only with --colocate"),
-        (["--sweep", "--move-latency", "900"], "--move-latency does not apply with --sweep"),
-        (["--sweep", "--reclaim", "preempt"], "--reclaim does not apply with --sweep"),
-        (["--move-latency", "900"], "--move-latency does not apply with --modes static"),
-        (
-            ["--reclaim", "preempt", "--move-latency", "0"],
-            "--move-latency and --reclaim do not apply with --modes static (static quotas",
-        ),
-        (["--checkpoint-interval", "600"], "--checkpoint-interval does not apply with --modes"),
-        (["--sweep"], "--sweep does not apply with --modes static: it varies the move latency"),
-    ],
+    [(["--modes", "static", *extra], message) for extra, message in _IGNORED_WITH_STATIC]
+    + _IGNORED_OTHERWISE,
 )
 def test_a_flag_that_would_be_ignored_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
-    jobs = _trace(tmp_path)
-    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv"), "--chart", ""]
-    assert main([*args, "--modes", "static", *extra]) == 2
-    assert message in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        (["--modes", "reactive", "--checkpoint-interval", "600"],
-         "--checkpoint-interval applies only with --reclaim preempt or --sweep"),
-        (["--modes", "oracle", "--reclaim", "wait", "--checkpoint-interval", "0"],
-         "--checkpoint-interval applies only with --reclaim preempt or --sweep"),
-        (["--pool", "--modes", "static,reactive,oracle"],
-         "--pool runs static quotas only (one VC of every node has no quota to move): drop "
-         "--modes reactive, oracle"),
-        (["--pool", "--sweep"], "--sweep does not apply with --pool"),
-        (["--pool", "--reclaim", "preempt"], "--reclaim does not apply with --pool"),
-    ],
-)  # fmt: skip
-def test_a_flag_a_dynamic_run_would_ignore_is_a_usage_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
-) -> None:
-    jobs = _trace(tmp_path)
-    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv"), "--chart", ""]
+    args = _argv(tmp_path, "--chart", "")
     assert main([*args, "--policies", "fifo", *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.splitlines()) == 1
@@ -410,8 +409,7 @@ def test_a_flag_a_dynamic_run_would_ignore_is_a_usage_error(
 def test_pool_alone_runs_static_only_and_checkpoints_apply_to_preempt(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    jobs = _trace(tmp_path)
-    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv")]
+    args = _argv(tmp_path)
     args += ["--policies", "fifo,sjf", "--chart", "", "--json"]
     assert main([*args, "--pool"]) == 0
     rows = json.loads(capsys.readouterr().out)
@@ -429,8 +427,7 @@ def test_time_unit_applies_only_to_a_job_file(capsys: pytest.CaptureFixture[str]
 
 
 def _predictive(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict:
-    jobs = _trace(tmp_path)
-    argv = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv")]
+    argv = _argv(tmp_path)
     argv += ["--policies", "fifo", "--modes", "predictive", "--forecaster", "recent-peak"]
     argv += ["--move-latency", "0", "--chart", "", "--json", *extra]
     assert main(argv) == 0
@@ -478,8 +475,7 @@ def test_the_predictive_forecaster_is_named_only_when_predictive_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert "predictive forecaster: recent-peak" in _predictive(tmp_path, capsys)["stderr"]
-    jobs = _trace(tmp_path)
-    argv = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv"), "--chart", ""]
+    argv = _argv(tmp_path, "--chart", "")
     assert main([*argv, "--policies", "fifo", "--modes", "static", "reactive"]) == 0
     err = capsys.readouterr().err
     assert " runs in " in err and "predictive forecaster" not in err
@@ -494,8 +490,7 @@ def test_a_chart_that_cannot_be_written_keeps_the_results(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(dprobe.sim.report, "chart", refuse)
-    jobs = _trace(tmp_path)
-    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv"), "--json"]
+    args = _argv(tmp_path, "--json")
     args += ["--policies", "fifo", "--modes", "static", "--chart", str(tmp_path / "c.png")]
     assert main(args) == 2
     out, err = capsys.readouterr()
@@ -507,8 +502,7 @@ def test_a_chart_that_cannot_be_written_keeps_the_results(
 def test_a_chart_folder_that_refuses_files_exits_2_before_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    jobs = _trace(tmp_path)
-    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv")]
+    args = _argv(tmp_path)
     assert main([*args, "--policies", "fifo", "--chart", "/proc/x.png"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
@@ -519,8 +513,7 @@ def test_a_chart_folder_that_refuses_files_exits_2_before_the_run(
 def test_a_sweep_counts_static_once_per_policy_and_marks_its_repeated_rows(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    jobs = _trace(tmp_path)
-    args = ["simulate", "--jobs", str(jobs), "--vcs", str(tmp_path / "vcs.csv"), "--chart", ""]
+    args = _argv(tmp_path, "--chart", "")
     args += ["--policies", "fifo,srtf", "--sweep", "--latencies", "0,900", "--json"]
     assert main(args) == 0
     out, err = capsys.readouterr()
