@@ -115,7 +115,10 @@ def parse_profiles(text: str, source: str = "<table>") -> list[Profile]:
         family = (row["model"] if lucid else row["family"]).strip()
         if not family:
             raise ProfileTableError(f"{where}: empty model family")
-        batch = _num(row, "batchsize" if lucid else "batch_size", where, lo=1, hi=1e7)
+        batch_col = "batchsize" if lucid else "batch_size"
+        batch = _num(row, batch_col, where, lo=1, hi=1e7)
+        if batch != int(batch):  # a batch of 1.5 is no batch size, not batch size 1
+            raise ProfileTableError(f"{where}: {batch_col}: not a whole number: {batch:g}")
         out.append(
             Profile(
                 family=family,
@@ -132,6 +135,8 @@ def parse_profiles(text: str, source: str = "<table>") -> list[Profile]:
                 ),
             )
         )
+    if not out:  # a header alone: nothing to fit, and an accuracy over no rows means nothing
+        raise ProfileTableError(f"{source}: no profile rows under the header")
     return out
 
 

@@ -57,6 +57,27 @@ def test_bad_rows_name_file_and_line(bad: str, message: str) -> None:
     assert message in str(exc.value)
 
 
+def test_a_batch_size_that_is_no_whole_number_is_refused_not_truncated() -> None:
+    text = "family,batch_size,amp,gpu_util_pct,gpu_mem_mb\nX,32,0,50,3000\nX,1.5,0,50,3000\n"
+    with pytest.raises(ProfileTableError, match=r"t\.csv:3: batch_size: not a whole number: 1\.5"):
+        parse_profiles(text, source="t.csv")
+    lucid = LUCID_SHAPED.replace("Synthetic,32,", "Synthetic,32.5,")
+    with pytest.raises(ProfileTableError, match=r"t\.csv:2: batchsize: not a whole number"):
+        parse_profiles(lucid, source="t.csv")
+    whole = "family,batch_size,amp,gpu_util_pct,gpu_mem_mb\nX,64.0,0,50,3000\n"
+    assert parse_profiles(whole)[0].batch_size == 64
+
+
+def test_a_table_of_a_header_alone_is_refused(tmp_path: Path) -> None:
+    """No rows is no table: an accuracy "0.000 (0/0 profiles)" would be reported over it."""
+    with pytest.raises(ProfileTableError, match=r"t\.csv: no profile rows"):
+        parse_profiles("# only a comment\nfamily,batch_size,amp,gpu_util_pct,gpu_mem_mb\n", "t.csv")
+    path = tmp_path / "single_data.csv"
+    path.write_text(LUCID_SHAPED.splitlines()[0] + "\n")
+    with pytest.raises(ProfileTableError, match="no profile rows"):
+        load_profiles(path)
+
+
 def test_unknown_header_is_refused() -> None:
     with pytest.raises(ProfileTableError, match="neither the dprobe schema"):
         parse_profiles("a,b\n1,2\n", source="t.csv")
