@@ -46,7 +46,7 @@ from typing import Literal
 
 import numpy as np
 
-from dprobe.models.levels import Level, LevelSettings, classify
+from dprobe.models.levels import LEVELS, Level, LevelSettings, classify
 from dprobe.models.profiles import Profile
 
 MIB = 1 << 20
@@ -89,6 +89,14 @@ class JobProfiler:
         gpu_mem_total_mb: float = 32_768.0,
         fallback_level: Level = "L2",
     ) -> None:
+        if regressor not in ("ridge", "knn"):  # any other would silently run kNN
+            raise ValueError(f"regressor must be 'ridge' or 'knn', not {regressor!r}")
+        if k_neighbours < 1:
+            raise ValueError(f"k_neighbours must be >= 1, not {k_neighbours!r}")
+        if fallback_level not in LEVELS:
+            raise ValueError(
+                f"fallback_level must be one of {', '.join(LEVELS)}, not {fallback_level!r}"
+            )
         self.levels = levels
         self.regressor = regressor
         self.k_neighbours = k_neighbours

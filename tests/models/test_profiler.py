@@ -131,6 +131,21 @@ def test_unseen_family_uses_the_learned_regressor() -> None:
         assert est.gpu_util_pct == pytest.approx(40.0, abs=3.0)
 
 
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"regressor": "Ridge"}, "regressor must be 'ridge' or 'knn', not 'Ridge'"),
+        ({"k_neighbours": 0}, "k_neighbours must be >= 1"),
+        ({"fallback_level": "L4"}, "fallback_level must be one of L1, L2, L3, EX"),
+    ],
+)
+def test_settings_it_would_not_apply_are_refused(setting: dict, message: str) -> None:
+    # a misspelt regressor ran kNN, k_neighbours 0 gave NaN estimates, and a fallback
+    # level outside the four came back as the level of every job it could not place
+    with pytest.raises(ValueError, match=message):
+        JobProfiler(**setting)
+
+
 def test_fallback_when_nothing_is_known() -> None:
     est = JobProfiler().estimate(family="X", batch_size=32)
     assert (est.level, est.source) == ("L2", "fallback")
