@@ -284,6 +284,8 @@ def _validate(inp: PlanInput, node: int) -> None:
             raise ValueError(f"{t.tenant}: quota, guarantee and idle GPUs must be >= 0")
         if t.quota_gpus % node or t.idle_gpus % node:
             raise ValueError(f"{t.tenant}: quota and idle GPUs must be multiples of {node}")
+        if t.max_quota_gpus is not None and t.max_quota_gpus < 0:  # it read as a ceiling of 0
+            raise ValueError(f"{t.tenant}: max_quota_gpus must be >= 0 (None: the capacity)")
         if t.idle_gpus > t.quota_gpus:
             raise ValueError(f"{t.tenant}: idle GPUs {t.idle_gpus} exceed its quota {t.quota_gpus}")
         if not all(math.isfinite(x) and x >= 0 for x in (t.p50, t.p90, t.need_gpus, t.hold_gpus)):

@@ -268,6 +268,7 @@ def test_state_round_trips_and_plan_id_is_deterministic() -> None:
         TenantState("a", quota_gpus=8, idle_gpus=16),  # more idle than quota
         TenantState("a", quota_gpus=80),  # above capacity
         TenantState("a", quota_gpus=8, p90=float("nan")),
+        TenantState("a", quota_gpus=8, idle_gpus=8, max_quota_gpus=-8),  # no ceiling
     ],
 )
 def test_inconsistent_input_is_refused(bad: TenantState) -> None:
