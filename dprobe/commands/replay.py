@@ -269,6 +269,10 @@ def run(args: argparse.Namespace) -> int:
             f"{exc} (Kafka at {s.kafka.bootstrap}), after {sent[0]} records sent (event time "
             f"{_when(reached)} UTC); the last of them may not have been delivered"
         ) from None
+    else:  # the bar ends on the event time reached, not that of its last update
+        if reached:
+            when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(reached[0]))
+            bar.set_postfix_str(when, refresh=False)
     finally:
         bar.close()
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(stats.by_kind.items())) or "nothing"

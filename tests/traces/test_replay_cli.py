@@ -142,6 +142,25 @@ def test_replays_write_to_their_own_topics_unless_told_to_go_live(
 
 
 @pytest.mark.integration
+def test_the_progress_bar_ends_on_the_event_time_reached(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The bar shows the event time every 250 records; at the end it shows that of the
+    last record, not that of its last update (600 minutes: 09:59, not 08:19)."""
+    f = tmp_path / "demand.csv"
+    f.write_text("ts,tenant,demand_gpus\n" + "".join(f"{60 * i},a,1\n" for i in range(600)))
+    prefix = f"bar{uuid.uuid4().hex[:8]}."
+    done = _dprobe(
+        "--bootstrap", kafka_bootstrap, "replay", str(f), "--format", "demand-csv",
+        "--speed", "max", replay_prefix=prefix,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "replayed 601 records (1 jobs, 600 samples), 9.98 h of event time" in done.stderr
+    *_, bar, _ = done.stderr.replace("\r", "\n").strip().splitlines()
+    assert bar.startswith("601msg [") and bar.endswith(", 1970-01-01 09:59]"), bar
+
+
+@pytest.mark.integration
 def test_a_fast_shifted_replay_stamps_no_snapshot_after_its_record(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
