@@ -36,6 +36,9 @@ def _cases(tmp_path: Path) -> dict[str, Path]:
     put("huge-time", (JOBS_HEADER + "1,a,2,1e300,5\n").encode())
     # one endless line, compressed (a decompression bomb is the same at any length)
     put("endless-line.csv.gz", gzip.compress(b"ts,tenant,demand_gpus\n" + b"9" * (3 << 20)))
+    # a compressed trace cut short (a copy that did not finish)
+    rows = "".join(f"{i},u{i % 7},{1 + i % 4},{i},{5 + i % 9}\n" for i in range(20_000))
+    put("truncated.csv.gz", gzip.compress((JOBS_HEADER + rows).encode(), mtime=0)[:20_000])
     d = tmp_path / "a-directory"
     d.mkdir()
     out["directory"] = d
@@ -60,7 +63,7 @@ def _commands(path: Path, tmp_path: Path) -> list[list[str]]:
 
 CASES = [
     "binary", "gzip", "empty", "nul", "directory", "huge-gpus", "huge-duration", "huge-time",
-    "endless-line.csv.gz",
+    "endless-line.csv.gz", "truncated.csv.gz",
 ]  # fmt: skip
 
 

@@ -26,7 +26,6 @@ Example:
 
 from __future__ import annotations
 
-import gzip
 import heapq
 import math
 from collections.abc import Iterable, Iterator
@@ -170,31 +169,28 @@ def _rows(
             error=lambda msg, n: TraceFormatError(msg, path=path, line=n),
             on_bad=on_bad,
         )
-        try:
-            _, header = next(rows, (1, None))
-            if header is None:
-                raise TraceFormatError("empty file (no header)", path=path, line=1)
-            header = [h.strip().lower() if fold_case else h.strip() for h in header]
-            missing = [c for c in required if c not in header]
-            if missing:
+        _, header = next(rows, (1, None))
+        if header is None:
+            raise TraceFormatError("empty file (no header)", path=path, line=1)
+        header = [h.strip().lower() if fold_case else h.strip() for h in header]
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise TraceFormatError(
+                f"header lacks column(s) {', '.join(missing)} (found: {', '.join(header)})",
+                path=path,
+                line=1,
+            )
+
+        def fields(line: int, row: list[str]) -> tuple[int, dict[str, str]] | None:
+            if not row or (len(row) == 1 and not row[0].strip()):
+                return None
+            if len(row) != len(header):
                 raise TraceFormatError(
-                    f"header lacks column(s) {', '.join(missing)} (found: {', '.join(header)})",
-                    path=path,
-                    line=1,
+                    f"expected {len(header)} fields, found {len(row)}", path=path, line=line
                 )
+            return line, dict(zip(header, row, strict=True))
 
-            def fields(line: int, row: list[str]) -> tuple[int, dict[str, str]] | None:
-                if not row or (len(row) == 1 and not row[0].strip()):
-                    return None
-                if len(row) != len(header):
-                    raise TraceFormatError(
-                        f"expected {len(header)} fields, found {len(row)}", path=path, line=line
-                    )
-                return line, dict(zip(header, row, strict=True))
-
-            yield from parsed_rows(rows, fields, on_bad)
-        except (EOFError, gzip.BadGzipFile) as exc:
-            raise TraceFormatError(f"unreadable: {exc}", path=path) from None
+        yield from parsed_rows(rows, fields, on_bad)
 
 
 def read_demand_csv(path: str | Path, *, on_bad: OnBad | None = None) -> Iterator[DemandPoint]:

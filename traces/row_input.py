@@ -9,7 +9,8 @@ bad is one error naming the file and the line:
   :func:`open_text`, so one bad byte leaves the other lines readable and a lenient replay
   can skip its row);
 - a CSV syntax error, or a field over Python's csv limit (128 KiB; no real field is near it);
-- a line over :data:`~dprobe.text_input.MAX_LINE_CHARS` (:class:`~dprobe.text_input.LineTooLong`).
+- a line over :data:`~dprobe.text_input.MAX_LINE_CHARS` (:class:`~dprobe.text_input.LineTooLong`);
+- a compressed file cut short or damaged (the line it ended in).
 
 A UTF-8 byte-order mark (spreadsheets write one) is dropped.
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 import csv
 import gzip
 import re
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Final, TypeVar, get_args
@@ -124,17 +126,22 @@ def _checked(
 ) -> Iterator[str]:
     """The lines, checked: a byte that is not UTF-8 raises, or with ``undecoded`` is
     noted there by line and shown as U+FFFD (quotes and line ends stay, so the record it
-    is in is read whole and then skipped)."""
-    for n, text in enumerate(bounded_lines(lines, name=name), start=1):
-        line = text.removeprefix("\ufeff") if n == 1 else text
-        bad = _UNDECODED.search(line)
-        if bad:
-            err = fail(f"not UTF-8 text (byte 0x{ord(bad[0]) - 0xDC00:02x})", n)
-            if undecoded is None or n == 1:
-                raise err
-            undecoded[n] = err
-            line = _UNDECODED.sub("\ufffd", line)
-        yield line
+    is in is read whole and then skipped). A compressed file cut short or damaged raises,
+    naming the line it ended in."""
+    n = 0
+    try:
+        for n, text in enumerate(bounded_lines(lines, name=name), start=1):
+            line = text.removeprefix("\ufeff") if n == 1 else text
+            bad = _UNDECODED.search(line)
+            if bad:
+                err = fail(f"not UTF-8 text (byte 0x{ord(bad[0]) - 0xDC00:02x})", n)
+                if undecoded is None or n == 1:
+                    raise err
+                undecoded[n] = err
+                line = _UNDECODED.sub("\ufffd", line)
+            yield line
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise fail(f"unreadable: {exc}", n + 1) from None
 
 
 def parsed_rows(

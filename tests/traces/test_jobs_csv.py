@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 from pathlib import Path
 
@@ -58,6 +59,25 @@ def test_bad_header_missing_file_and_empty_file(tmp_path: Path) -> None:
         read_jobs(_write(tmp_path, "", header=""))
     with pytest.raises(UsageError, match=r"nope\.csv: cannot read"):
         read_jobs(tmp_path / "nope.csv")
+
+
+@pytest.mark.parametrize("fmt", ["jobs-csv", "demand-csv"])
+def test_a_compressed_file_cut_short_names_the_line_it_ends_in(tmp_path: Path, fmt: str) -> None:
+    from dprobe.traces.demand_series import read_demand_csv
+
+    if fmt == "jobs-csv":
+        head, row = HEADER, "{i},a,1,{i},5,m,x\n"
+    else:
+        head, row = "ts,tenant,demand_gpus\n", "{i},a,1\n"
+    text = head + "".join(row.format(i=i) for i in range(20_000))
+    f = tmp_path / "cut.csv.gz"
+    f.write_bytes(gzip.compress(text.encode(), mtime=0)[:20_000])
+    read = iter_jobs if fmt == "jobs-csv" else read_demand_csv
+    with pytest.raises(UsageError, match=r"cut\.csv\.gz:(\d+): unreadable: .*ended") as got:
+        list(read(f))
+    line = int(str(got.value).split(":")[1])
+    assert 2 < line < 20_002  # the line that was being read, as far as the data went
+    assert "\n" not in str(got.value)
 
 
 def test_open_file_and_vc_sizes(tmp_path: Path) -> None:
