@@ -98,10 +98,22 @@ class WorkerStarted(msgspec.Struct, frozen=True, array_like=True):
     clock): newer than any window the group forwarded before it, so a worker joining
     after it is checked against the length the group runs with now. Of marks written
     within a short time of each other with no window between them (workers started at
-    the same moment), the first one's length holds (streams/group_window.py)."""
+    the same moment), the first one's length holds (streams/group_window.py).
+
+    ``shape`` holds the worker's other settings that shape a window (``grace_s``, level
+    thresholds, ...), which a worker that joins later compares with its own and warns of
+    when they differ. ``joined``: the mark of a worker that joined running workers (it
+    says nothing of the group's length). Marks of older workers have neither and decode
+    with an empty ``shape``; older workers skip the fields they do not know.
+
+    >>> decode_planning(b'S[60.0,1.0]')
+    WorkerStarted(window_s=60.0, at=1.0, shape={}, joined=False)
+    """
 
     window_s: float
     at: float
+    shape: dict[str, Any] = msgspec.field(default_factory=dict)
+    joined: bool = False
 
 
 _progress = msgspec.json.Decoder(WindowProgress)

@@ -16,10 +16,18 @@ writers' clocks) from the newest mark that held, with no window between them, an
 another length, loses; a worker whose own mark lost exits 2 right after writing it, and
 later checks skip it. So the first length holds among workers that start together.
 
+The other settings that shape a window (:data:`WINDOW_SHAPE`: ``grace_s``, the level
+thresholds and weights, how pending jobs are levelled, ``flow_edges_s``) are compared
+too, but only warned of: every worker marks them when it starts, also one that joins
+running workers (a mark with ``joined``, which says nothing of the length), and one that
+joins logs a warning naming each of its settings that differs from the newest mark's. A
+change of these settings by a rolling restart is then warned of once, by the first
+worker restarted, while the others still run the old values.
+
 Example (in the worker's start, with an admin client that is connected)::
 
-    if await check_group_window(admin, settings, "dprobe-worker-planning"):
-        await announce_window(settings, "dprobe-worker-planning")  # it starts the group
+    starts = await check_group_window(admin, settings, "dprobe-worker-planning")
+    await announce_window(settings, "dprobe-worker-planning", joined=not starts)
 """
 
 from __future__ import annotations
@@ -58,24 +66,73 @@ START_GRACE_S = 60.0
 DESCRIBE_WAIT_S = 15.0  # longest wait for a group coordinator that is not ready yet
 
 
+# The settings besides window_s that shape a window (docs/worker.md, "Scaling out")
+WINDOW_SHAPE = (
+    "grace_s",
+    "level_l1_max_util_pct",
+    "level_l1_max_mem_bytes",
+    "level_l3_min_util_pct",
+    "level_l3_min_sm_util_pct",
+    "level_ex_min_mem_frac",
+    "level_weights",
+    "profile_pending",
+    "unknown_pending_level",
+    "flow_edges_s",
+)
+
+
+def window_shape(s: WorkerSettings) -> dict[str, Any]:
+    """The :data:`WINDOW_SHAPE` settings of ``s``, as a mark carries them (JSON values).
+
+    >>> shape = window_shape(WorkerSettings())
+    >>> shape["grace_s"], shape["flow_edges_s"][:2], shape["level_weights"]
+    (10.0, [60.0, 240.0], [0.3, 0.5, 0.7, 1.0])
+    """
+    values = {name: getattr(s, name) for name in WINDOW_SHAPE}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+
+
+def shape_differences(mine: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
+    """One ``name here, there`` phrase per setting both hold with other values.
+
+    >>> shape_differences({"grace_s": 30.0, "flow_edges_s": [60.0]},
+    ...                   {"grace_s": 10.0, "flow_edges_s": [60.0], "new_one": 1})
+    ['grace_s 30 here, 10 there']
+    """
+
+    def text(value: Any) -> str:
+        if isinstance(value, list):
+            return ",".join(text(v) for v in value)
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    return [
+        f"{name} {text(mine[name])} here, {text(theirs[name])} there"
+        for name in mine
+        if name in theirs and mine[name] != theirs[name]
+    ]
+
+
 class WindowLengthMismatchError(UsageError):
     """Running workers of the app id window with another length than this one."""
 
 
 async def check_group_window(admin: Any, s: WorkerSettings, planning_topic: str) -> bool:
     """Raise :class:`WindowLengthMismatchError` when workers of ``s.app_id`` run and the
-    newest length on ``planning_topic`` is not ``s.window_s``. Nothing is checked when the
-    group cannot be described or its topic read. ``True`` when no worker of the group
+    newest length on ``planning_topic`` is not ``s.window_s``; warn of the other settings
+    that shape a window where they differ from the newest mark's. Nothing is checked when
+    the group cannot be described or its topic read. ``True`` when no worker of the group
     runs: this one then sets the length, and marks it (:func:`announce_window`)."""
     try:
         members = await _members(admin, s.app_id)
         if not members:
             return True
-        running = await newest_window_length(s, planning_topic)
+        lengths = await _read_lengths(s, planning_topic)
     except (KafkaError, OSError, TimeoutError) as exc:
         log.debug("window length of group %s not checked: %r", s.app_id, exc)
         return False
+    running = lengths.newest
     if running is None or _same(running, s.window_s):
+        _warn_of_shape(s, lengths.last, planning_topic)
         return False
     raise WindowLengthMismatchError(
         f"the {members} running worker(s) of app id {s.app_id!r} make {running:.10g}-s "
@@ -85,6 +142,26 @@ async def check_group_window(admin: Any, s: WorkerSettings, planning_topic: str)
         f"change the length (a killed worker counts as running for session_timeout_s, "
         f"{s.session_timeout_s:g} s)"
     )
+
+
+def _warn_of_shape(
+    s: WorkerSettings, mark: codec.WorkerStarted | None, planning_topic: str
+) -> None:
+    """Log a warning when ``mark`` (the newest) holds window settings other than ``s``'s;
+    an older worker's mark holds none."""
+    if mark is None:
+        return
+    differ = shape_differences(window_shape(s), mark.shape)
+    if differ:
+        log.warning(
+            "this worker windows with other settings than the worker of app id %r that "
+            "started last before it (%.0f s ago by their clocks; its mark on %s): %s. Each "
+            "worker windows its own partitions with its own settings, so tenants are "
+            "windowed differently by partition until every worker of the group runs with "
+            "the same ones (after a change by a rolling restart, until the last worker has "
+            "restarted)",
+            s.app_id, max(0.0, time.time() - mark.at), planning_topic, "; ".join(differ),
+        )  # fmt: skip
 
 
 async def _members(admin: Any, group: str) -> int:
@@ -101,22 +178,28 @@ async def _members(admin: Any, group: str) -> int:
             await asyncio.sleep(0.5)
 
 
-async def announce_window(s: WorkerSettings, planning_topic: str) -> None:
-    """Leave a :class:`~dprobe.streams.codec.WorkerStarted` mark with ``s.window_s`` on
-    ``planning_topic`` (which exists), for the workers that join after this one, and
-    raise :class:`WindowLengthMismatchError` when a worker with another length marked
-    the group just before this one (both started it at once). A mark that cannot be
-    written or read back is logged, not raised."""
+async def announce_window(s: WorkerSettings, planning_topic: str, joined: bool = False) -> None:
+    """Leave a :class:`~dprobe.streams.codec.WorkerStarted` mark with ``s.window_s`` and
+    its :func:`window_shape` on ``planning_topic`` (which exists), for the workers that
+    join after this one, and raise :class:`WindowLengthMismatchError` when a worker with
+    another length marked the group just before this one (both started it at once).
+    ``joined``: this worker joined running workers (it passed
+    :func:`check_group_window`); its mark says nothing of the length and is not read
+    back. A mark that cannot be written or read back is logged, not raised."""
     producer = AIOKafkaProducer(**s.kafka.client_kwargs(), acks="all")
     try:
         await producer.start()
-        mark = codec.WorkerStarted(window_s=s.window_s, at=time.time())  # when it is sent
+        mark = codec.WorkerStarted(
+            window_s=s.window_s, at=time.time(), shape=window_shape(s), joined=joined
+        )  # at: when it is sent
         sent = await producer.send_and_wait(planning_topic, codec.encode_started(mark), key=b"plan")
     except (KafkaError, OSError) as exc:  # the worker runs on; a later one may be misjudged
         log.warning("could not mark this worker's window length on %s: %r", planning_topic, exc)
         return
     finally:
         await producer.stop()
+    if joined:
+        return
     try:
         lengths = await _read_lengths(s, planning_topic, upto=sent.offset + 1)
     except (KafkaError, OSError, TimeoutError) as exc:
@@ -144,12 +227,16 @@ class _Lengths:
     newest: float | None = None
     held: codec.WorkerStarted | None = None  # the newest mark since the newest window that held
     lost: dict[int, codec.WorkerStarted] = field(default_factory=dict)  # offset -> it lost to
+    last: codec.WorkerStarted | None = None  # the newest mark, joined or not, that did not lose
 
     def window(self, length: float) -> None:
         self.newest = length
         self.held = None
 
     def mark(self, offset: int, mark: codec.WorkerStarted) -> None:
+        if mark.joined:  # a worker that passed the check: its settings, not the length
+            self.last = mark
+            return
         held = self.held
         together = held is not None and abs(mark.at - held.at) < START_GRACE_S
         if held is not None and together and not _same(held.window_s, mark.window_s):
@@ -157,6 +244,7 @@ class _Lengths:
             return
         self.held = mark
         self.newest = mark.window_s
+        self.last = mark
 
 
 def _same(a: float, b: float) -> bool:

@@ -104,9 +104,10 @@ async def ensure_topics(
         await check_app_id(admin, s)
         existing = set(await admin.list_topics())
         # a worker that starts its group (none runs, or no planning topic yet) marks the
-        # length, once every check below has passed; one joining running workers need not
-        # (older workers in a rolling upgrade would dead-letter the mark)
-        mark = joining and (
+        # length, once every check below has passed; one joining running workers marks
+        # its window settings only, for the next to compare with (a planning worker older
+        # than these marks dead-letters them: one record per worker start)
+        starts = joining and (
             names.planning not in existing or await check_group_window(admin, s, names.planning)
         )
         # The internal updates topic is created here too: a consumer group that starts
@@ -158,8 +159,8 @@ async def ensure_topics(
             # described with their partitions before going on: a worker's first table
             # write, or `dprobe topics create`'s listing, would not see them yet
             await wait_for_partitions(admin, [t.name for t in todo])
-        if mark:  # newer than the windows it holds: workers that join next check against it
-            await announce_window(s, names.planning)
+        if joining:  # newer than the windows it holds: workers that join next check against it
+            await announce_window(s, names.planning, joined=not starts)
         return partitions
     finally:
         await admin.close()

@@ -52,3 +52,20 @@ def test_a_clock_ahead_does_not_block_later_starts_for_long() -> None:
     # start 5 minutes later with a right clock is more than the grace apart: it holds
     got = _read((10.0, 600.0), (20.0, 300.0))
     assert (got.newest, got.lost) == (20.0, {})
+
+
+def test_a_joined_mark_says_nothing_of_the_length_but_is_the_newest_mark() -> None:
+    lengths = _read(30.0, (30.0, 100.0))
+    joined = WorkerStarted(window_s=10.0, at=101.0, shape={"grace_s": 5.0}, joined=True)
+    lengths.mark(2, joined)
+    assert (lengths.newest, lengths.lost, lengths.last) == (30.0, {}, joined)
+    # a start with another length a moment later loses to the 30-s start, not to it
+    lengths.mark(3, WorkerStarted(window_s=20.0, at=102.0))
+    assert lengths.lost[3].window_s == 30.0 and lengths.last is joined
+
+
+def test_a_lost_mark_is_not_the_newest_one_to_compare_settings_with() -> None:
+    lengths = _read((30.0, 100.0))
+    held = lengths.last
+    lengths.mark(1, WorkerStarted(window_s=10.0, at=101.0, shape={"grace_s": 5.0}))
+    assert 1 in lengths.lost and lengths.last is held
