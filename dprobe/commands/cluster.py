@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--complete", action="store_true", help="tenants not listed hold no quota (a full list)"
     )
-    p.add_argument("--source", default="cli", help="who reports (the record key; default cli)")
+    p.add_argument("--source", help="who reports (the record key; default cli)")
     p.add_argument("--json", action="store_true", help="print the report(s) as JSON on stdout")
 
 
@@ -60,6 +60,7 @@ _PUBLISH_ONLY = (
     ("--quota", "quota"),
     ("--quotas-csv", "quotas_csv"),
     ("--complete", "complete"),
+    ("--source", "source"),
 )
 
 
@@ -121,7 +122,8 @@ def report_from(args: argparse.Namespace, now: float | None = None) -> ClusterRe
         encode,
     )
 
-    _check_name(args.source, f"--source {_shown(args.source)}", "a source")
+    source = "cli" if args.source is None else args.source
+    _check_name(source, f"--source {_shown(source)}", "a source")
     quotas: dict[str, float] = {}
     if args.quotas_csv is not None:
         quotas.update(_read_csv(args.quotas_csv))
@@ -149,7 +151,7 @@ def report_from(args: argparse.Namespace, now: float | None = None) -> ClusterRe
         raise UsageError("nothing to publish: give --capacity, --quota or --quotas-csv")
     report = ClusterReport(
         ts=time.time() if now is None else now,
-        source=args.source,
+        source=source,
         capacity_gpus=args.capacity,
         quotas=quotas,
         complete=args.complete,

@@ -87,6 +87,8 @@ def test_a_quotas_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
         (["--capacity", "0"], "--capacity"),
         (["--quota", "vc-a=8", "--complete"], "--quota, --complete"),
         (["--quotas-csv", "q.csv"], "--quotas-csv"),
+        # show prints every source's report: a source named would be ignored
+        (["--source", "kueue"], "--source"),
     ],
 )
 def test_show_refuses_what_only_publish_uses(
