@@ -321,18 +321,21 @@ class Archiver(AsyncService):
         """True when every assigned partition has been read to the end it had when this
         archiver first found it assigned (or none of the topics existed at :meth:`start`:
         nothing to read). Records written since do not count, so a one-off export of a
-        topic that is still being written to ends."""
+        topic that is still being written to ends. It waits for an assignment being handled:
+        a partition fetched from its beginning meanwhile may yet be placed further on (the
+        folder's record of it)."""
         assert self.consumer is not None
-        assigned = self.consumer.assignment()
-        if not assigned:
-            return not self._present
-        new = [tp for tp in assigned if tp not in self._end_at]
-        if new:
-            self._end_at.update(await self.consumer.end_offsets(new))
-        for tp in assigned:
-            if await self.consumer.position(tp) < self._end_at[tp]:
-                return False
-        return True
+        async with self._lock:
+            assigned = self.consumer.assignment()
+            if not assigned:
+                return not self._present
+            new = [tp for tp in assigned if tp not in self._end_at]
+            if new:
+                self._end_at.update(await self.consumer.end_offsets(new))
+            for tp in assigned:
+                if await self.consumer.position(tp) < self._end_at[tp]:
+                    return False
+            return True
 
     async def run(
         self,

@@ -6,10 +6,12 @@ tests/sinks/test_archive_service.py."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
+from aiokafka import TopicPartition
 
 from dprobe.config import ArchiveSettings, KafkaSettings
 from dprobe.errors import DprobeError, UsageError
@@ -82,6 +84,50 @@ async def test_offsets_gone_goes_on_from_the_folder_s_record(
         assert consumer.seeks == [(P0, 50)]
         consumer.batches.append(_batch(P0, 50, 59))
         await archiver.poll()
+    assert _names(out) == ["jobs-p0-o0-o49.parquet", "jobs-p0-o50-o59.parquet"]
+
+
+async def test_until_end_does_not_end_on_what_was_read_before_the_folder_s_record(
+    tmp_path: Path, consumer: FakeConsumer
+) -> None:
+    """Offsets gone: aiokafka fetches the partition from its beginning while the archive
+    places it at the folder's record. A one-off export (--until-end) that took that read
+    for the end ended with the records after the record unread (and exit 0)."""
+    out = tmp_path / "archive"
+    await _archive(out, consumer, 0, 49)
+    consumer.committed_offsets.clear()  # expired while the archive was stopped
+    consumer.ends[P0] = 60
+    position = {P0: 0}
+    seek = consumer.seek
+
+    def seek_and_move(tp: TopicPartition, offset: int) -> None:
+        seek(tp, offset)
+        position[tp] = offset
+
+    async def at(tp: TopicPartition) -> int:
+        return position[tp]
+
+    consumer.seek = seek_and_move  # type: ignore[method-assign]
+    consumer.position = at  # type: ignore[attr-defined]
+    consumer.assignment = lambda: {P0}  # type: ignore[method-assign]
+    async with Archiver(_settings(out)) as archiver:
+        checks: list[asyncio.Task[bool]] = []
+
+        async def fetch_from_the_beginning() -> None:
+            consumer.batches.append(_batch(P0, 0, 59))
+            await archiver.poll()
+            position[P0] = 60
+            checks.append(asyncio.create_task(archiver.caught_up()))  # the run loop's
+            await asyncio.sleep(0)
+
+        consumer.while_assigning = fetch_from_the_beginning
+        await consumer.assign({P0})
+        assert consumer.seeks == [(P0, 50)]
+        assert not await checks[0]  # 50 to 59 are still to be read
+        consumer.batches.append(_batch(P0, 50, 59))
+        await archiver.poll()
+        position[P0] = 60
+        assert await archiver.caught_up()
     assert _names(out) == ["jobs-p0-o0-o49.parquet", "jobs-p0-o50-o59.parquet"]
 
 
