@@ -54,8 +54,9 @@ EXTRAS = frozenset({"faust", "mode", "croniter", "torch", "numpy", "pyarrow", "m
 EXTRA_OF = {"worker": "worker", "archive": "archive", "replay": "archive"}
 
 # commands that run once and end: the Kafka client's progress reports (subscriptions,
-# metadata, coordinators) are noise beside their own lines unless --log-level DEBUG
-ONE_SHOT_KAFKA_COMMANDS = frozenset({"topics", "cluster", "replay", "events"})
+# metadata, coordinators; for config, the TLS files it loads) are noise beside their own
+# lines unless --log-level DEBUG
+ONE_SHOT_KAFKA_COMMANDS = frozenset({"topics", "cluster", "replay", "events", "config"})
 
 # what a shell reports for a process that SIGPIPE ended (128 + 13), like `yes | head -1`
 BROKEN_PIPE_EXIT = 141

@@ -172,6 +172,27 @@ def test_check_also_makes_the_checks_a_service_makes_on_start(
     assert "worker.model: unknown forecaster 'nope'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [["check"], ["show", "kafka"]])
+def test_a_tls_file_refused_is_one_line_without_the_kafka_clients_progress(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    # aiokafka says "Loading SSL CA from ..." at INFO each time a service's settings load
+    # the files: six such lines for `check` (one per service) came before the reason
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "ca.pem").write_text("not a certificate\n")
+    conf = tmp_path / "tls.toml"
+    conf.write_text(f'[kafka]\nsecurity_protocol = "SSL"\nssl_cafile = "{tmp_path}/ca.pem"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPROBE_")}
+    cmd = [sys.executable, "-m", "dprobe.cli", "--config", str(conf), "config", *argv]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert res.returncode == 2
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("dprobe config: ") and "kafka.ssl_cafile" in line
+
+
 def test_show_gives_each_value_and_where_it_came_from(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
