@@ -193,6 +193,9 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
             raise DprobeError(
                 f"cannot read {topic} from Kafka at {kafka.bootstrap}: {exc}"
             ) from None
+        except BaseException:  # Ctrl-C while connecting: close it, or asyncio says "Unclosed"
+            await consumer.stop()
+            raise
     try:
         joined = await _subscribe(consumer, topic, kafka, grouped=args.group is not None)
     except BaseException:

@@ -133,6 +133,29 @@ def test_an_unreachable_broker_exits_2_with_a_reason(argv: list[str]) -> None:
     assert res.stdout == ""
 
 
+def test_ctrl_c_while_connecting_leaves_no_unclosed_client_behind() -> None:
+    import signal
+
+    # a "broker" that takes the connection and never answers: the tail waits in its start
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        cmd = [sys.executable, "-m", "dprobe.cli", "--bootstrap", f"127.0.0.1:{port}", "events"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            silent.settimeout(60)
+            conn, _ = silent.accept()
+            time.sleep(0.5)  # its bootstrap request is on the way
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+            conn.close()
+        finally:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert (out, err) == ("", "")  # asyncio said "Unclosed AIOKafkaConsumer" at exit
+
+
 def test_nothing_at_the_default_address_suggests_starting_the_local_broker() -> None:
     from dprobe.config import KafkaSettings
     from dprobe.kafka_auth import AuthWatch, connect_error
