@@ -103,17 +103,20 @@ class WorkerStarted(msgspec.Struct, frozen=True, array_like=True):
     ``shape`` holds the worker's other settings that shape a window (``grace_s``, level
     thresholds, ...), which a worker that joins later compares with its own and warns of
     when they differ. ``joined``: the mark of a worker that joined running workers (it
-    says nothing of the group's length). Marks of older workers have neither and decode
-    with an empty ``shape``; older workers skip the fields they do not know.
+    says nothing of the group's length). ``worker``: who marked (host and state folder),
+    so that a worker restarted is not compared with its own earlier mark. Marks of older
+    workers have none of these and decode with an empty ``shape``; older workers skip the
+    fields they do not know.
 
     >>> decode_planning(b'S[60.0,1.0]')
-    WorkerStarted(window_s=60.0, at=1.0, shape={}, joined=False)
+    WorkerStarted(window_s=60.0, at=1.0, shape={}, joined=False, worker='')
     """
 
     window_s: float
     at: float
     shape: dict[str, Any] = msgspec.field(default_factory=dict)
     joined: bool = False
+    worker: str = ""
 
 
 _progress = msgspec.json.Decoder(WindowProgress)

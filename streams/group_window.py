@@ -20,9 +20,11 @@ The other settings that shape a window (:data:`WINDOW_SHAPE`: ``grace_s``, the l
 thresholds and weights, how pending jobs are levelled, ``flow_edges_s``) are compared
 too, but only warned of: every worker marks them when it starts, also one that joins
 running workers (a mark with ``joined``, which says nothing of the length), and one that
-joins logs a warning naming each of its settings that differs from the newest mark's. A
-change of these settings by a rolling restart is then warned of once, by the first
-worker restarted, while the others still run the old values.
+joins logs a warning naming each of its settings that differs from the newest mark of
+another worker (a worker is its host and state folder: one restarted is not compared
+with its own earlier mark). A change of these settings by a rolling restart is then
+warned of once, by the first worker restarted, while the others still run the old
+values.
 
 Example (in the worker's start, with an admin client that is connected)::
 
@@ -35,8 +37,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import socket
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -79,6 +83,12 @@ WINDOW_SHAPE = (
     "unknown_pending_level",
     "flow_edges_s",
 )
+
+
+def worker_identity(s: WorkerSettings) -> str:
+    """Who marks: this host and the worker's state folder, which no two workers of a host
+    share (``host:/path``)."""
+    return f"{socket.gethostname()}:{Path(s.data_dir).expanduser().resolve()}"
 
 
 def window_shape(s: WorkerSettings) -> dict[str, Any]:
@@ -132,7 +142,7 @@ async def check_group_window(admin: Any, s: WorkerSettings, planning_topic: str)
         return False
     running = lengths.newest
     if running is None or _same(running, s.window_s):
-        _warn_of_shape(s, lengths.last, planning_topic)
+        _warn_of_shape(s, lengths.newest_of_another(worker_identity(s)), planning_topic)
         return False
     raise WindowLengthMismatchError(
         f"the {members} running worker(s) of app id {s.app_id!r} make {running:.10g}-s "
@@ -147,20 +157,21 @@ async def check_group_window(admin: Any, s: WorkerSettings, planning_topic: str)
 def _warn_of_shape(
     s: WorkerSettings, mark: codec.WorkerStarted | None, planning_topic: str
 ) -> None:
-    """Log a warning when ``mark`` (the newest) holds window settings other than ``s``'s;
-    an older worker's mark holds none."""
+    """Log a warning when ``mark`` (another worker's newest) holds window settings other
+    than ``s``'s; an older worker's mark holds none."""
     if mark is None:
         return
     differ = shape_differences(window_shape(s), mark.shape)
     if differ:
         log.warning(
             "this worker windows with other settings than the worker of app id %r that "
-            "started last before it (%.0f s ago by their clocks; its mark on %s): %s. Each "
+            "started last before it (%s, %.0f s ago by their clocks; its mark on %s): %s. Each "
             "worker windows its own partitions with its own settings, so tenants are "
             "windowed differently by partition until every worker of the group runs with "
             "the same ones (after a change by a rolling restart, until the last worker has "
             "restarted)",
-            s.app_id, max(0.0, time.time() - mark.at), planning_topic, "; ".join(differ),
+            s.app_id, mark.worker or "a worker", max(0.0, time.time() - mark.at),
+            planning_topic, "; ".join(differ),
         )  # fmt: skip
 
 
@@ -190,8 +201,12 @@ async def announce_window(s: WorkerSettings, planning_topic: str, joined: bool =
     try:
         await producer.start()
         mark = codec.WorkerStarted(
-            window_s=s.window_s, at=time.time(), shape=window_shape(s), joined=joined
-        )  # at: when it is sent
+            window_s=s.window_s,
+            at=time.time(),  # when it is sent
+            shape=window_shape(s),
+            joined=joined,
+            worker=worker_identity(s),
+        )
         sent = await producer.send_and_wait(planning_topic, codec.encode_started(mark), key=b"plan")
     except (KafkaError, OSError) as exc:  # the worker runs on; a later one may be misjudged
         log.warning("could not mark this worker's window length on %s: %r", planning_topic, exc)
@@ -227,7 +242,7 @@ class _Lengths:
     newest: float | None = None
     held: codec.WorkerStarted | None = None  # the newest mark since the newest window that held
     lost: dict[int, codec.WorkerStarted] = field(default_factory=dict)  # offset -> it lost to
-    last: codec.WorkerStarted | None = None  # the newest mark, joined or not, that did not lose
+    marks: list[codec.WorkerStarted] = field(default_factory=list)  # joined or not; none lost
 
     def window(self, length: float) -> None:
         self.newest = length
@@ -235,7 +250,7 @@ class _Lengths:
 
     def mark(self, offset: int, mark: codec.WorkerStarted) -> None:
         if mark.joined:  # a worker that passed the check: its settings, not the length
-            self.last = mark
+            self.marks.append(mark)
             return
         held = self.held
         together = held is not None and abs(mark.at - held.at) < START_GRACE_S
@@ -244,7 +259,11 @@ class _Lengths:
             return
         self.held = mark
         self.newest = mark.window_s
-        self.last = mark
+        self.marks.append(mark)
+
+    def newest_of_another(self, worker: str) -> codec.WorkerStarted | None:
+        """The newest mark that did not lose, of a worker other than ``worker``."""
+        return next((m for m in reversed(self.marks) if m.worker != worker), None)
 
 
 def _same(a: float, b: float) -> bool:

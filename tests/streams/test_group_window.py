@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import socket
 import time
 from pathlib import Path
 
@@ -211,11 +212,12 @@ async def test_a_joining_worker_warns_of_other_window_settings_and_marks_its_own
     kafka: KafkaHelper, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Every worker marks its window settings; one that joins running workers warns of
-    each that differs from the newest mark's, and its own mark is what the next one
-    compares with. Only the length refuses a start."""
-    s = dataclasses.replace(await _group_running_10s_windows(kafka, tmp_path), window_s=10.0)
-    planning = TopicNames.from_settings(s).planning
-    other = dataclasses.replace(s, grace_s=30.0, flow_edges_s=(60.0, 600.0))
+    each that differs from another worker's newest mark (never its own earlier one).
+    Only the length refuses a start."""
+    a = dataclasses.replace(await _group_running_10s_windows(kafka, tmp_path), window_s=10.0)
+    planning = TopicNames.from_settings(a).planning
+    b = dataclasses.replace(a, data_dir=tmp_path / "b")  # another worker: its own state folder
+    b_other = dataclasses.replace(b, grace_s=30.0, flow_edges_s=(60.0, 600.0))
 
     async def join(settings: WorkerSettings) -> list[str]:
         caplog.clear()
@@ -223,22 +225,26 @@ async def test_a_joining_worker_warns_of_other_window_settings_and_marks_its_own
             await ensure_topics(settings, attempts=3, joining=True)
         return [r.getMessage() for r in caplog.records if "other settings" in r.getMessage()]
 
-    assert await join(s) == []  # the first starts the group: nothing to compare with
-    member = await _member(kafka, s.app_id, planning)
+    assert await join(a) == []  # the first starts the group: nothing to compare with
+    member = await _member(kafka, a.app_id, planning)
     try:
-        (warning,) = await join(other)
-        assert f"the worker of app id {s.app_id!r} that started last before it" in warning
+        (warning,) = await join(b_other)
+        assert f"the worker of app id {a.app_id!r} that started last before it" in warning
+        assert f"{socket.gethostname()}:{tmp_path}, " in warning  # who: a
         assert "grace_s 30 here, 10 there; flow_edges_s 60,600 here, " in warning
         assert "60,240,960,3840,15360,61440,245760 there" in warning
         assert "level_weights" not in warning  # the same on both
-        assert await join(other) == []  # compared with the mark the last one left
-        (back,) = await join(s)
-        assert "grace_s 10 here, 30 there" in back
+        assert len(await join(b_other)) == 1  # restarted as it was: still unlike a
+        # b restarted with a's settings: compared with a, not with its own last mark
+        assert await join(b) == []
+        # a third, c, is compared with the newest mark of another: b's
+        (third,) = await join(dataclasses.replace(b_other, data_dir=tmp_path / "c"))
+        assert "grace_s 30 here, 10 there" in third and f"{tmp_path / 'b'}, " in third
         # a mark of an older worker holds no settings: nothing to compare
         old = b"S" + json.dumps([10.0, time.time()]).encode()
         async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
             await producer.send_and_wait(planning, old, key=b"plan")
-        assert await join(other) == []
+        assert await join(b_other) == []
     finally:
         await member.stop()
-    assert await newest_window_length(s, planning) == 10.0  # joined marks set no length
+    assert await newest_window_length(a, planning) == 10.0  # joined marks set no length

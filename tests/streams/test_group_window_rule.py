@@ -56,16 +56,21 @@ def test_a_clock_ahead_does_not_block_later_starts_for_long() -> None:
 
 def test_a_joined_mark_says_nothing_of_the_length_but_is_the_newest_mark() -> None:
     lengths = _read(30.0, (30.0, 100.0))
-    joined = WorkerStarted(window_s=10.0, at=101.0, shape={"grace_s": 5.0}, joined=True)
+    joined = WorkerStarted(10.0, 101.0, shape={"grace_s": 5.0}, joined=True, worker="h:/b")
     lengths.mark(2, joined)
-    assert (lengths.newest, lengths.lost, lengths.last) == (30.0, {}, joined)
+    assert (lengths.newest, lengths.lost) == (30.0, {})
+    assert lengths.newest_of_another("h:/a") is joined
     # a start with another length a moment later loses to the 30-s start, not to it
-    lengths.mark(3, WorkerStarted(window_s=20.0, at=102.0))
-    assert lengths.lost[3].window_s == 30.0 and lengths.last is joined
+    lengths.mark(3, WorkerStarted(window_s=20.0, at=102.0, worker="h:/c"))
+    assert lengths.lost[3].window_s == 30.0 and lengths.newest_of_another("h:/a") is joined
 
 
-def test_a_lost_mark_is_not_the_newest_one_to_compare_settings_with() -> None:
+def test_a_worker_is_compared_with_another_workers_newest_mark() -> None:
     lengths = _read((30.0, 100.0))
-    held = lengths.last
-    lengths.mark(1, WorkerStarted(window_s=10.0, at=101.0, shape={"grace_s": 5.0}))
-    assert 1 in lengths.lost and lengths.last is held
+    (first,) = lengths.marks
+    b = WorkerStarted(30.0, 110.0, shape={"grace_s": 5.0}, joined=True, worker="h:/b")
+    lengths.mark(1, b)
+    assert lengths.newest_of_another("h:/b") is first  # b's own mark is skipped
+    assert lengths.newest_of_another("h:/c") is b
+    lengths.mark(2, WorkerStarted(10.0, 111.0, shape={"grace_s": 9.0}, worker="h:/d"))
+    assert 2 in lengths.lost and lengths.newest_of_another("h:/c") is b  # lost: never
