@@ -15,11 +15,12 @@ with several partitions) shows only the tenants no newer plan has set, so the la
 of each tenant is its newest target. With --json, one JSON
 object per line (JSON Lines), the event as produced: a tail has no end, so it cannot print
 one JSON document; every line is one complete document for jq or a script. A summary goes
-to stderr at the end. Stops on --max-events, after --timeout seconds without records
-(with --group, counted from when the group gave this reader its partitions; a group that
-gives none within --timeout or 30 s, the longer, is an error), or on Ctrl-C /
-SIGTERM (exit 0). With --group, where it reads from is said once the group has given this
-reader its partitions; a join that takes longer than 30 s is said on stderr.
+to stderr at the end. Stops on --max-events (with --plans, after the whole plan that
+reaches it), after --timeout seconds without records (with --group, counted from when the
+group gave this reader its partitions; a group that gives none within --timeout or 30 s,
+the longer, is an error), or on Ctrl-C / SIGTERM (exit 0; 130 for a Ctrl-C while it still
+connects). With --group, where it reads from is said once the group has given this reader
+its partitions; a join that takes longer than 30 s is said on stderr.
 
 Examples:
     dprobe events --from-beginning
@@ -78,7 +79,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="print whole plans, in plan order, once all of their events have arrived",
     )
     p.add_argument(
-        "--max-events", type=int, metavar="N", help="stop after printing N (distinct) events"
+        "--max-events",
+        type=int,
+        metavar="N",
+        help="stop after printing N (distinct) events (with --plans: at the end of the plan "
+        "that reaches N)",
     )
     p.add_argument(
         "--timeout",
