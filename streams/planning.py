@@ -157,10 +157,10 @@ class Planning:
         if isinstance(message, schema.ClusterReport):
             self.stats.cluster_reports += 1
             log.info(
-                "cluster report from %s: capacity %s GPUs, %d quota(s)%s; plans use them "
+                "cluster report from %s: capacity %s, %d quota(s)%s; plans use them "
                 "from the next window end",
                 message.source,
-                "unchanged" if message.capacity_gpus is None else f"{message.capacity_gpus:g}",
+                "unchanged" if message.capacity_gpus is None else f"{message.capacity_gpus:g} GPUs",
                 len(message.quotas),
                 " (complete: unlisted tenants hold none)" if message.complete else "",
             )
