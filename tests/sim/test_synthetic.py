@@ -128,10 +128,10 @@ def test_more_large_job_demand_than_demand_is_a_usage_error(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("content", "match"),
     [
-        (b"no gzip", r"vcG\.csv\.gz: cannot read: Not a gzipped file"),
+        (b"no gzip", r"vcG\.csv\.gz:1: unreadable: Not a gzipped file"),
         (
             gzip.compress(((HEAD + GOOD + "\n") * 50).encode(), mtime=0)[:60],
-            r"vcG\.csv\.gz: cannot read: .*ended",
+            r"vcG\.csv\.gz:\d+: unreadable: .*ended",
         ),
         (gzip.compress(b"time,\xff\n", mtime=0), r"vcG\.csv\.gz: not UTF-8 text"),
     ],
