@@ -51,7 +51,11 @@ class AIOKafkaConsumer:
         self.position = 0
 
     async def start(self):
-        pass
+        if os.environ.get("FAKE_START_WAITS"):  # a group join that waits (a dead member)
+            print("starting", flush=True)
+            import asyncio
+
+            await asyncio.sleep(3600)
 
     async def stop(self):
         print("stop")
@@ -106,6 +110,34 @@ def test_the_readme_consumer_applies_whole_plans_and_commits_after_them(tmp_path
         "commit 7",
         "stop",
     ]
+
+
+def test_ctrl_c_while_the_readme_consumer_starts_stops_it(tmp_path: Path) -> None:
+    # aiokafka's start() of a consumer given its topic waits for the group's join (as long
+    # as a member that died holds it): stopped there, an unstopped consumer is reported
+    # by asyncio as "Unclosed AIOKafkaConsumer"
+    (tmp_path / "records.json").write_text("[]")
+    (tmp_path / "aiokafka").mkdir()
+    (tmp_path / "aiokafka" / "__init__.py").write_text(FAKE_AIOKAFKA)
+    (tmp_path / "consumer.py").write_text(readme_consumer())
+    env = {**os.environ, "FAKE_RECORDS": str(tmp_path / "records.json"), "FAKE_START_WAITS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(
+        [sys.executable, str(tmp_path / "consumer.py")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "starting\n"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert out.splitlines() == ["stop"]
 
 
 def _run_until(cmd: list[str], lines: int, timeout_s: float) -> tuple[list[str], str]:
