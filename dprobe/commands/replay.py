@@ -186,10 +186,9 @@ def run(args: argparse.Namespace) -> int:
     )
     age_days = (time.time() - first.ts) / 86400
     if not args.shift_to_now and age_days > 1:
-        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(first.ts))
         print(
-            f"note: event time starts at {when} UTC ({age_days:,.0f} days ago); windows, "
-            "events and dashboards will show that time; --shift-to-now moves it to now",
+            f"note: event time starts at {_minute(first.ts)} UTC ({age_days:,.0f} days ago); "
+            "windows, events and dashboards will show that time; --shift-to-now moves it to now",
             file=sys.stderr,
         )
     if not s.into_live_topics and not args.topic:
@@ -232,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
         sent[0] += 1
         bar.update(1)
         if sent[0] % 250 == 1:  # show how far in event time the replay is
-            bar.set_postfix_str(time.strftime("%Y-%m-%d %H:%M", time.gmtime(rec.ts)), refresh=False)
+            bar.set_postfix_str(_minute(rec.ts), refresh=False)
 
     try:
         stats = asyncio.run(
@@ -271,8 +270,7 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     else:  # the bar ends on the event time reached, not that of its last update
         if reached:
-            when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(reached[0]))
-            bar.set_postfix_str(when, refresh=False)
+            bar.set_postfix_str(_minute(reached[0]), refresh=False)
     finally:
         bar.close()
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(stats.by_kind.items())) or "nothing"
@@ -315,6 +313,13 @@ async def _until_terminated(work: Awaitable[T]) -> T:
         raise
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _minute(ts: float) -> str:
+    """``ts`` as the progress bar and the start note show it (UTC, to the minute)."""
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
 
 
 def _when(reached: list[float]) -> str:
