@@ -282,7 +282,6 @@ _DEPENDENT = (
 )
 _NOT_WITH_SWEEP = (("--move-latency", "move_latency", 300.0), ("--reclaim", "reclaim", "wait"))
 _CHECKPOINT = ("--checkpoint-interval", "checkpoint_interval")
-_CHECKPOINT_DEFAULT_S = 1800.0
 
 
 def _modes(args: argparse.Namespace) -> list[str]:
@@ -359,11 +358,8 @@ def run(args: argparse.Namespace) -> int:
     from dprobe.sim.settings import SimSettings
     from dprobe.traces.jobs_csv import read_jobs
 
-    costs_given = [
-        flag
-        for flag, attr in (*((f, a) for f, a, _ in _NOT_WITH_SWEEP), _CHECKPOINT)
-        if getattr(args, attr) is not None
-    ]
+    costs = [(flag, attr) for flag, attr, _ in _NOT_WITH_SWEEP] + [_CHECKPOINT]
+    costs_given = [flag for flag, attr in costs if getattr(args, attr) is not None]
     _check_combinations(args)
     policies = _names(args.policies, POLICIES, "policy")
     modes = _modes(args)
@@ -397,19 +393,19 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--lend-horizon applies only with --modes predictive or oracle")
     if args.no_gate and "predictive" not in modes:
         raise UsageError("--no-gate applies only with --modes predictive")
+    static_by = "--pool" if args.pool else "--modes static"  # what made the run static-only
     if costs_given and set(modes) == {"static"}:
         raise UsageError(
             f"{' and '.join(costs_given)} {'does' if len(costs_given) == 1 else 'do'} not apply "
-            f"with {'--pool' if args.pool else '--modes static'} (static quotas never move a "
-            "node)"
+            f"with {static_by} (static quotas never move a node)"
         )
     if args.sweep and set(modes) == {"static"}:
         raise UsageError(
-            f"--sweep does not apply with {'--pool' if args.pool else '--modes static'}: it "
-            "varies the move latency and the reclaim rule, and static quotas never move a node"
+            f"--sweep does not apply with {static_by}: it varies the move latency and the "
+            "reclaim rule, and static quotas never move a node"
         )
     if args.checkpoint_interval is None:
-        args.checkpoint_interval = _CHECKPOINT_DEFAULT_S
+        args.checkpoint_interval = SimSettings.checkpoint_interval_s
     elif args.reclaim == "wait" and not args.sweep:
         raise UsageError(
             "--checkpoint-interval applies only with --reclaim preempt or --sweep (a VC that "
