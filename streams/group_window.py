@@ -129,9 +129,10 @@ class WindowLengthMismatchError(UsageError):
 async def check_group_window(admin: Any, s: WorkerSettings, planning_topic: str) -> bool:
     """Raise :class:`WindowLengthMismatchError` when workers of ``s.app_id`` run and the
     newest length on ``planning_topic`` is not ``s.window_s``; warn of the other settings
-    that shape a window where they differ from the newest mark's. Nothing is checked when
-    the group cannot be described or its topic read. ``True`` when no worker of the group
-    runs: this one then sets the length, and marks it (:func:`announce_window`)."""
+    that shape a window where they differ from another worker's newest mark. Nothing is
+    checked when the group cannot be described or its topic read. ``True`` when no worker
+    of the group runs: this one then sets the length, and marks it
+    (:func:`announce_window`)."""
     try:
         members = await _members(admin, s.app_id)
         if not members:
