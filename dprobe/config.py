@@ -742,6 +742,7 @@ def load(
     command that uses a service's other settings and never connects.
     """
     env = os.environ if env is None else env
+    _warn_misspelt_sections(env)
     doc: dict[str, Any] = {}
     where = ""
     if file:
@@ -1023,6 +1024,30 @@ def _warn_unknown_env(section: str, env: Mapping[str, str], known: set[str]) -> 
         near = difflib.get_close_matches(key, sorted(known), n=1)
         hint = f"; did you mean {near[0]}?" if near else ""
         _log.warning("environment variable %s names no %s setting: ignored%s", key, section, hint)
+
+
+def _warn_misspelt_sections(env: Mapping[str, str]) -> None:
+    """Log once each ``DPROBE_*`` variable whose section is a near miss of a service's
+    (``DPROBE_WORKR_WINDOW_S``): no setting would ever read it.
+
+    Other ``DPROBE_*`` variables (``DPROBE_TRACE_DIR``, ``DPROBE_TENANT`` in a job's
+    environment, ...) are not near any section and stay quiet.
+    """
+    sections = sorted(c.section.upper() for c in SERVICES)
+    for key in env:
+        if not key.startswith("DPROBE_") or key in _warned_env:
+            continue
+        word, _, rest = key.removeprefix("DPROBE_").partition("_")
+        if not rest or word in sections:
+            continue
+        near = difflib.get_close_matches(word, sections, n=1, cutoff=0.75)
+        if near:
+            _warned_env.add(key)
+            _log.warning(
+                "environment variable %s names no section: ignored; did you mean %s?",
+                key,
+                f"DPROBE_{near[0]}_{rest}",
+            )
 
 
 def _given_in(message: str, section: str, given: dict[str, str]) -> str:

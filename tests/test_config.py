@@ -380,6 +380,27 @@ def test_a_misspelt_environment_variable_is_logged_with_the_likely_name(
     ]
 
 
+def test_a_variable_of_a_misspelt_section_is_logged_with_the_likely_name(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("dprobe.config._warned_env", set())
+    # the last three are not near any section: a job's tenant, the test traces, a test knob
+    env = {
+        "DPROBE_WORKR_WINDOW_S": "30",
+        "DPROBE_TENANT": "vc1",
+        "DPROBE_TRACE_DIR": "/data",
+        "DPROBE_TEST_WORKER_LOG_LEVEL": "DEBUG",
+    }
+    with caplog.at_level(logging.WARNING, logger="dprobe.config"):
+        assert load(WorkerSettings, env=env).window_s == 60.0
+        load(WorkerSettings, env=env)  # told once a process
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "environment variable DPROBE_WORKR_WINDOW_S names no section: ignored; "
+        "did you mean DPROBE_WORKER_WINDOW_S?"
+    ]
+
+
 def test_a_config_file_whose_path_holds_braces_reads(tmp_path: Path) -> None:
     folder = tmp_path / "cfg{x}"
     folder.mkdir()
