@@ -301,8 +301,11 @@ class CollectorSettings:
     replication_factor: int = 1
 
     def __post_init__(self) -> None:
-        if self.interval_s <= 0:
-            raise ConfigError("collector.interval_s must be > 0")
+        if not self.interval_s >= MIN_COLLECT_INTERVAL_S:  # a tick costs 3-6 ms of CPU
+            raise ConfigError(
+                f"collector.interval_s must be at least {MIN_COLLECT_INTERVAL_S} s: a "
+                "shorter one keeps a core busy reading and sending snapshots"
+            )
         _check_topic_layout("collector", self.partitions, self.replication_factor)
         if self.compression not in {"zstd", "lz4", "gzip", "snappy", "none"}:
             raise ConfigError("collector.compression must be zstd, lz4, gzip, snappy or none")
@@ -333,6 +336,10 @@ class CollectorSettings:
                 raise ConfigError(f"collector.{name} must be at most {most:,}")
         _check_host_id(self.host_id)
 
+
+# below this a collector spends most of a core on its own ticks (each takes 3-6 ms of CPU,
+# docs/collector.md "Cost"); 1-10 s suits demand profiling
+MIN_COLLECT_INTERVAL_S = 0.01
 
 # the largest synthetic workload: a tick of 1,024 GPUs x 64 processes takes about 2 s to
 # generate, one of 100,000 GPUs minutes

@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         dest="interval_s",
         metavar="S",
-        help="seconds between snapshots (default 10)",
+        help="seconds between snapshots (default 10, at least 0.01)",
     )
     p.add_argument("--host-id", metavar="NAME", help="host name in snapshots (default: hostname)")
     p.add_argument("--metrics-addr", metavar="ADDR", help="/metrics address (default 127.0.0.1)")

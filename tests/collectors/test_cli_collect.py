@@ -60,6 +60,9 @@ def test_nvml_without_a_driver_is_one_clear_line_and_exit_2(capsys, tmp_path, mo
 def test_bad_settings_exit_2(capsys) -> None:
     assert main(["collect", "--interval", "0", "--once"]) == 2
     assert "interval_s" in capsys.readouterr().err
+    # a typo of a few zeros would keep a core busy: refused too, with the floor it missed
+    assert main(["collect", "--interval", "0.001", "--once"]) == 2
+    assert "collector.interval_s must be at least 0.01 s" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -119,7 +119,8 @@ def test_check_names_every_bad_value_of_a_section_in_one_run(
         f"[kafka] of config file {bad})",
         f"dprobe config: [collector] refused: config file {bad}: [collector] tenants: "
         "expected an integer, got 'four'",
-        f"dprobe config: [collector] refused: collector.interval_s must be > 0 (given: "
+        "dprobe config: [collector] refused: collector.interval_s must be at least 0.01 s: "
+        "a shorter one keeps a core busy reading and sending snapshots (given: "
         f"interval_s = -1 {given}",
         "dprobe config: [collector] refused: collector.compression must be zstd, lz4, gzip, "
         f"snappy or none (given: compression = 'brotli' {given}",
