@@ -45,7 +45,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from dprobe.models.planner_damping import DampingSettings, MoveHistory, damp, record
+from dprobe.models.planner_damping import DampingSettings, MoveHistory, damp, record, whole_number
 
 Reason = Literal[
     "waiting_jobs",  # raised for jobs that wait now (its need is above its quota)
@@ -72,10 +72,14 @@ class PlannerSettings:
     damping: DampingSettings = field(default_factory=DampingSettings)
 
     def __post_init__(self) -> None:
+        if not whole_number(self.node_gpus):
+            # quotas are whole nodes: 8.5 GPUs a node would plan fractions of GPUs
+            raise ValueError(f"node_gpus must be a whole number >= 1, not {self.node_gpus!r}")
         if self.node_gpus < 1:
             raise ValueError("node_gpus must be >= 1")
-        if self.headroom < 0:
-            raise ValueError("headroom must be >= 0")
+        if not (math.isfinite(self.headroom) and self.headroom >= 0):
+            # NaN or infinity passed a ``< 0`` test and failed inside every plan
+            raise ValueError(f"headroom must be a finite number >= 0, not {self.headroom!r}")
         if self.quantile not in ("p50", "p90"):  # any other would silently size to p50
             raise ValueError(f"quantile must be 'p50' or 'p90', not {self.quantile!r}")
 

@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 
@@ -50,12 +51,22 @@ class DampingSettings:
             "scale_down_max_percent",
             "cooldown_s",
         ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0")
-        if self.period_s <= 0:
-            raise ValueError("period_s must be > 0")
-        if self.scale_up_max_nodes < 0:
-            raise ValueError("scale_up_max_nodes must be >= 0")
+            # NaN would pass a ``< 0`` test and switch the rule off (every comparison with
+            # it is false), or fail later inside a plan; infinity is no window or limit
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
+        if not (math.isfinite(self.period_s) and self.period_s > 0):
+            raise ValueError(f"period_s must be a finite number > 0, not {self.period_s!r}")
+        if not whole_number(self.scale_up_max_nodes) or self.scale_up_max_nodes < 0:
+            raise ValueError(
+                f"scale_up_max_nodes must be a whole number >= 0, not {self.scale_up_max_nodes!r}"
+            )
+
+
+def whole_number(x: object) -> bool:
+    """``x`` is an integer (not a bool, which would read as 0 or 1 nodes)."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 @dataclass

@@ -397,7 +397,14 @@ def test_idle_borrowed_capacity_goes_back_to_its_owner() -> None:
         ({"quantile": "p95"}, "quantile must be 'p50' or 'p90', not 'p95'"),
         ({"quantile": "P90"}, "quantile must be 'p50' or 'p90', not 'P90'"),
         ({"node_gpus": 0}, "node_gpus must be >= 1"),
-        ({"headroom": -0.1}, "headroom must be >= 0"),
+        ({"headroom": -0.1}, "headroom must be a finite number >= 0"),
+        # NaN or infinity passed the check and failed inside plan() with "cannot convert
+        # float NaN to integer"
+        ({"headroom": math.nan}, "headroom must be a finite number >= 0, not nan"),
+        ({"headroom": math.inf}, "headroom must be a finite number >= 0, not inf"),
+        # quotas are whole nodes: a fractional node size planned fractions of GPUs
+        ({"node_gpus": 8.5}, "node_gpus must be a whole number >= 1, not 8.5"),
+        ({"node_gpus": True}, "node_gpus must be a whole number >= 1, not True"),
     ],
 )
 def test_settings_that_would_plan_something_else_are_refused(

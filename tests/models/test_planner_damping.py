@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from dprobe.models.planner_damping import (
     DampingSettings,
     MoveHistory,
@@ -43,3 +47,36 @@ def test_cooldown_blocks_a_reversal_only() -> None:
     assert damp(s, after_up(), ts=30.0, current=16, desired=8, node_gpus=8) == 16  # reversal
     assert damp(s, after_up(), ts=30.0, current=16, desired=32, node_gpus=8) == 32  # same way
     assert damp(s, after_up(), ts=61.0, current=16, desired=8, node_gpus=8) == 8  # over
+
+
+_NUMBERS = (
+    "tolerance",
+    "scale_up_stabilization_s",
+    "scale_down_stabilization_s",
+    "period_s",
+    "scale_up_max_percent",
+    "scale_down_max_percent",
+    "cooldown_s",
+)
+
+
+@pytest.mark.parametrize("name", _NUMBERS)
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_a_setting_that_is_no_finite_number_is_refused_by_name(name: str, value: float) -> None:
+    # NaN passed the ``< 0`` check and then silently switched its rule off (a NaN
+    # tolerance or cooldown holds nothing back) or failed inside the plan
+    with pytest.raises(ValueError, match=f"^{name} must be a finite number"):
+        DampingSettings(**{name: value})  # type: ignore[arg-type]
+
+
+def test_a_nan_tolerance_would_have_let_a_small_change_through() -> None:
+    """The rule a NaN switched off: 86 GPUs wanted against 80 held is within 10 %."""
+    assert apply_tolerance(DampingSettings(tolerance=0.1), 80, 86) == 80
+    with pytest.raises(ValueError, match="tolerance"):
+        DampingSettings(tolerance=math.nan)
+
+
+@pytest.mark.parametrize("nodes", [1.5, True, -1])
+def test_scale_up_max_nodes_is_a_whole_number_of_nodes(nodes: object) -> None:
+    with pytest.raises(ValueError, match=r"^scale_up_max_nodes must be a whole number >= 0"):
+        DampingSettings(scale_up_max_nodes=nodes)  # type: ignore[arg-type]
