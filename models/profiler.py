@@ -40,6 +40,7 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -91,8 +92,18 @@ class JobProfiler:
     ) -> None:
         if regressor not in ("ridge", "knn"):  # any other would silently run kNN
             raise ValueError(f"regressor must be 'ridge' or 'knn', not {regressor!r}")
-        if k_neighbours < 1:
-            raise ValueError(f"k_neighbours must be >= 1, not {k_neighbours!r}")
+        whole = isinstance(k_neighbours, numbers.Integral) and not isinstance(k_neighbours, bool)
+        if not whole or k_neighbours < 1:  # 2.5 failed at the first unseen family
+            raise ValueError(f"k_neighbours must be a whole number >= 1, not {k_neighbours!r}")
+        if not (math.isfinite(ridge_alpha) and ridge_alpha >= 0):
+            # NaN or infinity made every unseen family's util NaN (levelled L2); a negative
+            # penalty is no ridge and fits a different model
+            raise ValueError(f"ridge_alpha must be a finite number >= 0, not {ridge_alpha!r}")
+        if not (math.isfinite(gpu_mem_total_mb) and gpu_mem_total_mb > 0):
+            # 0, negative or NaN made the "memory >= share of the device" EX rule never hold
+            raise ValueError(
+                f"gpu_mem_total_mb must be a finite number > 0, not {gpu_mem_total_mb!r}"
+            )
         if fallback_level not in LEVELS:
             raise ValueError(
                 f"fallback_level must be one of {', '.join(LEVELS)}, not {fallback_level!r}"
@@ -146,7 +157,15 @@ class JobProfiler:
         amp: bool | None = None,
         params_m: float | None = None,
     ) -> JobEstimate:
-        """Level and expected footprint of a job from its attributes only (pending jobs)."""
+        """Level and expected footprint of a job from its attributes only (pending jobs).
+
+        ``batch_size`` ``None`` or 0 and ``params_m`` ``None`` are unknown; a negative one
+        (or a NaN batch size) is refused with a ``ValueError`` naming it.
+        """
+        if batch_size is not None and not batch_size >= 0:  # also NaN
+            raise ValueError(f"batch_size must be >= 1 (None or 0: unknown), not {batch_size!r}")
+        if params_m is not None and params_m < 0:
+            raise ValueError(f"params_m must be >= 0 (None: unknown), not {params_m!r}")
         rows = self._family_rows(family) if family else []
         if rows:
             util, mem = self._interpolate(rows, batch_size, amp)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -135,15 +136,59 @@ def test_unseen_family_uses_the_learned_regressor() -> None:
     ("setting", "message"),
     [
         ({"regressor": "Ridge"}, "regressor must be 'ridge' or 'knn', not 'Ridge'"),
-        ({"k_neighbours": 0}, "k_neighbours must be >= 1"),
+        ({"k_neighbours": 0}, "k_neighbours must be a whole number >= 1, not 0"),
         ({"fallback_level": "L4"}, "fallback_level must be one of L1, L2, L3, EX"),
+        # a fractional k failed at the first unseen family with a TypeError about slices
+        ({"k_neighbours": 2.5}, "k_neighbours must be a whole number >= 1, not 2.5"),
+        # a NaN or infinite penalty gave every unseen family a NaN util (levelled L2), a
+        # negative one fitted something that is no ridge regression
+        ({"ridge_alpha": math.nan}, "ridge_alpha must be a finite number >= 0, not nan"),
+        ({"ridge_alpha": math.inf}, "ridge_alpha must be a finite number >= 0, not inf"),
+        ({"ridge_alpha": -1.0}, "ridge_alpha must be a finite number >= 0, not -1.0"),
+        # a device of no memory made the EX rule (memory >= 90 % of it) never hold
+        ({"gpu_mem_total_mb": 0.0}, "gpu_mem_total_mb must be a finite number > 0, not 0.0"),
+        ({"gpu_mem_total_mb": math.nan}, "gpu_mem_total_mb must be a finite number > 0"),
     ],
 )
 def test_settings_it_would_not_apply_are_refused(setting: dict, message: str) -> None:
     # a misspelt regressor ran kNN, k_neighbours 0 gave NaN estimates, and a fallback
     # level outside the four came back as the level of every job it could not place
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         JobProfiler(**setting)
+
+
+def test_an_expected_footprint_filling_the_device_is_exclusive() -> None:
+    # what a device of 0 MiB switched off: a family profiled at 30 GiB on a 32 GiB GPU
+    # needs the whole GPU (memory >= 90 % of it), at any util
+    prof = JobProfiler(gpu_mem_total_mb=32_768.0).fit([_p("Huge", 32, 40.0, 30_000.0)])
+    assert prof.estimate(family="Huge", batch_size=32).level == "EX"
+    assert (
+        JobProfiler(gpu_mem_total_mb=65_536.0)
+        .fit([_p("Huge", 32, 40.0, 30_000.0)])
+        .estimate(family="Huge", batch_size=32)
+        .level
+        == "L2"
+    )
+
+
+@pytest.mark.parametrize(
+    ("attrs", "message"),
+    [
+        ({"batch_size": -4}, "batch_size must be >= 1 (None or 0: unknown), not -4"),
+        ({"batch_size": math.nan}, "batch_size must be >= 1 (None or 0: unknown), not nan"),
+        ({"params_m": -5.0}, "params_m must be >= 0 (None: unknown), not -5.0"),
+    ],
+)
+def test_impossible_attributes_are_named_not_a_math_domain_error(attrs: dict, message: str) -> None:
+    prof = JobProfiler().fit(shipped_profiles())
+    for family in ("ResNet50", "NeverProfiled"):  # the family path and the regressor
+        with pytest.raises(ValueError, match=re.escape(message)):
+            prof.estimate(family=family, **attrs)
+
+
+def test_an_unknown_batch_size_is_still_none_or_zero() -> None:
+    prof = JobProfiler().fit(shipped_profiles())
+    assert prof.estimate(family="ResNet50", batch_size=0) == prof.estimate(family="ResNet50")
 
 
 def test_fallback_when_nothing_is_known() -> None:
