@@ -9,6 +9,9 @@ bad is one error naming the file and the line:
   :func:`open_text`, so one bad byte leaves the other lines readable and a lenient replay
   can skip its row);
 - a CSV syntax error, or a field over Python's csv limit (128 KiB; no real field is near it);
+- a quote that is never closed (the csv module would read every line after it, up to its
+  field limit or the end, as one field): the line it opens on is bad, and the lines
+  after it are read as rows of their own;
 - a line over :data:`~dprobe.text_input.MAX_LINE_CHARS` (:class:`~dprobe.text_input.LineTooLong`);
 - a compressed file cut short or damaged (the line it ended in).
 
@@ -35,6 +38,7 @@ import csv
 import gzip
 import re
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Final, TypeVar, get_args
@@ -83,31 +87,94 @@ def csv_rows(
     lines), the header included; a blank line is ``[]``. A bad line raises ``error``
     (default :func:`at_line`) naming it; with ``on_bad``, a bad record after the header is
     passed to it as a message and skipped whole instead (a line too long still raises). A
-    record over several lines has its last line's number."""
+    record over several lines (a quoted line break) has its last line's number. A quote
+    that is never closed (the file or the csv module's field limit ends first) is a bad
+    record of the line it opens on, and the lines after that one are read again as
+    records of their own, so a stray quote costs one row, not every row up to the end.
+
+    >>> bad = []
+    >>> list(csv_rows(["ts,n\\n", '0,"1\\n', "60,2\\n"], name="d.csv", on_bad=bad.append)), bad
+    ([(1, ['ts', 'n']), (3, ['60', '2'])], ['d.csv:2: a quote opened on this line is not closed'])
+    """
     fail = error or at_line(name)
     undecoded: dict[int, UsageError] = {}  # lines with a byte that is not UTF-8 (on_bad)
-    reader = csv.reader(_checked(lines, name, fail, undecoded if on_bad else None))
-    last = 0  # the last line of the record read before
+    feed = _RecordLines(_checked(lines, name, fail, undecoded if on_bad else None))
+    reader = csv.reader(feed)
     while True:
+        feed.new_record()
+        row: list[str] = []
+        problem = None
         try:
             row = next(reader)
         except StopIteration:
             return
-        except csv.Error as exc:
-            bad = fail(f"not valid CSV ({exc})", reader.line_num)
-            if on_bad is None or reader.line_num <= 1:
-                raise bad from None
-            _pop_through(undecoded, reader.line_num)
-            last = reader.line_num
-            on_bad(str(bad))
-            continue
-        first, last = last + 1, reader.line_num
-        if on_bad is not None and undecoded:
+        except csv.Error as exc:  # a field over the limit
+            problem = f"not valid CSV ({exc})"
+        first, last = feed.first, feed.last
+        if feed.ended_in_quote or (problem and last > first):  # a quote never closed
+            bad: UsageError | None = fail("a quote opened on this line is not closed", first)
+            feed.read_again_after_first()
+            last = first
+        else:
+            bad = None if problem is None else fail(problem, last)
+        if on_bad is not None and undecoded:  # a line that is not UTF-8 is named as such
             found = _pop_through(undecoded, last)
-            if any(n >= first for n in found):  # the record holds a line that is not UTF-8
-                on_bad(str(found[min(n for n in found if n >= first)]))
-                continue
-        yield reader.line_num, row
+            if any(n >= first for n in found):
+                bad = found[min(n for n in found if n >= first)]
+        if bad is None:
+            yield last, row
+            continue
+        if on_bad is None or first <= 1:
+            raise bad from None
+        on_bad(str(bad))
+
+
+class _RecordLines:
+    """The lines for a ``csv.reader``, numbered from 1, with the lines of the record being
+    read (:attr:`first` to :attr:`last`). When the lines end inside a quoted field the
+    reader is told the input ended (it then gives the record read so far) and
+    :attr:`ended_in_quote` is set; :meth:`read_again_after_first` hands the lines after
+    the record's first line out again."""
+
+    def __init__(self, lines: Iterator[str]) -> None:
+        self._lines = lines
+        self._again: deque[tuple[int, str]] = deque()  # (number, line) to hand out first
+        self._record: list[tuple[int, str]] = []
+        self._count = 0
+        self.ended_in_quote = False
+
+    @property
+    def first(self) -> int:
+        return self._record[0][0] if self._record else self._count + 1
+
+    @property
+    def last(self) -> int:
+        return self._record[-1][0] if self._record else self._count
+
+    def new_record(self) -> None:
+        self._record = []
+        self.ended_in_quote = False
+
+    def read_again_after_first(self) -> None:
+        self._again.extendleft(reversed(self._record[1:]))
+        del self._record[1:]
+
+    def __iter__(self) -> _RecordLines:
+        return self
+
+    def __next__(self) -> str:
+        if self._again:
+            item = self._again.popleft()
+        else:
+            try:
+                text = next(self._lines)
+            except StopIteration:
+                self.ended_in_quote = bool(self._record)  # asked for more within a record
+                raise
+            self._count += 1
+            item = (self._count, text)
+        self._record.append(item)
+        return item[1]
 
 
 def _pop_through(errors: dict[int, UsageError], line: int) -> dict[int, UsageError]:

@@ -207,3 +207,33 @@ def test_a_helios_folder_without_per_vc_series_names_the_files_it_looks_for(
         TraceFormatError, match=r"no helios-vc files \(vc\*\.csv or vc\*\.csv\.gz\)"
     ):
         trace_files(tmp_path, "helios-vc")
+
+
+@pytest.mark.parametrize("fmt", ["demand-csv", "helios-vc"])
+def test_a_stray_quote_costs_its_own_row_and_is_named_by_its_line(tmp_path: Path, fmt: str) -> None:
+    """A quote left open on one row must not swallow the rows after it (the csv module
+    reads everything up to the next quote, or 128 KiB, as one field): a lenient read
+    skips that row alone, a strict one names the line the quote is on."""
+    # demand-csv: rows past the csv module's 128 KiB field limit; helios-vc: within a day
+    values = [(minute, minute % 7) for minute in range(20_000 if fmt == "demand-csv" else 1400)]
+    quote = '"'
+    stray = 3  # the data row with the stray quote: line stray + 2
+    if fmt == "demand-csv":
+        f = tmp_path / "d.csv"
+        lines = [f"{m * 60},vcA,{quote if m == stray else ''}{v}" for m, v in values]
+        f.write_text("ts,tenant,demand_gpus\n" + "\n".join(lines) + "\n")
+    else:
+        f = tmp_path / "vcA.csv"
+        rows = [
+            f"2020-05-01 {m // 60:02d}:{m % 60:02d}:00,3,2,1,64,"
+            f"{quote if m == stray else ''}{v},0,{64 - v}"
+            for m, v in values
+        ]
+        f.write_text(HELIOS_HEADER + "\n".join(rows) + "\n")
+    bad: list[str] = []
+    got = [p.running_gpus for p in read_trace(f, fmt, on_bad=bad.append)]
+    assert got == [float(v) for m, v in values if m != stray]
+    assert bad == [f"{f}:{stray + 2}: a quote opened on this line is not closed"]
+    with pytest.raises(TraceFormatError) as exc:
+        list(read_trace(f, fmt))
+    assert exc.value.line == stray + 2

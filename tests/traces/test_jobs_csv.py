@@ -171,3 +171,17 @@ def test_a_vc_file_never_overwrites_or_drops_silently(
     with pytest.raises(UsageError) as info:
         read_vc_nodes(vc)
     assert message in str(info.value)
+
+
+def test_a_quote_never_closed_costs_one_row(tmp_path: Path) -> None:
+    """A quote opened and never closed would make the csv module read every later line as
+    one field: the jobs after it are read, the row with the quote is named by its line."""
+    quote = '"'
+    rows = [f"j{i},u,1,{i},5,m,{quote if i == 2 else ''}z" for i in range(500)]
+    p = _write(tmp_path, "\n".join(rows) + "\n")
+    bad: list[str] = []
+    jobs = list(iter_jobs(p, on_bad=bad.append))
+    assert [j.job_id for j in jobs] == [f"j{i}" for i in range(500) if i != 2]
+    assert bad == [f"{p}:4: a quote opened on this line is not closed"]
+    with pytest.raises(UsageError, match=r"jobs\.csv:4: a quote opened on this line is not closed"):
+        read_jobs(p)

@@ -320,3 +320,15 @@ def test_a_flag_the_format_would_ignore_is_refused_before_kafka(
     assert done.returncode == 2
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.startswith(f"dprobe replay: {message}")
+
+
+def test_a_stray_quote_under_strict_names_its_line_before_kafka(tmp_path: Path) -> None:
+    f = tmp_path / "demand.csv"
+    f.write_text('ts,tenant,demand_gpus\n0,a,"2\n60,a,3\n120,a,4\n')
+    done = _dprobe(
+        "--bootstrap", "127.0.0.1:1", "replay", str(f), "--format", "demand-csv", "--strict",
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"dprobe replay: {f}:2: a quote opened on this line is not closed"
+    ]
