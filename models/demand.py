@@ -85,6 +85,7 @@ def pending_level(
     >>> pending_level(PendingJob(gpus=1), None)
     'EX'
     """
+    _check_level(unknown_pending_level)
     if job.exclusive:
         return "EX"
     if profiler is None:
@@ -93,6 +94,13 @@ def pending_level(
         family=job.family, batch_size=job.batch_size, amp=job.amp, params_m=job.params_m
     )
     return unknown_pending_level if est.source == "fallback" else est.level
+
+
+def _check_level(level: str) -> None:
+    """A level outside the four would be returned as a job's level, or fail as a
+    ``KeyError`` when weighted; refuse it by name instead."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown_pending_level must be one of {', '.join(LEVELS)}, not {level!r}")
 
 
 def pending_job_of(ev: JobEvent) -> PendingJob:
@@ -138,6 +146,7 @@ def estimate_demand(
     unknown_pending_level: Level = "EX",
 ) -> DemandEstimate:
     """Multi-level demand of one tenant from its running instances and its queue."""
+    _check_level(unknown_pending_level)  # also when the queue is empty
     s = settings or LevelSettings()
     counts: dict[str, int] = dict.fromkeys(LEVELS, 0)
     running_eff = 0.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from dprobe.models.demand import PendingJob, RunningInstance, estimate_demand, pending_level
@@ -63,3 +65,23 @@ def test_unknown_pending_jobs_count_as_the_configured_level() -> None:
     assert pending_level(job, _profiler(), unknown_pending_level="L2") == "L2"
     d = estimate_demand([], [job], unknown_pending_level="L2")
     assert d.pending_effective_gpus == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("level", ["ex", "L4", ""])
+def test_an_unknown_level_that_is_no_level_is_refused_by_name(level: str) -> None:
+    # "ex" failed as KeyError('ex') when a pending job was weighted, and pending_level
+    # returned it as the job's level; an empty queue accepted it without a word
+    message = f"unknown_pending_level must be one of L1, L2, L3, EX, not {level!r}"
+    for pending in ([PendingJob(gpus=2)], []):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            estimate_demand([], pending, unknown_pending_level=level)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=re.escape(message)):
+        pending_level(PendingJob(gpus=1), None, level)  # type: ignore[arg-type]
+
+
+def test_each_of_the_four_levels_is_an_unknown_level() -> None:
+    weights = LevelSettings()
+    for level in ("L1", "L2", "L3", "EX"):
+        d = estimate_demand([], [PendingJob(gpus=2)], unknown_pending_level=level)
+        assert d.pending_effective_gpus == pytest.approx(2 * weights.weight(level))
+        assert d.pending_levels[level] == 2
