@@ -46,3 +46,29 @@ def test_a_raise_beyond_the_need_names_the_forecast_too() -> None:
         "(p90=88.0 p50=70.0 GPUs at 600s)"
     )
     assert plan(88.0) == "64 -> 88 GPUs for the jobs running and waiting now (need 88)"
+
+
+def _section(start: str) -> str:
+    text = DOC.read_text(encoding="utf-8")
+    at = text.index(start)
+    return text[at : text.index("\n\n", at)]
+
+
+def test_every_reason_the_planner_gives_is_in_the_reason_table() -> None:
+    from typing import get_args
+
+    from dprobe.models.planner import Reason
+
+    table = _section("| reason | when |")
+    rows = set(re.findall(r"^\| `(\w+)` \|", table, re.M))
+    assert rows == set(get_args(Reason))
+
+
+def test_every_field_of_a_scaling_event_is_named() -> None:
+    """A scheduler applies whole plans in order from ``plan_seq`` and ``plan_size``: the
+    paragraph on ``scaling_events`` names every field the events carry."""
+    from dprobe.schema import ScalingEvent
+
+    para = _section("`dprobe.models.planner_events.scaling_events(")
+    named = set(re.findall(r"`(\w+)`", para))
+    assert {"v", *ScalingEvent.__struct_fields__} <= named
