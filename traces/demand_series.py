@@ -45,6 +45,7 @@ from dprobe.traces.row_input import (
     open_text,
     parsed_rows,
     shown,
+    twice_named,
     unfit_name,
 )
 
@@ -150,10 +151,13 @@ def _rows(
     path: Path,
     required: Iterable[str],
     *,
+    optional: Iterable[str] = (),
     fold_case: bool = False,
     on_bad: OnBad | None = None,
 ) -> Iterator[tuple[int, dict[str, str]]]:
-    """(line number, row) for every data row; checks the header names ``required``.
+    """(line number, row) for every data row; checks the header names ``required``, and
+    names each of them and of the ``optional`` columns read at most once (which of two
+    ``demand_gpus`` columns would be the demand?).
 
     ``fold_case`` lower-cases the header first (Helios files spell ``Time`` or ``time``).
     A bad row raises, or with ``on_bad`` is passed to it and skipped.
@@ -180,6 +184,8 @@ def _rows(
                 path=path,
                 line=1,
             )
+        if twice := twice_named(header, [*required, *optional]):
+            raise TraceFormatError(twice, path=path, line=1)
 
         def fields(line: int, row: list[str]) -> tuple[int, dict[str, str]] | None:
             if not row or (len(row) == 1 and not row[0].strip()):
@@ -222,7 +228,7 @@ def read_demand_csv(path: str | Path, *, on_bad: OnBad | None = None) -> Iterato
             line=line,
         )
 
-    rows = _rows(p, ("ts", "tenant", "demand_gpus"), on_bad=on_bad)
+    rows = _rows(p, ("ts", "tenant", "demand_gpus"), optional=("quota_gpus",), on_bad=on_bad)
     return parsed_rows(rows, point, on_bad)
 
 
@@ -265,7 +271,13 @@ def read_helios_vc(path: str | Path, *, on_bad: OnBad | None = None) -> Iterator
             line=line,
         )
 
-    rows = _rows(p, ("time", "running_gpu_num", "pending_gpu_num"), fold_case=True, on_bad=on_bad)
+    rows = _rows(
+        p,
+        ("time", "running_gpu_num", "pending_gpu_num"),
+        optional=("total_gpu_num",),
+        fold_case=True,
+        on_bad=on_bad,
+    )
     return parsed_rows(rows, point, on_bad)
 
 

@@ -42,6 +42,7 @@ from dprobe.traces.row_input import (
     field_count,
     open_text,
     parsed_rows,
+    twice_named,
     unfit_name,
 )
 
@@ -118,6 +119,8 @@ def _iter(fh: IO[str], name: str, unit: float, on_bad: OnBad | None) -> Iterator
     missing += [c for c in (t_col, d_col) if c not in cols]
     if missing:
         raise UsageError(f"{name}:1: missing column(s) {', '.join(missing)} (jobs-csv header)")
+    if twice := twice_named([c.strip() for c in header], [*REQUIRED, t_col, d_col, "model_name"]):
+        raise UsageError(f"{name}:1: {twice}")
     model_col = cols.get("model_name")
     seen: set[str] = set()  # the job ids of the rows accepted so far
 

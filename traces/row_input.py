@@ -250,6 +250,25 @@ def field_count(row: list[str], header: list[str]) -> str:
     return f"{n} field{'' if n == 1 else 's'}, the header has {len(header)}"
 
 
+def twice_named(header: list[str], read: Iterable[str]) -> str | None:
+    """What is wrong with a header that names a column the reader reads more than once
+    (which of the two holds the value?); ``None``: nothing. Columns it does not read may
+    repeat.
+
+    >>> twice_named(["ts", "tenant", "demand_gpus", "demand_gpus"], ["ts", "demand_gpus"])
+    'header names column demand_gpus twice (fields 3 and 4)'
+    >>> print(twice_named(["ts", "note", "note"], ["ts"]))
+    None
+    """
+    for column in read:
+        at = [i + 1 for i, h in enumerate(header) if h == column]
+        if len(at) > 1:
+            fields = ", ".join(map(str, at[:-1])) + f" and {at[-1]}"
+            times = "twice" if len(at) == 2 else f"{len(at)} times"
+            return f"header names column {column} {times} (fields {fields})"
+    return None
+
+
 def shown(text: str) -> str:
     """A field for an error line, cut short (a line may be a megabyte long).
 

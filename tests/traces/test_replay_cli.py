@@ -332,3 +332,42 @@ def test_a_stray_quote_under_strict_names_its_line_before_kafka(tmp_path: Path) 
     assert done.stderr.strip().splitlines() == [
         f"dprobe replay: {f}:2: a quote opened on this line is not closed"
     ]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "name", "text", "column"),
+    [
+        ("demand-csv", "d.csv", "ts,tenant,demand_gpus,demand_gpus\n0,a,1,9\n", "demand_gpus"),
+        ("demand-csv", "d.csv", "ts,tenant,demand_gpus,ts\n0,a,1,60\n", "ts"),
+        ("demand-csv", "d.csv", "ts,tenant,demand_gpus,quota_gpus,quota_gpus\n0,a,1,2,3\n",
+         "quota_gpus"),
+        # Helios headers are read in any case: Time and time are one column
+        ("helios-vc", "vcA.csv", "Time,running_gpu_num,pending_gpu_num,time\n"
+         "2020-05-01 00:00:00,1,0,2020-05-02 00:00:00\n", "time"),
+        ("jobs-csv", "j.csv", "job_id,user,num_gpu,submit_time,duration,duration\n1,a,1,0,5,9\n",
+         "duration"),
+    ],
+)  # fmt: skip
+def test_a_header_naming_a_column_it_reads_twice_is_exit_2_naming_line_1(
+    tmp_path: Path, fmt: str, name: str, text: str, column: str
+) -> None:
+    """Which of two demand_gpus columns is the demand? Refused, rather than one of them
+    taken without a word."""
+    f = tmp_path / name
+    f.write_text(text)
+    done = _dprobe("--bootstrap", "127.0.0.1:1", "replay", str(f), "--format", fmt)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"dprobe replay: {f}:1: header names column {column} twice"), line
+
+
+def test_columns_a_reader_does_not_read_may_repeat(tmp_path: Path) -> None:
+    from dprobe.traces.demand_series import read_demand_csv
+    from dprobe.traces.jobs_csv import read_jobs
+
+    d = tmp_path / "d.csv"
+    d.write_text("ts,tenant,demand_gpus,note,note\n0,a,1,x,y\n")
+    assert [p.demand_gpus for p in read_demand_csv(d)] == [1.0]
+    j = tmp_path / "j.csv"
+    j.write_text("job_id,user,num_gpu,submit_time,duration,note,note\n1,a,2,0,5,x,y\n")
+    assert [j.num_gpu for j in read_jobs(j)] == [2]
