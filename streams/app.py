@@ -34,6 +34,7 @@ from dprobe.streams.delivery import DeliveryFailed, delivered
 from dprobe.streams.eager_delivery import EagerConsumer
 from dprobe.streams.event_fence import FencedEvents, transactional_id
 from dprobe.streams.fetch_guard import FetchGuardConsumer
+from dprobe.streams.group_window import REMARK_S, announce_window
 from dprobe.streams.ingest import Ingest
 from dprobe.streams.plan_order import PlanOrder
 from dprobe.streams.planning import Planning
@@ -351,5 +352,11 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
         }
         flowing = not (app.rebalancing or app.in_recovery)
         await ingest.report_idle_sources(assigned, windows.newest_source_ts, flowing=flowing)
+
+    @app.timer(interval=REMARK_S)
+    async def remark_settings() -> None:
+        # the mark of this worker's window settings, left again for the workers that join
+        # later to compare theirs with (a rolling change of the config file is warned of)
+        await announce_window(s, names.planning, joined=True)
 
     return WorkerApp(app=app, topics=names, stats=stats, settings=s)

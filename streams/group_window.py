@@ -19,12 +19,13 @@ later checks skip it. So the first length holds among workers that start togethe
 The other settings that shape a window (:data:`WINDOW_SHAPE`: ``grace_s``, the level
 thresholds and weights, how pending jobs are levelled, ``flow_edges_s``) are compared
 too, but only warned of: every worker marks them when it starts, also one that joins
-running workers (a mark with ``joined``, which says nothing of the length), and one that
-joins logs a warning naming each of its settings that differs from the newest mark of
-another worker (a worker is its host and state folder: one restarted is not compared
-with its own earlier mark). A change of these settings by a rolling restart is then
-warned of once, by the first worker restarted, while the others still run the old
-values.
+running workers (a mark with ``joined``, which says nothing of the length), and again
+every :data:`REMARK_S` while it runs (joined), and one that joins logs a warning naming
+each of its settings that differs from the newest mark of another worker (a worker is its
+host and state folder: one restarted is not compared with its own earlier mark), however
+far back on the planning topic that mark is (read within :data:`READ_TIMEOUT_S`). A
+change of these settings by a rolling restart is then warned of by the first worker
+restarted, while the others still run the old values.
 
 Example (in the worker's start, with an admin client that is connected)::
 
@@ -67,6 +68,9 @@ READ_TIMEOUT_S = 10.0
 # them come from workers that may be starting the group together: a worker joins the
 # group seconds after its mark, so one that checks meanwhile finds no member running
 START_GRACE_S = 60.0
+# A running worker marks its settings again this often (a joined mark), so that a worker
+# joining a group that has run for long finds one without reading far back
+REMARK_S = 600.0
 DESCRIBE_WAIT_S = 15.0  # longest wait for a group coordinator that is not ready yet
 
 
@@ -143,7 +147,14 @@ async def check_group_window(admin: Any, s: WorkerSettings, planning_topic: str)
         return False
     running = lengths.newest
     if running is None or _same(running, s.window_s):
-        _warn_of_shape(s, lengths.newest_of_another(worker_identity(s)), planning_topic)
+        me = worker_identity(s)
+        mark = lengths.newest_of_another(me)
+        if mark is None and lengths.start > 0:  # marked before the last LOOK_BACK records
+            try:
+                mark = await _older_mark_of_another(s, planning_topic, lengths.start, me)
+            except (KafkaError, OSError, TimeoutError) as exc:
+                log.debug("older marks of group %s not read: %r", s.app_id, exc)
+        _warn_of_shape(s, mark, planning_topic)
         return False
     raise WindowLengthMismatchError(
         f"the {members} running worker(s) of app id {s.app_id!r} make {running:.10g}-s "
@@ -166,7 +177,8 @@ def _warn_of_shape(
     if differ:
         log.warning(
             "this worker windows with other settings than the worker of app id %r that "
-            "started last before it (%s, %.0f s ago by their clocks; its mark on %s): %s. Each "
+            "marked its settings last before it (%s, %.0f s ago by their clocks; its mark on "
+            "%s): %s. Each "
             "worker windows its own partitions with its own settings, so tenants are "
             "windowed differently by partition until every worker of the group runs with "
             "the same ones (after a change by a rolling restart, until the last worker has "
@@ -234,6 +246,52 @@ async def announce_window(s: WorkerSettings, planning_topic: str, joined: bool =
         )
 
 
+async def _older_mark_of_another(
+    s: WorkerSettings, planning_topic: str, before: int, worker: str
+) -> codec.WorkerStarted | None:
+    """The newest mark of a worker other than ``worker`` with ``s.window_s`` before offset
+    ``before`` of ``planning_topic``, read backwards in growing stretches until one is
+    found, the topic's start or :data:`READ_TIMEOUT_S`. A group that has run for a while
+    has forwarded far more than :data:`LOOK_BACK` windows since its workers marked their
+    settings (at their start, and every :data:`REMARK_S` since). A mark of another
+    length is not the settings of a running worker: of the group before its length
+    changed, or of a worker whose start lost (it exited)."""
+    consumer = AIOKafkaConsumer(**s.kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(planning_topic, 0)
+        consumer.assign([tp])
+        first = (await consumer.beginning_offsets([tp]))[tp]
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        hi, stretch = before, LOOK_BACK
+        while hi > first and time.monotonic() < deadline:
+            lo = max(first, hi - stretch)
+            consumer.seek(tp, lo)
+            found = None
+            while await consumer.position(tp) < hi and time.monotonic() < deadline:
+                batch = await consumer.getmany(tp, timeout_ms=500)
+                for record in batch.get(tp, []):
+                    value = record.value or b""
+                    if record.offset >= hi or value[:1] != codec.STARTED:
+                        continue  # windows and progress, nearly all of it, are not decoded
+                    try:
+                        mark = codec.decode_planning(value)
+                    except Exception:  # noqa: BLE001 - a record this check cannot read
+                        continue
+                    if (
+                        isinstance(mark, codec.WorkerStarted)
+                        and mark.worker != worker
+                        and _same(mark.window_s, s.window_s)
+                    ):
+                        found = mark  # read forwards: the last one is the newest
+            if found is not None:
+                return found
+            hi, stretch = lo, stretch * 4
+        return None
+    finally:
+        await consumer.stop()
+
+
 @dataclass
 class _Lengths:
     """What the planning topic's tail says of the group's window length, read forwards:
@@ -241,6 +299,7 @@ class _Lengths:
     docstring)."""
 
     newest: float | None = None
+    start: int = 0  # the first offset read
     held: codec.WorkerStarted | None = None  # the newest mark since the newest window that held
     lost: dict[int, codec.WorkerStarted] = field(default_factory=dict)  # offset -> it lost to
     marks: list[codec.WorkerStarted] = field(default_factory=list)  # joined or not; none lost
@@ -292,7 +351,8 @@ async def _read_lengths(
         end = (await consumer.end_offsets([tp]))[tp] if upto is None else upto
         if end == 0:
             return lengths
-        consumer.seek(tp, max(0, end - LOOK_BACK))
+        lengths.start = max(0, end - LOOK_BACK)
+        consumer.seek(tp, lengths.start)
         deadline = time.monotonic() + READ_TIMEOUT_S
         while await consumer.position(tp) < end and time.monotonic() < deadline:
             batch = await consumer.getmany(tp, timeout_ms=500)

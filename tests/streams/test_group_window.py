@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import json
 import logging
 import socket
@@ -13,22 +14,27 @@ import time
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from dprobe.config import KafkaSettings, WorkerSettings
 from dprobe.schema import LevelCounts, TenantWindow
 from dprobe.streams import codec
 from dprobe.streams.group_window import (
+    LOOK_BACK,
+    REMARK_S,
     START_GRACE_S,
     WindowLengthMismatchError,
     announce_window,
     check_group_window,
     newest_window_length,
+    window_shape,
+    worker_identity,
 )
 from dprobe.streams.provision import changelog_topics, ensure_topics
 from dprobe.streams.topics import TopicNames
 from tests.conftest import KafkaHelper
+from tests.streams.helpers import unstarted_worker_app
 
 pytestmark = pytest.mark.integration
 
@@ -229,7 +235,8 @@ async def test_a_joining_worker_warns_of_other_window_settings_and_marks_its_own
     member = await _member(kafka, a.app_id, planning)
     try:
         (warning,) = await join(b_other)
-        assert f"the worker of app id {a.app_id!r} that started last before it" in warning
+        who = f"the worker of app id {a.app_id!r} that marked its settings last before it"
+        assert who in warning
         assert f"{socket.gethostname()}:{tmp_path}, " in warning  # who: a
         assert "grace_s 30 here, 10 there; flow_edges_s 60,600 here, " in warning
         assert "60,240,960,3840,15360,61440,245760 there" in warning
@@ -248,3 +255,66 @@ async def test_a_joining_worker_warns_of_other_window_settings_and_marks_its_own
     finally:
         await member.stop()
     assert await newest_window_length(a, planning) == 10.0  # joined marks set no length
+
+
+async def test_settings_are_compared_with_a_mark_older_than_the_look_back(
+    kafka: KafkaHelper, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A group that has run for a while has forwarded many windows and progress records
+    to the planning topic since its workers marked their settings: a worker that joins
+    with other settings then (the first of a rolling change of the config file) still
+    finds the running worker's mark and warns."""
+    a = dataclasses.replace(await _group_running_10s_windows(kafka, tmp_path), window_s=10.0)
+    planning = TopicNames.from_settings(a).planning
+    b_other = dataclasses.replace(a, data_dir=tmp_path / "b", grace_s=30.0)
+    await ensure_topics(a, attempts=3, joining=True)  # a starts the group and marks
+    member = await _member(kafka, a.app_id, planning)
+    try:
+        async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, linger_ms=20) as producer:
+            sends = [  # the running group's windows and progress since a's mark
+                await producer.send(
+                    planning, codec.encode_plan_window(_window("vc-a", 1020.0 + 10 * i, 10.0))
+                )
+                for i in range(LOOK_BACK + 100)
+            ]
+            await asyncio.gather(*sends)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="dprobe.streams.group_window"):
+            await ensure_topics(b_other, attempts=3, joining=True)
+        warnings = [r.getMessage() for r in caplog.records if "other settings" in r.getMessage()]
+        (warning,) = warnings
+        assert f"{socket.gethostname()}:{tmp_path}, " in warning  # a, the running worker
+        assert "grace_s 30 here, 10 there" in warning
+    finally:
+        await member.stop()
+
+
+async def test_a_running_worker_marks_its_settings_again_every_remark_s(
+    kafka: KafkaHelper, tmp_path: Path
+) -> None:
+    """A worker's mark at its start falls behind the windows its group forwards; every
+    REMARK_S it leaves a joined mark again (its settings, no length), so a worker that
+    joins a group that has run for days compares with the settings running now."""
+    s = dataclasses.replace(
+        await _group_running_10s_windows(kafka, tmp_path), window_s=10.0, grace_s=25.0
+    )
+    planning = TopicNames.from_settings(s).planning
+    with unstarted_worker_app(s) as built:
+        (timer,) = [
+            t for t in built.app._app_tasks if inspect.unwrap(t).__name__ == "remark_settings"
+        ]
+        around = timer.__wrapped__  # type: ignore[attr-defined]
+        assert inspect.getclosurevars(around).nonlocals["interval_s"] == REMARK_S
+        await inspect.unwrap(timer)()
+    async with AIOKafkaConsumer(
+        bootstrap_servers=kafka.bootstrap, auto_offset_reset="earliest"
+    ) as consumer:
+        tp = TopicPartition(planning, 0)
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        consumer.seek(tp, end - 1)
+        (record,) = (await consumer.getmany(tp, timeout_ms=5000))[tp]
+    mark = codec.decode_planning(record.value or b"")
+    assert isinstance(mark, codec.WorkerStarted)
+    assert mark.joined and mark.worker == worker_identity(s)
+    assert mark.shape == window_shape(s) and mark.shape["grace_s"] == 25.0
