@@ -222,7 +222,11 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=POLL_MS)
             if not batch:
-                if not tail.flush():
+                printed = tail.printed
+                more = tail.flush()  # plans held behind an older one that expired
+                if args.group and tail.printed != printed:  # what it printed is committed
+                    await consumer.commit(tail.commit_offsets())
+                if not more:
                     break
                 if args.timeout is not None and time.monotonic() - last_record >= args.timeout:
                     break
