@@ -1,6 +1,6 @@
 """Reader of the ``jobs-csv`` trace format (Philly/Chronus style), one job per row.
 
-Columns (header required, extra columns ignored)::
+Columns (header required, extra columns ignored; every row has as many fields as the header)::
 
     job_id,user,num_gpu,submit_time,duration[,model_name,...]
 
@@ -127,7 +127,7 @@ def _iter(fh: IO[str], name: str, unit: float, on_bad: OnBad | None) -> Iterator
     def job(line: int, row: list[str]) -> JobRecord | None:
         if not row or all(not c.strip() for c in row):
             return None
-        if len(row) < len(header):
+        if len(row) != len(header):  # one field more: an unquoted comma shifts the columns
             raise UsageError(f"{name}:{line}: {field_count(row, header)}")
         job_id = row[cols["job_id"]].strip()
         tenant = row[cols["user"]].strip()

@@ -185,3 +185,23 @@ def test_a_quote_never_closed_costs_one_row(tmp_path: Path) -> None:
     assert bad == [f"{p}:4: a quote opened on this line is not closed"]
     with pytest.raises(UsageError, match=r"jobs\.csv:4: a quote opened on this line is not closed"):
         read_jobs(p)
+
+
+def test_a_row_with_a_field_more_than_the_header_is_refused(tmp_path: Path) -> None:
+    """An unquoted comma in a field before the times (Philly puts model_name before
+    duration) shifts them: the model's second half would be read as the duration."""
+    p = tmp_path / "jobs.csv"
+    p.write_text(
+        "job_id,user,num_gpu,submit_time,model_name,duration\n"
+        "1,vc_a,1,0,vgg16,30\n"
+        "2,vc_a,1,0,resnet,50,30\n"
+        "3,vc_a,1,0,bert,40\n"
+    )
+    bad: list[str] = []
+    assert [(j.job_id, j.duration_s) for j in iter_jobs(p, on_bad=bad.append)] == [
+        ("1", 1800.0),
+        ("3", 2400.0),
+    ]
+    assert bad == [f"{p}:3: 7 fields, the header has 6"]
+    with pytest.raises(UsageError, match=r"jobs\.csv:3: 7 fields, the header has 6"):
+        read_jobs(p)
