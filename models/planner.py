@@ -56,6 +56,7 @@ Reason = Literal[
     "steady",  # no change wanted
     "held",  # change wanted but damped away (tolerance, window, cooldown)
     "no_donor",  # wants more, but no tenant has idle nodes to lend
+    "no_taker",  # could go lower, but no tenant took its idle nodes (or it has none)
     "returned",  # raised: idle capacity it had lent came back (it is below its nominal quota)
 ]
 
@@ -441,6 +442,11 @@ def _explain(t: TenantState, desired: int, damped: int, delta: int) -> tuple[Rea
         return "lend_idle", f"{cur} -> {cur + delta} GPUs: idle nodes lent ({q})"
     if damped > cur:
         return "no_donor", f"wants {damped} GPUs ({q}), but no tenant has idle nodes to lend"
+    if damped < cur:  # nothing damped it: quota moves only to a tenant that takes it
+        return "no_taker", (
+            f"stays at {cur} GPUs: could go down to {damped} ({q}), but no tenant took its "
+            f"idle nodes (none needs them, or none is idle)"
+        )
     if desired != cur:
         return (
             "held",

@@ -388,7 +388,29 @@ def test_idle_borrowed_capacity_goes_back_to_its_owner() -> None:
 
     # b keeps what its forecast wants (24) and gives back only the borrowed part (16)
     assert plan(True) == {"a": (16, "returned"), "b": (-16, "lend_idle")}
-    assert plan(False) == {"a": (0, "held"), "b": (0, "held")}
+    # without the pass both could go lower, but neither takes the other's idle nodes
+    assert plan(False) == {"a": (0, "no_taker"), "b": (0, "no_taker")}
+
+
+def test_a_tenant_no_one_takes_capacity_from_is_not_said_to_be_damped() -> None:
+    """a wants 8 of its 56 GPUs and b nothing more: after the 300 s window nothing damps
+    a's shrink, but quota moves only to a tenant that takes it. Before, a was "held" with
+    a message blaming tolerance, window or cooldown; within the window it is "held"."""
+    planner = Planner(PlannerSettings(node_gpus=NODE))
+    reasons = {}
+    for ts, p90 in ((0.0, 64.0), (60.0, 2.0), (400.0, 2.0)):
+        inp = PlanInput(ts=ts, capacity_gpus=64, tenants=(
+            TenantState("a", quota_gpus=56, idle_gpus=48, p90=p90),
+            TenantState("b", quota_gpus=8, p90=4.0),
+        ))  # fmt: skip
+        (a, b) = planner.plan(inp).decisions
+        assert a.delta_gpus == b.delta_gpus == 0
+        reasons[ts] = (a.reason, b.reason)
+        assert b.reason == "steady"
+    assert reasons[60.0][0] == "held"  # the 300 s window still holds its 64 GPUs wish
+    assert reasons[400.0][0] == "no_taker"
+    (a, _) = planner.plan(inp).decisions
+    assert "damped" not in a.message and "no tenant took its idle nodes" in a.message
 
 
 @pytest.mark.parametrize(
