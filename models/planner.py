@@ -61,6 +61,9 @@ Reason = Literal[
 ]
 
 
+HISTORY_KEEP_S = 3600.0  # the least time a tenant's quota changes are remembered
+
+
 @dataclass(frozen=True)
 class PlannerSettings:
     """How targets are computed. Damping defaults are Kubernetes HPA's (see damping module)."""
@@ -252,9 +255,12 @@ class Planner:
             for r, d in _return_home(by_name, left, got, below, node).items():
                 got[r] = got.get(r, 0) + d
         decisions = []
+        # the changes the cooldown and the rate limits look back on: an hour, or longer
+        # when either reaches further (a cooldown of two hours must see a two-hour-old move)
+        keep_s = max(HISTORY_KEEP_S, s.damping.cooldown_s, s.damping.period_s)
         for t in by_name:
             delta = got.get(t.tenant, 0)
-            record(self._history[t.tenant], ts=inp.ts, delta=delta)
+            record(self._history[t.tenant], ts=inp.ts, delta=delta, keep_s=keep_s)
             reason, msg = _explain(t, desired[t.tenant], damped[t.tenant], delta)
             decisions.append(
                 Decision(

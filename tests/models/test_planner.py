@@ -434,3 +434,32 @@ def test_settings_that_would_plan_something_else_are_refused(
 ) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         PlannerSettings(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cooldown_s", [600.0, 7200.0])
+def test_a_cooldown_longer_than_an_hour_still_blocks_a_reversal(cooldown_s: float) -> None:
+    """a is raised at t=0; from then on it wants less and b wants its idle nodes. The
+    reversal waits for the whole cooldown: before, the planner forgot a change an hour
+    old, so a cooldown above 3,600 s ended after one hour."""
+    planner = Planner(
+        PlannerSettings(
+            damping=DampingSettings(cooldown_s=cooldown_s, scale_down_stabilization_s=0)
+        )
+    )
+    quotas = {"a": 16, "b": 48}
+
+    def plan(ts: float, pa: float, pb: float) -> None:
+        tenants = (
+            TenantState("a", quota_gpus=quotas["a"], idle_gpus=quotas["a"] - 8, p90=pa),
+            TenantState("b", quota_gpus=quotas["b"], idle_gpus=quotas["b"] - 8, p90=pb),
+        )
+        quotas.update(planner.plan(PlanInput(ts=ts, capacity_gpus=64, tenants=tenants)).targets())
+
+    plan(0.0, 32.0, 8.0)
+    assert quotas == {"a": 32, "b": 32}
+    first_free = None
+    for ts in range(60, 9000, 60):
+        plan(float(ts), 8.0, 56.0)
+        if quotas["a"] < 32 and first_free is None:
+            first_free = ts
+    assert first_free == cooldown_s  # the first plan not within the cooldown (ts - 0 < it)
