@@ -30,7 +30,9 @@ into shards and kept under a byte budget, see :mod:`dprobe.streams.state.bounds`
   :class:`~dprobe.streams.state.partition.PartitionState` (watermark sources, closed and
   reported progress; its tenant index in ``index_shards`` shards) in its stored form;
   ``upto`` is the progress last reported to the planning stage (every window ending at
-  or before it is out; a partial for such a window is late).
+  or before it is out; a partial for such a window is late); ``layout``, the shard counts
+  the partition is stored under, so a worker with other ``index_shards`` or
+  ``host_shards`` moves the index and finds the hosts of the windows open then.
 
 A record that would take a value past ``max_state_bytes`` is sent to the dead-letter
 topic with reason ``state_full`` and changes nothing.
@@ -144,6 +146,9 @@ class _Batch:
         self.ranks: dict[bytes, int] = {}
         self.dirty: set[bytes] = set()
         self.off = -1
+        # the host shard counts the partition's open windows are stored under (set when
+        # the partition is loaded)
+        self.host_counts: list[int] = [1]
 
     def get(self, key: bytes) -> Any:
         if key not in self.values:
@@ -233,10 +238,48 @@ class Windows:
     def _load_partition(self, batch: _Batch) -> PartitionState:
         p = batch.partition
         n = self.cfg.index_shards
-        index = [batch.get(_pkey(p, k)) for k in range(n)]
-        return PartitionState.from_stored(
-            batch.get(_pkey(p)), index, index_shards=n, max_shard_bytes=self.cfg.max_state_bytes
+        core = batch.get(_pkey(p))
+        layout = core.get("layout") or {} if isinstance(core, dict) else {}
+        stored = int(layout.get("index", n))  # stored by a worker with other counts?
+        index = [batch.get(_pkey(p, k)) for k in range(stored)]
+        ps = PartitionState.from_stored(
+            core, index, index_shards=n, max_shard_bytes=self.cfg.max_state_bytes
         )
+        for k in range(n, stored):  # moved into the shards of this worker's count
+            if batch.get(_pkey(p, k)) is not None:
+                batch.set(_pkey(p, k), None)
+        host = self._host_layout(ps, layout.get("host"))
+        ps.layout = {"index": n, "host": host}
+        batch.host_counts = sorted({count for count, _ in host})
+        return ps
+
+    def _host_layout(self, ps: PartitionState, stored: Any) -> list[list[Any]]:
+        """The host shard counts the partition's open windows may be stored under: this
+        worker's (new windows take it) first, then each older one with the newest window
+        start that may hold hosts under it, kept until that window is out. A worker
+        restarted with another ``host_shards``, or a partition moved between workers with
+        different ones, so finds every host of the windows open then."""
+        mine = self.cfg.host_shards
+        host = [list(e) for e in stored or ()] or [[mine, None]]
+        if host[0][0] != mine:
+            host[0][1] = ps.newest_open_start()  # the newest window it may hold hosts of
+            host.insert(0, [mine, None])
+        out = ps.out_before
+        w = self.cfg.window_s
+        older = [e for e in host[1:] if e[0] != mine and e[1] is not None and e[1] + w > out]
+        return [host[0], *older]
+
+    def _host_key(self, part: Partial, batch: _Batch) -> bytes:
+        """The window shard that holds ``part.host`` already (under any count the
+        partition's open windows use), else its shard under this worker's count."""
+        mine = _wkey(part.tenant, part.window_start, shard_of(part.host, self.cfg.host_shards))
+        for count in batch.host_counts:
+            if count != self.cfg.host_shards:
+                key = _wkey(part.tenant, part.window_start, shard_of(part.host, count))
+                state = batch.get(key)
+                if state is not None and not is_new_host(state, part.host):
+                    return key
+        return mine
 
     def _stage_partition(self, ps: PartitionState, batch: _Batch) -> list[bytes]:
         """Put the partition's changed index shards and its core into the batch; returns
@@ -280,7 +323,7 @@ class Windows:
             self.stats.late_partials += 1
             self._log_late(part, ps)
             return
-        key = _wkey(part.tenant, part.window_start, shard_of(part.host, self.cfg.host_shards))
+        key = self._host_key(part, batch)
         state = batch.get(key) or initial(part.tenant, part.window_start)
         limit = self.cfg.max_state_bytes
         if is_new_host(state, part.host) and bytes_bound(state) + HOST_ENTRY_BYTES > limit:
@@ -445,7 +488,7 @@ class Windows:
     def _window_state(self, tenant: str, start: float, batch: _Batch) -> Any:
         """``tenant``'s window at ``start``, its shards merged (read-only)."""
         state = initial(tenant, start)
-        for k in range(self.cfg.host_shards):
+        for k in range(max(batch.host_counts)):
             shard = batch.get(_wkey(tenant, start, k))
             if shard is not None:
                 state = merge(state, shard)
@@ -476,7 +519,7 @@ class Windows:
             ps.close(start, end=start + w)
             await self._write_partition(ps, batch)
             for tenant in sorted(tenants):
-                for k in range(self.cfg.host_shards):
+                for k in range(max(batch.host_counts)):
                     if batch.get(_wkey(tenant, start, k)) is not None:
                         await batch.delete(_wkey(tenant, start, k))
             self._prune_jobs(ps, batch, start + w)

@@ -8,10 +8,15 @@ index*: which windows are open per tenant (``open``) and which tenants sent job 
 back at the end of the batch and whenever it closes windows.
 
 Stored form (msgspec JSON of plain dicts). The core, under ``p|PARTITION``, keys in this
-order (``upto`` only once a progress was reported)::
+order (``upto`` only once a progress was reported, ``layout`` once the window stage set
+it: the shard counts it is stored under)::
 
     {"max_ts": 0.0, "closed_end": 0.0, "sources": {"samples partition": progress},
-     "upto": 120.0}
+     "upto": 120.0, "layout": {"index": 64, "host": [[8, null]]}}
+
+An index stored with another shard count than ``index_shards`` is moved into
+``index_shards`` shards as it is loaded (every shard that holds a tenant then counts as
+changed).
 
 The tenant index is split by tenant (:func:`~dprobe.streams.state.bounds.shard_of`) into
 ``index_shards`` shards, stored under ``p|PARTITION|i<k>`` (only the shards that hold a
@@ -78,6 +83,11 @@ class PartitionState:
     index_shards: int = 1
     max_shard_bytes: int = DEFAULT_MAX_STATE_BYTES
     dirty: set[int] = field(default_factory=set)  # index shards changed since loaded
+    # the shard counts the stored state is laid out in, for a worker whose counts differ:
+    # {"index": index shards, "host": [[host shards, newest window start under them or
+    # None for the counts new windows take], ...]} (the window stage keeps it); ``None``:
+    # not recorded (stored before it was), read as the counts of the settings
+    layout: dict[str, Any] | None = None
     _shards: list[_Shard] = field(default_factory=list)
 
     @classmethod
@@ -100,8 +110,18 @@ class PartitionState:
             upto=core.get("upto"),
             index_shards=n,
             max_shard_bytes=max_shard_bytes,
+            layout=core.get("layout"),
             _shards=[_Shard() for _ in range(n)],
         )
+        if len(index) != n:  # stored with another index shard count: each tenant moves
+            for data in index:
+                if data is not None:
+                    for tenant, starts in data["open"].items():
+                        for start in starts:
+                            ps._add(tenant, start, check=False)
+                    for tenant in data["job_tenants"]:
+                        ps._add(tenant, None, check=False)
+            index = ()
         for k, data in enumerate(index):
             if data is not None:
                 shard = ps._shards[k]
@@ -134,6 +154,8 @@ class PartitionState:
         }
         if self.upto is not None:
             out["upto"] = self.upto
+        if self.layout is not None:
+            out["layout"] = self.layout
         return out
 
     def index_plain(self, k: int) -> dict[str, Any] | None:
@@ -184,6 +206,10 @@ class PartitionState:
     def _open_items(self) -> Iterator[tuple[str, list[float]]]:
         for shard in self._shards:
             yield from shard.open.items()
+
+    def newest_open_start(self) -> float | None:
+        """The start of the newest open window, ``None`` when none is open."""
+        return max((s for _, lst in self._open_items() for s in lst), default=None)
 
     @property
     def out_before(self) -> float:
