@@ -260,7 +260,13 @@ class Planner:
         keep_s = max(HISTORY_KEEP_S, s.damping.cooldown_s, s.damping.period_s)
         for t in by_name:
             delta = got.get(t.tenant, 0)
-            record(self._history[t.tenant], ts=inp.ts, delta=delta, keep_s=keep_s)
+            record(
+                self._history[t.tenant],
+                ts=inp.ts,
+                delta=delta,
+                keep_s=keep_s,
+                period_s=s.damping.period_s,
+            )
             reason, msg = _explain(t, desired[t.tenant], damped[t.tenant], delta)
             decisions.append(
                 Decision(

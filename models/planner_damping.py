@@ -166,8 +166,14 @@ def _rate_limit(
     return rec
 
 
-def record(h: MoveHistory, *, ts: float, delta: int, keep_s: float = 3600.0) -> None:
-    """Remember a realised quota change (for rate limits and the cooldown)."""
+def record(
+    h: MoveHistory, *, ts: float, delta: int, keep_s: float = 3600.0, period_s: float = 0.0
+) -> None:
+    """Remember a realised quota change (for rate limits and the cooldown): the changes of
+    the last ``keep_s``, at most the last 64 of them, but always every change of the last
+    ``period_s`` (the rate limits add them all up)."""
     if delta:
         h.changes.append((ts, delta))
-    h.changes[:] = [(t, d) for t, d in h.changes if t > ts - keep_s][-64:]
+    kept = [(t, d) for t, d in h.changes if t > ts - keep_s]
+    in_period = sum(1 for t, _ in kept if t > ts - period_s)
+    h.changes[:] = kept[-max(64, in_period) :]

@@ -463,3 +463,29 @@ def test_a_cooldown_longer_than_an_hour_still_blocks_a_reversal(cooldown_s: floa
         if quotas["a"] < 32 and first_free is None:
             first_free = ts
     assert first_free == cooldown_s  # the first plan not within the cooldown (ts - 0 < it)
+
+
+def test_the_scale_up_limit_holds_over_a_period_of_many_plans() -> None:
+    """Plans every 10 s, a 30-minute rate-limit period (180 plans in it): a tenant that
+    wants one node more at every plan never holds more than twice (100 %) its quota of
+    one period earlier. Before, only the last 64 changes were remembered and it reached
+    2.8 times."""
+    period, step = 1800.0, 10.0
+    damping = DampingSettings(tolerance=0.0, period_s=period, scale_up_max_nodes=0, cooldown_s=0)
+    planner = Planner(PlannerSettings(damping=damping))
+    qa, qb = 400, 4000
+    after: list[int] = []  # a's quota after each plan
+    for k in range(400):
+        tenants = (
+            TenantState("a", quota_gpus=qa, idle_gpus=0, p90=qa + 8.0),
+            TenantState("b", quota_gpus=qb, idle_gpus=qb),
+        )
+        targets = planner.plan(
+            PlanInput(ts=k * step, capacity_gpus=4400, tenants=tenants)
+        ).targets()
+        qa, qb = targets["a"], targets["b"]
+        after.append(qa)
+    lag = int(period / step)  # the plan one period earlier (its change has left the period)
+    assert after[-1] > 2 * after[0]  # it does grow over several periods
+    for k in range(lag, len(after)):
+        assert after[k] <= 2 * after[k - lag], (k, after[k], after[k - lag])
