@@ -191,7 +191,15 @@ class Planner:
         return {"history": {t: h.to_dict() for t, h in self._history.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._history = {t: MoveHistory.from_dict(h) for t, h in state.get("history", {}).items()}
+        """Resume from :meth:`state_dict`; a ``ValueError`` (nothing loaded) if ``state`` is
+        not such a state."""
+        history = state.get("history", {}) if isinstance(state, dict) else None
+        if not isinstance(history, dict) or not all(isinstance(h, dict) for h in history.values()):
+            raise ValueError(
+                "planner state: expected {'history': {tenant: {'recommendations': [...], "
+                f"'changes': [...]}}}}, got {type(state).__name__} {str(state)[:80]}"
+            )
+        self._history = {t: MoveHistory.from_dict(h) for t, h in history.items()}
 
     def forget(self, tenant: str) -> None:
         """Drop ``tenant``'s move history (its damping starts afresh)."""

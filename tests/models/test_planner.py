@@ -489,3 +489,33 @@ def test_the_scale_up_limit_holds_over_a_period_of_many_plans() -> None:
     assert after[-1] > 2 * after[0]  # it does grow over several periods
     for k in range(lag, len(after)):
         assert after[k] <= 2 * after[k - lag], (k, after[k], after[k - lag])
+
+
+@pytest.mark.parametrize("bad", [{"history": None}, {"history": {"a": None}}, []])
+def test_a_state_that_is_no_planner_state_is_refused_and_nothing_is_loaded(bad: object) -> None:
+    planner = Planner()
+    inp = PlanInput(ts=0.0, capacity_gpus=32, tenants=(
+        TenantState("a", quota_gpus=16, idle_gpus=16),
+        TenantState("b", quota_gpus=16, p90=30.0),
+    ))  # fmt: skip
+    planner.plan(inp)
+    before = planner.state_dict()
+    with pytest.raises(ValueError, match=r"^planner state: expected"):
+        planner.load_state_dict(bad)  # type: ignore[arg-type]
+    assert planner.state_dict() == before
+
+
+def test_a_checkpoint_with_a_broken_planner_part_is_a_checkpoint_error(tmp_path) -> None:
+    """What a worker or the simulator reports: the file named, not an AttributeError."""
+    from dprobe.models.checkpoint import CheckpointError, load_state, save_state
+    from dprobe.models.forecast.baselines import LastValue
+    from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
+
+    loop = PlanLoop(LastValue(), PlanLoopSettings(capacity_gpus=32, horizon_s=600.0))
+    path = tmp_path / "loop.ckpt"
+    loop.save(path)
+    state = load_state(path)
+    state["planner"] = {"history": None}
+    save_state(state, path)
+    with pytest.raises(CheckpointError, match=re.escape("loop.ckpt")):
+        PlanLoop(LastValue(), PlanLoopSettings(capacity_gpus=32, horizon_s=600.0)).load(path)
