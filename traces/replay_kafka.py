@@ -76,7 +76,8 @@ async def replay_to_kafka(
     on_existing: Callable[[list[str]], None] | None = None,
 ) -> ReplayStats:
     """Replay ``records`` into Kafka; every record is delivered when this returns.
-    ``on_existing`` is told, before the first record, which topics existed already."""
+    ``on_existing`` is told, before the first record, which topics already hold records
+    (an empty one, such as a worker waiting for the replay creates, is not named)."""
     from aiokafka import AIOKafkaProducer
     from aiokafka.errors import KafkaConnectionError
 
@@ -84,8 +85,9 @@ async def replay_to_kafka(
     missing = await ensure_topics(
         settings, wanted, compacted={topics["cluster"]}, samples=topics["samples"]
     )
-    if on_existing is not None:
-        on_existing([t for t in wanted if t not in missing])
+    existing = [t for t in wanted if t not in missing]
+    if on_existing is not None and existing:
+        on_existing(await holding_records(settings, existing))
     producer = AIOKafkaProducer(**producer_config(settings))
     await start_client(producer.start, producer.stop, settings.kafka, KafkaConnectionError)
     try:
@@ -144,3 +146,31 @@ async def ensure_topics(
         return missing
     finally:
         await admin.close()
+
+
+async def holding_records(settings: ReplaySettings, topics: Sequence[str]) -> list[str]:
+    """The ``topics`` (which exist) that hold a record, or held one that retention or
+    compaction has deleted since: a partition whose end offset is past 0."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.errors import KafkaConnectionError
+
+    admin = AIOKafkaAdminClient(**settings.kafka.client_kwargs())
+    await start_client(admin.start, admin.close, settings.kafka, KafkaConnectionError)
+    try:
+        described = await admin.describe_topics(list(topics))
+    finally:
+        await admin.close()
+    tps = [TopicPartition(d["topic"], p["partition"]) for d in described for p in d["partitions"]]
+    if not tps:
+        return []
+    consumer = AIOKafkaConsumer(
+        **settings.kafka.client_kwargs(), group_id=None, enable_auto_commit=False
+    )
+    await start_client(consumer.start, consumer.stop, settings.kafka, KafkaConnectionError)
+    try:
+        ends = await consumer.end_offsets(tps)
+    finally:
+        await consumer.stop()
+    used = {tp.topic for tp, end in ends.items() if end > 0}
+    return [t for t in topics if t in used]

@@ -219,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
         others = [t for t in existing if t not in live]
         if others:
             print(
-                f"note: {', '.join(others)} already existed: a worker that has read them "
+                f"note: {', '.join(others)} already held records: a worker that has read them "
                 "takes this data's event times as late or its hosts' seqs as duplicates, "
                 "and a new one reads the earlier data too; replay history once per prefix "
                 "(--prefix gives this replay topics of its own)",

@@ -372,3 +372,39 @@ def test_columns_a_reader_does_not_read_may_repeat(tmp_path: Path) -> None:
     j = tmp_path / "j.csv"
     j.write_text("job_id,user,num_gpu,submit_time,duration,note,note\n1,a,2,0,5,x,y\n")
     assert [j.num_gpu for j in read_jobs(j)] == [2]
+
+
+@pytest.mark.integration
+def test_the_note_on_earlier_data_names_only_topics_that_hold_records(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Topics a worker created while waiting for the replay are empty: no note about
+    earlier data. A second replay into the same topics gets the note."""
+    import asyncio
+
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    prefix = f"wait{uuid.uuid4().hex[:8]}."
+
+    async def create() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics(
+                [NewTopic(f"{prefix}{k}", 1, 1) for k in ("samples", "jobs", "cluster")]
+            )
+        finally:
+            await admin.close()
+
+    asyncio.run(create())
+    f = tmp_path / "demand.csv"
+    f.write_text("ts,tenant,demand_gpus\n0,a,2\n60,a,3\n")
+    args = ("--bootstrap", kafka_bootstrap, "replay", str(f), "--format", "demand-csv")
+    first = _dprobe(*args, "--prefix", prefix, "--no-progress")
+    assert first.returncode == 0, first.stderr
+    assert "note: " not in first.stderr.replace("note: event time starts", "")
+    again = _dprobe(*args, "--prefix", prefix, "--no-progress")
+    assert again.returncode == 0, again.stderr
+    assert (
+        f"note: {prefix}jobs, {prefix}samples already held records: a worker that has read them"
+    ) in again.stderr
