@@ -385,3 +385,23 @@ def test_a_record_over_several_lines_with_a_bad_byte_is_skipped_whole(
     assert sorted((e.job, e.gpus) for e in jobs if e.event == "submit") == [("1", 4), ("2", 1)]
     with pytest.raises(UsageError, match=rf"jobs\.csv:{bad_line}: not UTF-8"):
         list(open_source(f, "jobs-csv", strict=True)[0])
+
+
+def test_an_idle_tenant_keeps_one_pending_job_rewritten_in_place(tmp_path: Path) -> None:
+    """What docs/replay.md's worker expectations rest on: every tenant of a demand series
+    has its pending job from its first point on (0 GPUs when nothing waits, so the worker
+    gives it a window every minute, zeros included), and each change of pending GPUs
+    re-submits that same job (the worker's book holds its newest size)."""
+    idle, busy = tmp_path / "vcIdle.csv", tmp_path / "vcBusy.csv"
+    idle.write_text(HEAD + "".join(f"2020-05-01 00:0{m}:00,0,0,16\n" for m in range(4)))
+    pending = [0, 16, 16, 0]
+    busy.write_text(
+        HEAD + "".join(f"2020-05-01 00:0{m}:00,8,{p},16\n" for m, p in enumerate(pending))
+    )
+    _, jobs = _decode(list(open_source(tmp_path, "helios-vc")[0]))
+    by_tenant: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
+    for ev in jobs:
+        by_tenant[ev.tenant].append((ev.event, ev.job, ev.gpus))
+    assert by_tenant["vcIdle"] == [("submit", "vcIdle/pending", 0)]
+    changes = [p for i, p in enumerate(pending) if i == 0 or p != pending[i - 1]]
+    assert by_tenant["vcBusy"] == [("submit", "vcBusy/pending", p) for p in changes]
