@@ -311,6 +311,12 @@ def _validate(inp: PlanInput, node: int) -> None:
             raise ValueError(f"{t.tenant}: quota and idle GPUs must be multiples of {node}")
         if t.max_quota_gpus is not None and t.max_quota_gpus < 0:  # it read as a ceiling of 0
             raise ValueError(f"{t.tenant}: max_quota_gpus must be >= 0 (None: the capacity)")
+        if t.max_quota_gpus is not None and t.max_quota_gpus < t.guaranteed_gpus:
+            # a ceiling below the guarantee: the guarantee won, past the ceiling, unsaid
+            raise ValueError(
+                f"{t.tenant}: max_quota_gpus {t.max_quota_gpus} is below its guarantee "
+                f"{t.guaranteed_gpus} (a ceiling is at least the guarantee)"
+            )
         if t.idle_gpus > t.quota_gpus:
             raise ValueError(f"{t.tenant}: idle GPUs {t.idle_gpus} exceed its quota {t.quota_gpus}")
         if not all(math.isfinite(x) and x >= 0 for x in (t.p50, t.p90, t.need_gpus, t.hold_gpus)):

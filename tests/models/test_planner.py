@@ -34,7 +34,7 @@ def worlds(draw: st.DrawFn) -> tuple[int, list[TenantState], list[int]]:
         g_nodes = draw(st.integers(0, 12))
         p50 = draw(st.floats(0, 150, allow_nan=False))
         p90 = p50 + draw(st.floats(0, 50, allow_nan=False))
-        cap = draw(st.one_of(st.none(), st.integers(0, 16).map(lambda k: k * NODE)))
+        cap = draw(st.one_of(st.none(), st.integers(g_nodes, 16).map(lambda k: k * NODE)))
         need = (b_nodes + draw(st.integers(0, 6))) * NODE * draw(st.sampled_from([0, 1]))
         tenants.append(
             TenantState(
@@ -86,7 +86,7 @@ def test_one_plan_keeps_every_invariant(world: tuple[int, list[TenantState], lis
         # only idle nodes are taken: never more than the donor's idle GPUs
         assert -d.delta_gpus <= t.idle_gpus
         # a tenant is never raised above what it may hold
-        if d.delta_gpus > 0 and t.max_quota_gpus is not None and t.quota_gpus >= t.guaranteed_gpus:
+        if d.delta_gpus > 0 and t.max_quota_gpus is not None:
             assert d.target_quota_gpus <= max(t.max_quota_gpus, t.quota_gpus)
         assert (d.action == "scale_up") == (d.delta_gpus > 0)
         assert d.reason and d.message
@@ -269,11 +269,25 @@ def test_state_round_trips_and_plan_id_is_deterministic() -> None:
         TenantState("a", quota_gpus=80),  # above capacity
         TenantState("a", quota_gpus=8, p90=float("nan")),
         TenantState("a", quota_gpus=8, idle_gpus=8, max_quota_gpus=-8),  # no ceiling
+        TenantState("a", quota_gpus=0, guaranteed_gpus=16, max_quota_gpus=8),  # below guarantee
     ],
 )
 def test_inconsistent_input_is_refused(bad: TenantState) -> None:
     with pytest.raises(ValueError):
         Planner().plan(PlanInput(ts=0.0, capacity_gpus=64, tenants=(bad,)))
+
+
+def test_a_ceiling_below_the_guarantee_is_named_not_silently_passed() -> None:
+    # before, a (quota 0, guarantee 16, ceiling 8) was raised to 16, past its ceiling
+    a = TenantState("a", quota_gpus=0, guaranteed_gpus=16, max_quota_gpus=8, p90=30.0)
+    b = TenantState("b", quota_gpus=64, idle_gpus=64)
+    inp = PlanInput(ts=0.0, capacity_gpus=64, tenants=(a, b))
+    with pytest.raises(
+        ValueError, match=re.escape("a: max_quota_gpus 8 is below its guarantee 16")
+    ):
+        Planner().plan(inp)
+    fine = Planner().plan(replace(inp, tenants=(replace(a, max_quota_gpus=16), b))).targets()
+    assert fine["a"] == 16  # a ceiling at the guarantee is kept, and the guarantee met
 
 
 @pytest.mark.parametrize("capacity", [float("nan"), float("inf"), -8])
