@@ -105,9 +105,14 @@ def open_trace(
 
 
 def event_span_s(args: argparse.Namespace, s: ReplaySettings) -> float:
-    """Seconds of event time from the first record of the source to its last (one pass
-    over it, malformed rows passed over silently: the replay itself reports them)."""
+    """Seconds of event time from the first record of the source to its last, or to the
+    last of its first ``--hours`` (one pass over them, malformed rows passed over
+    silently: the replay itself reports them)."""
+    from dprobe.traces.replay_sources import first_hours
+
     records, _ = open_trace(args, s)
+    if args.hours is not None:
+        records = first_hours(records, args.hours)
     first = last = None
     for rec in records:
         first = rec.ts if first is None else first
@@ -163,15 +168,15 @@ def run(args: argparse.Namespace) -> int:
         total = None
     span_s = 0.0
     if args.shift_to_now and not 0 < s.speed <= 1:  # event time would run ahead of the clock
-        if args.hours is None:
-            print(
-                "--shift-to-now: reading the trace once for its span, so the replay ends now "
-                "(--hours H skips this)",
-                file=sys.stderr,
-            )
-            span_s = event_span_s(args, s)
-        else:
-            span_s = args.hours * 3600
+        # the span the records cover (--hours H: of the first H hours, which may be less
+        # than H when the trace is shorter), so that the replay ends now
+        whole = args.hours is None or args.hours == float("inf")
+        what = "the trace" if whole else f"the first {args.hours:g} h of the trace"
+        print(
+            f"--shift-to-now: reading {what} once for its span, so the replay ends now",
+            file=sys.stderr,
+        )
+        span_s = event_span_s(args, s)
     # read up to the first record before connecting, so a wrong file is named first
     records = iter(records)
     first = next(records, None)

@@ -162,12 +162,14 @@ def test_the_progress_bar_ends_on_the_event_time_reached(
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("hours", [[], ["--hours", "6"], ["--hours", "inf"]])
 def test_a_fast_shifted_replay_stamps_no_snapshot_after_its_record(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, hours: list[str]
 ) -> None:
     """At 600x with --shift-to-now the replay ends now: every snapshot is stamped at or
     before its Kafka record's time (a worker dead-letters snapshots stamped more than
-    max_clock_skew_s ahead), and the last one about when it was sent."""
+    max_clock_skew_s ahead), and the last one about when it was sent; also when --hours
+    asks for more hours than the trace holds (here 6 of 1)."""
     import asyncio
 
     from aiokafka import AIOKafkaConsumer
@@ -177,7 +179,7 @@ def test_a_fast_shifted_replay_stamps_no_snapshot_after_its_record(
     prefix = f"shift{uuid.uuid4().hex[:8]}."
     done = _dprobe(
         "--bootstrap", kafka_bootstrap, "replay", str(f), "--format", "demand-csv",
-        "--speed", "600", "--shift-to-now", "--no-progress", replay_prefix=prefix,
+        "--speed", "600", "--shift-to-now", "--no-progress", *hours, replay_prefix=prefix,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
 
