@@ -9,7 +9,8 @@ archived bytes, unchanged. A record found in two files (an archiver that lost it
 partition while stalled and flushed it after the next one had; two archivers writing one
 folder) is read once: a record is its topic, partition and offset. An archive written
 before ``cluster`` was archived has no ``cluster`` folder and reads as it did. ``PATH``
-may be the archive folder, one topic's folder, or one file. A file that is not such an
+may be the archive folder, one topic's folder, one of its day (``date=``) or hour
+(``hour=``) folders, or one file. A file that is not such an
 archive (a column missing or of another type, a null ``partition``, ``offset`` or
 ``value``, a ``ts`` that is not a finite number) is a ``UsageError`` naming the file and,
 for a bad value, the row.
@@ -64,7 +65,8 @@ _TYPES = {
 
 
 def archive_files(path: str | Path) -> list[ArchiveFile]:
-    """The archive files ``path`` names (a file, a topic folder or the archive folder)."""
+    """The archive files ``path`` names (a file, a topic folder, one of its ``date=``
+    or ``hour=`` folders, or the archive folder)."""
     p = Path(path)
     if p.is_file():
         m = NAME_RE.match(p.name)
@@ -73,7 +75,10 @@ def archive_files(path: str | Path) -> list[ArchiveFile]:
         return [ArchiveFile(p, m["kind"], int(m["partition"]), int(m["first"]), int(m["last"]))]
     if not p.is_dir():
         raise UsageError(f"{p}: no such file or folder")
-    if p.name in KINDS and not any((p / k).is_dir() for k in KINDS):
+    topic = p.parent if p.name.startswith("date=") else p.parent.parent
+    if p.name.startswith(("date=", "hour=")) and topic.name in KINDS:  # a day or an hour
+        files = [f for f in list_files(topic.parent, topic.name) if p in f.path.parents]
+    elif p.name in KINDS and not any((p / k).is_dir() for k in KINDS):
         files = list(list_files(p.parent, p.name))
     else:
         files = list(list_files(p))

@@ -4,6 +4,7 @@ events that carry the demand, in event-time order, with malformed rows skipped o
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -405,3 +406,25 @@ def test_an_idle_tenant_keeps_one_pending_job_rewritten_in_place(tmp_path: Path)
     assert by_tenant["vcIdle"] == [("submit", "vcIdle/pending", 0)]
     changes = [p for i, p in enumerate(pending) if i == 0 or p != pending[i - 1]]
     assert by_tenant["vcBusy"] == [("submit", "vcBusy/pending", p) for p in changes]
+
+
+def test_a_day_or_an_hour_folder_of_an_archive_replays_just_that(tmp_path: Path) -> None:
+    from dprobe.sinks.archive_schema import row_of
+    from dprobe.sinks.parquet_archive import ArchiveWriter
+    from dprobe.traces.archive_reader import archive_files, count_records, read_archive
+
+    w = ArchiveWriter(tmp_path, fsync=False)
+    day = 86_400.0
+    times = [day * 20_000 + h * 1800.0 for h in range(100)]  # 50 hours over three days
+    for i, t in enumerate(times):
+        ev = schema.JobEvent(ts=t, event="submit", job=f"j{i}", tenant="a", gpus=1)
+        w.add("jobs", row_of("jobs", ev, key=ev.job.encode(), value=schema.encode(ev),
+                             partition=0, offset=i, timestamp_ms=None))  # fmt: skip
+    w.flush()
+    second_day = tmp_path / "jobs" / time.strftime("date=%Y-%m-%d", time.gmtime(day * 20_001))
+    hour = second_day / "hour=05"
+    for folder, lo, hi in ((second_day, day, 2 * day), (hour, day + 5 * 3600, day + 6 * 3600)):
+        want = [t for t in times if lo <= t - day * 20_000 < hi]
+        files = archive_files(folder)
+        assert count_records(files) == len(want)
+        assert [r.ts for r in read_archive(folder, files)] == want
