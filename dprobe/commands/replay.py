@@ -123,6 +123,7 @@ def event_span_s(args: argparse.Namespace, s: ReplaySettings) -> float:
 def run(args: argparse.Namespace) -> int:
     import asyncio
     import itertools
+    import math
     import sys
     import time
 
@@ -231,12 +232,15 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
 
+    shown = [-math.inf]  # the event-time minute the bar shows
+
     def on_record(rec: ReplayRecord) -> None:
         reached[:] = [rec.ts]
         sent[0] += 1
-        bar.update(1)
-        if sent[0] % 250 == 1:  # show how far in event time the replay is
+        if rec.ts // 60 != shown[0]:  # how far in event time the replay is, to the minute
+            shown[0] = rec.ts // 60
             bar.set_postfix_str(_minute(rec.ts), refresh=False)
+        bar.update(1)
 
     try:
         stats = asyncio.run(
