@@ -103,6 +103,8 @@ async def ensure_topics(
     try:
         await check_app_id(admin, s)
         existing = set(await admin.list_topics())
+        if names.updates in existing:  # refused for it alone, before the group is asked
+            await check_update_partitions(admin, s, names.updates)
         # a worker that starts its group (none runs, or no planning topic yet) marks the
         # length, once every check below has passed; one joining running workers marks
         # its window settings only, for the next to compare with (a planning worker older

@@ -31,7 +31,7 @@ from dprobe.streams.group_window import (
     window_shape,
     worker_identity,
 )
-from dprobe.streams.provision import changelog_topics, ensure_topics
+from dprobe.streams.provision import PartitionsChangedError, changelog_topics, ensure_topics
 from dprobe.streams.topics import TopicNames
 from tests.conftest import KafkaHelper
 from tests.streams.helpers import unstarted_worker_app
@@ -318,3 +318,26 @@ async def test_a_running_worker_marks_its_settings_again_every_remark_s(
     assert isinstance(mark, codec.WorkerStarted)
     assert mark.joined and mark.worker == worker_identity(s)
     assert mark.shape == window_shape(s) and mark.shape["grace_s"] == 25.0
+
+
+async def test_a_worker_refused_for_its_partitions_does_not_warn_of_its_settings(
+    kafka: KafkaHelper, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker started with another ``partitions`` than its group's topic exits 2 with
+    that reason alone: no warning that it would window with other settings, since it
+    never windows."""
+    a = dataclasses.replace(await _group_running_10s_windows(kafka, tmp_path), window_s=10.0)
+    planning = TopicNames.from_settings(a).planning
+    await ensure_topics(a, attempts=3, joining=True)
+    member = await _member(kafka, a.app_id, planning)
+    try:
+        b = dataclasses.replace(a, data_dir=tmp_path / "b", grace_s=30.0, partitions=2)
+        caplog.clear()
+        with (
+            caplog.at_level(logging.WARNING, logger="dprobe.streams.group_window"),
+            pytest.raises(PartitionsChangedError, match="--partitions 1"),
+        ):
+            await ensure_topics(b, attempts=3, joining=True)
+        assert [r.getMessage() for r in caplog.records if "other settings" in r.getMessage()] == []
+    finally:
+        await member.stop()
