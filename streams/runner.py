@@ -2,6 +2,7 @@
 
 Example:
     >>> from dprobe.config import WorkerSettings
+from dprobe.errors import UsageError
     >>> run_worker(WorkerSettings())  # doctest: +SKIP
 """
 
@@ -9,13 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
-from typing import Any
+import os
+from pathlib import Path
+from typing import IO, Any
 
 import faust
 from prometheus_client import CollectorRegistry
 
 from dprobe.config import WorkerSettings
+from dprobe.errors import UsageError
 from dprobe.folders import check_writable
 from dprobe.sinks.consumer_lag import ConsumerLag
 from dprobe.sinks.metrics_server import Heartbeat, MetricsServer
@@ -42,6 +47,14 @@ def run_worker(s: WorkerSettings, *, loglevel: str = "INFO") -> int:
     """Create missing topics, build the app and run it; returns the exit code."""
     loop = asyncio.get_event_loop()
     _make_data_dir(s)
+    lock = lock_data_dir(s)  # held as long as this process runs
+    try:
+        return _run(s, loop, loglevel)
+    finally:
+        lock.close()
+
+
+def _run(s: WorkerSettings, loop: asyncio.AbstractEventLoop, loglevel: str) -> int:
     registry = CollectorRegistry()
     heartbeat = Heartbeat(stale_s=s.health_stale_s)
     beating = loop.create_task(heartbeat.run())  # runs as long as the loop: faust's too
@@ -79,6 +92,40 @@ def _stop(task: asyncio.Task[None]) -> None:
     if not task.done():
         with contextlib.suppress(RuntimeError):  # the loop is closed: nothing runs it
             task.cancel()
+
+
+class DataDirInUseError(UsageError):
+    """Another worker on this host runs with the same ``data_dir``."""
+
+
+LOCK_FILE = "worker.lock"
+
+
+def lock_data_dir(s: WorkerSettings) -> IO[str]:
+    """Hold ``<data_dir>/worker.lock`` (an exclusive ``flock``, which goes with the
+    process however it ends) and write this process's id in it; the open file holds the
+    lock until it is closed. :class:`DataDirInUseError` (exit 2) when another worker
+    holds it: workers of a group know each other by host and state folder (the marks of
+    their window settings, :mod:`~dprobe.streams.group_window`), and a folder holds one
+    worker's local state."""
+    folder = Path(s.data_dir).expanduser()
+    f = open(folder / LOCK_FILE, "a+")  # noqa: SIM115 - returned open: it holds the lock
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "unknown"
+        f.close()
+        raise DataDirInUseError(
+            f"worker.data_dir {folder} is in use by another worker on this host (pid "
+            f"{holder}): give each worker of a host a state folder of its own (--data-dir, "
+            f"DPROBE_WORKER_DATA_DIR)"
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def _make_data_dir(s: WorkerSettings) -> None:
