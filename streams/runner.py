@@ -2,7 +2,6 @@
 
 Example:
     >>> from dprobe.config import WorkerSettings
-from dprobe.errors import UsageError
     >>> run_worker(WorkerSettings())  # doctest: +SKIP
 """
 
