@@ -118,6 +118,8 @@ class Ingest:
         self.quiet_probe = quiet_probe
         self._probe: asyncio.Task[None] | None = None  # the quiet probe under way, if any
         self._to_probe: dict[int, float] = {}  # partition -> when assigned, not probed yet
+        # partitions reported empty (progress 0) while no progress was known anywhere
+        self._told_empty: set[int] = set()
         self.wm_step_s = min(window.window_s / 4, 0.5)
         self._source_ts: dict[int, float] = {}
         self._announced: dict[int, int] = {}
@@ -432,6 +434,12 @@ class Ingest:
         or the tables' restore after it, which can take longer than ``source_idle_s``),
         nothing is reported, and the idle clock of a partition not read since it was
         assigned starts only once they can: its backlog is not taken for idleness.
+
+        While no progress is known anywhere (no samples partition has forwarded a
+        snapshot), an idle partition is reported once at progress 0: it holds nothing.
+        Window partitions close windows only once every samples partition has reported,
+        and let job events alone drive time only while every one stands at 0, so the job
+        events of a backlog, read first, do not make its telemetry late.
         """
         now = time.monotonic()
         for source in list(self._assigned_at):
@@ -439,11 +447,13 @@ class Ingest:
                 del self._assigned_at[source]
                 self._seen_offset.pop(source, None)
                 self._to_probe.pop(source, None)
+                self._told_empty.discard(source)
         if not flowing:
             for source in assigned:
                 if source not in self._seen_offset:
                     self._assigned_at.pop(source, None)
                     self._to_probe.pop(source, None)
+                    self._told_empty.discard(source)
             return
         fresh = [s for s in assigned if s not in self._assigned_at and s not in self._seen_offset]
         for source in fresh:
@@ -459,15 +469,19 @@ class Ingest:
             )
             seen = self._seen_offset.get(source)
             caught_up = seen is None or (highwater is not None and seen + 1 >= highwater)
-            if (
-                newest > 0.0
-                and source not in self._in_flight
+            idle = (
+                source not in self._in_flight
                 and caught_up
                 and now - since >= self.window.source_idle_s
-                and self._source_ts.get(source, 0.0) < newest
-            ):
+            )
+            if not idle:
+                continue
+            if newest > 0.0 and self._source_ts.get(source, 0.0) < newest:
                 self._source_ts[source] = newest
                 await self._broadcast(source, newest)
+            elif newest <= 0.0 and source not in self._told_empty:
+                self._told_empty.add(source)
+                await self._broadcast(source, 0.0)
 
     async def _ask_quiet(
         self, probe: Callable[[list[int]], Awaitable[set[int]]], asked: dict[int, float]

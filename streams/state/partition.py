@@ -76,7 +76,7 @@ class _Shard:
 class PartitionState:
     """Watermark sources, tenant index and progress of one window partition."""
 
-    max_ts: float = 0.0  # newest job event time (drives time while no samples partition did)
+    max_ts: float = 0.0  # newest job event time (drives time while every source is empty)
     closed_end: float = 0.0  # end of the newest window closed here
     sources: dict[str, float] = field(default_factory=dict)  # samples partition -> progress
     upto: float | None = None  # progress reported to the planning stage; None: none yet
@@ -235,14 +235,18 @@ class PartitionState:
     def watermark(self, *, sources: int, grace_s: float) -> float:
         """Event time up to which all ``sources`` samples partitions forwarded, minus grace.
 
-        Before any samples partition has reported, only job events drive time (their newest
-        event time minus grace), and only while no window of samples is open.
+        Nothing closes before every samples partition has reported: a samples topic with
+        a backlog the worker has not read yet holds windows, whatever time the job events,
+        read first, speak of. A samples partition with nothing to forward reports progress
+        0 (:meth:`~dprobe.streams.ingest.Ingest.report_idle_sources`); while every one
+        stands at 0 (no telemetry at all), job events alone drive time (their newest event
+        time minus grace), and only while no window of samples is open.
         """
-        if not self.sources:
-            has_open = any(shard.open for shard in self._shards)
-            return float("-inf") if has_open else self.max_ts - grace_s
         if len(self.sources) < sources:
             return float("-inf")
+        if max(self.sources.values(), default=0.0) <= 0.0:
+            has_open = any(shard.open for shard in self._shards)
+            return float("-inf") if has_open else self.max_ts - grace_s
         return float(min(self.sources.values())) - grace_s
 
     def ready_starts(self, *, watermark: float, window_s: float) -> list[float]:

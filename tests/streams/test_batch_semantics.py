@@ -386,6 +386,30 @@ async def test_a_partition_restored_for_longer_than_the_idle_time_is_not_taken_f
     assert {p for p, _, _ in updates.sent} == set(range(UPDATE_PARTITIONS))
 
 
+async def test_an_empty_partition_is_reported_at_0_once_while_no_progress_is_known(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No samples partition has forwarded anything: one idle for ``source_idle_s`` is
+    reported once at progress 0 (it holds nothing, so job events may drive time); once
+    progress is known it is reported at that progress as before."""
+    clock = [1000.0]
+    monkeypatch.setattr("dprobe.streams.ingest.time.monotonic", lambda: clock[0])
+    updates = FakeTopic(UPDATE_PARTITIONS)
+    ingest = _ingest(updates, FakeTable(), source_idle_s=30.0)
+    await ingest.report_idle_sources({0: 0})
+    clock[0] += 29.0
+    await ingest.report_idle_sources({0: 0})
+    assert updates.sent == []
+    clock[0] += 1.0
+    await ingest.report_idle_sources({0: 0})
+    await ingest.report_idle_sources({0: 0})  # told once
+    told = [codec.decode_update(v) for _, _, v in updates.sent]
+    assert told == [codec.SourceWatermark(source=0, ts=0.0)] * UPDATE_PARTITIONS
+    await ingest.report_idle_sources({0: 0}, newest_elsewhere=1_700_000_000.0)
+    told = [codec.decode_update(v) for _, _, v in updates.sent[UPDATE_PARTITIONS:]]
+    assert told == [codec.SourceWatermark(source=0, ts=1_700_000_000.0)] * UPDATE_PARTITIONS
+
+
 def _source(update: bytes) -> int:
     """The samples partition an idle report on the updates topic is about."""
     watermark = codec.decode_update(update)

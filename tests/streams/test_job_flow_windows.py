@@ -332,7 +332,8 @@ def test_a_tenant_without_telemetry_gets_every_window_its_jobs_speak_of(
 ) -> None:
     """No host sends telemetry to this partition: the windows of its job tenants come from
     their job books alone (in bursts with quiet gaps), as the samples topic's watermarks
-    (or, without them, the job events' own time) pass their ends."""
+    (or, with every samples partition reported empty, the job events' own time) pass
+    their ends."""
     rng = random.Random(11)
     events: list[schema.JobEvent] = []
     level: dict[str, str | None] = {}
@@ -348,6 +349,8 @@ def test_a_tenant_without_telemetry_gets_every_window_its_jobs_speak_of(
     events.sort(key=lambda e: e.ts)
     end = events[-1].ts + 60.0
     merged = [(e.ts, codec.encode_job(e)) for e in events]
+    if not with_samples_source:  # what the ingest stage reports of an empty samples partition
+        merged.append((0.0, codec.encode_watermark(codec.SourceWatermark(source=0, ts=0.0))))
     if with_samples_source:
         ticks = int((end - T0) // 7) + 1
         merged += [
@@ -392,6 +395,40 @@ def test_a_tenant_without_telemetry_gets_every_window_its_jobs_speak_of(
     assert len(expected) > 10  # the bursts and the jobs that outlive them
     quiet = [s for s in range(int(first), int(last_end), int(WINDOW_S)) if s not in expected]
     assert quiet  # and the gaps with nothing to say get no window
+
+
+def test_job_events_read_ahead_of_a_samples_backlog_do_not_make_it_late() -> None:
+    """A worker starts on a backlog: the jobs topic, small, is read before any samples
+    partition has reported, and its newest event is ahead of the telemetry. The job
+    events' time closes no window while a samples partition has not reported: none of
+    the telemetry is late, and every telemetry window holds what a plain recomputation
+    from the snapshots says."""
+    events, _ = _jobs(1)
+    snaps = _snapshots()
+    assert max(e.ts for e in events) > min(s.ts for s in snaps) + 3 * WINDOW_S
+
+    async def run() -> tuple[Windows, list[schema.TenantWindow]]:
+        log = await _updates_log(snaps, 1)
+        features = FakeTopic()
+        stage = _windows(features, FakeTable())
+        jobs = [
+            _event("updates", sum(ev.tenant.encode()) % UPDATE_PARTITIONS, i, codec.encode_job(ev))
+            for i, ev in enumerate(events)
+        ]
+        await stage.on_updates(jobs)  # the whole jobs topic first
+        for offset, e in enumerate(log, start=len(jobs)):
+            await stage.on_updates([_event("updates", e.message.partition, offset, e.value)])
+        return stage, [schema.decode_window(v) for _, _, v in features.sent]
+
+    stage, windows = asyncio.run(run())
+    assert stage.stats.late_partials == 0
+    tele = reference_windows(snaps, WINDOW_S)
+    closed = max(w.window_end for w in windows)
+    got = {(w.tenant, w.window_start): w for w in windows}
+    due = [key for key in tele if key[1] + WINDOW_S <= closed]
+    assert len(due) > 20
+    for key in due:
+        assert (got[key].hosts, got[key].samples) == (tele[key]["hosts"], tele[key]["samples"])
 
 
 def test_a_late_job_event_is_counted_and_still_changes_the_book() -> None:
