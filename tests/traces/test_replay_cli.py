@@ -30,6 +30,20 @@ def _dprobe(*args: str, replay_prefix: str | None = None) -> subprocess.Complete
     )
 
 
+def _replay_minutes(
+    bootstrap: str, tmp_path: Path, *, speed: str
+) -> subprocess.CompletedProcess[str]:
+    """Replay 600 minutes of one tenant (one point a minute from epoch 0) at ``speed``
+    into topics of their own."""
+    f = tmp_path / "demand.csv"
+    f.write_text("ts,tenant,demand_gpus\n" + "".join(f"{60 * i},a,1\n" for i in range(600)))
+    prefix = f"bar{uuid.uuid4().hex[:8]}."
+    return _dprobe(
+        "--bootstrap", bootstrap, "replay", str(f), "--format", "demand-csv",
+        "--speed", speed, replay_prefix=prefix,
+    )  # fmt: skip
+
+
 def test_negative_speed_is_bad_usage(tmp_path: Path) -> None:
     done = _dprobe("replay", str(tmp_path), "--format", "demand-csv", "--speed", "-1")
     assert done.returncode == 2
@@ -148,13 +162,7 @@ def test_the_progress_bar_ends_on_the_event_time_reached(
 ) -> None:
     """The bar shows the event time of the records it counts; at the end it shows that
     of the last record, not that of its last update (600 minutes: 09:59, not 08:19)."""
-    f = tmp_path / "demand.csv"
-    f.write_text("ts,tenant,demand_gpus\n" + "".join(f"{60 * i},a,1\n" for i in range(600)))
-    prefix = f"bar{uuid.uuid4().hex[:8]}."
-    done = _dprobe(
-        "--bootstrap", kafka_bootstrap, "replay", str(f), "--format", "demand-csv",
-        "--speed", "max", replay_prefix=prefix,
-    )  # fmt: skip
+    done = _replay_minutes(kafka_bootstrap, tmp_path, speed="max")
     assert done.returncode == 0, done.stderr
     assert "replayed 601 records (1 jobs, 600 samples), 9.98 h of event time" in done.stderr
     *_, bar, _ = done.stderr.replace("\r", "\n").strip().splitlines()
@@ -421,13 +429,7 @@ def test_the_progress_bar_keeps_up_with_the_event_time_of_a_sparse_trace(
     job comes first), not one that stands still for hundreds of records."""
     import re
 
-    f = tmp_path / "demand.csv"
-    f.write_text("ts,tenant,demand_gpus\n" + "".join(f"{60 * i},a,1\n" for i in range(600)))
-    prefix = f"bar{uuid.uuid4().hex[:8]}."
-    done = _dprobe(
-        "--bootstrap", kafka_bootstrap, "replay", str(f), "--format", "demand-csv",
-        "--speed", "12000", replay_prefix=prefix,
-    )  # fmt: skip
+    done = _replay_minutes(kafka_bootstrap, tmp_path, speed="12000")
     assert done.returncode == 0, done.stderr
     bars = re.findall(r"(\d+)msg \[[^\]]*, 1970-01-01 (\d\d):(\d\d)\]", done.stderr)
     assert len(bars) >= 3, done.stderr  # about one every half second
