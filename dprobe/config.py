@@ -686,7 +686,7 @@ class ReplaySettings:
 
     def __post_init__(self) -> None:
         if self.speed < 0:
-            raise ConfigError("replay.speed must be >= 0 (0 = as fast as possible)")
+            raise ConfigError("replay.speed must be >= 0 (0 or 'max' = as fast as possible)")
         if not self.tick_s > 0:
             raise ConfigError("replay.tick_s must be > 0")
         if not self.jobs_time_unit_s > 0:
@@ -896,6 +896,8 @@ def _build(
         try:
             if section == "kafka" and f.name == "bootstrap" and isinstance(raw, list):
                 raw = _join_servers(raw)
+            if section == "replay" and f.name == "speed" and _says_max(raw):
+                raw = 0.0  # as --speed max: as fast as possible
             values[f.name] = _convert(raw, hint)
             _check_duration(f.name, values[f.name])
         except (TypeError, ValueError) as exc:
@@ -1125,6 +1127,15 @@ def _check_servers(bootstrap: str) -> None:
                     else "(the port is a number from 1 to 65535)"
                 )
             )
+
+
+def _says_max(raw: Any) -> bool:
+    """``"max"`` (any case, spaces around it), as ``--speed max`` takes it.
+
+    >>> _says_max(" MAX"), _says_max(0), _says_max("fast")
+    (True, False, False)
+    """
+    return isinstance(raw, str) and raw.strip().lower() == "max"
 
 
 def _join_servers(raw: list[Any]) -> str:

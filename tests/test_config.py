@@ -401,6 +401,18 @@ def test_a_variable_of_a_misspelt_section_is_logged_with_the_likely_name(
     ]
 
 
+def test_replay_speed_max_reads_as_as_fast_as_possible_from_file_and_environment(
+    tmp_path: Path,
+) -> None:
+    """``--speed max`` has the same spelling in the file and the environment."""
+    f = _toml(tmp_path, '[replay]\nspeed = "max"\n')
+    assert load(ReplaySettings, env={}, file=f).speed == 0.0
+    assert load(ReplaySettings, env={"DPROBE_REPLAY_SPEED": "Max"}).speed == 0.0
+    assert load(ReplaySettings, env={"DPROBE_REPLAY_SPEED": "600"}).speed == 600.0
+    with pytest.raises(ConfigError, match="DPROBE_REPLAY_SPEED"):
+        load(ReplaySettings, env={"DPROBE_REPLAY_SPEED": "fast"})
+
+
 def test_a_config_file_whose_path_holds_braces_reads(tmp_path: Path) -> None:
     folder = tmp_path / "cfg{x}"
     folder.mkdir()
