@@ -143,11 +143,6 @@ class Archiver(AsyncService):
         consumer = self.consumer
         await start_client(consumer.start, consumer.stop, self.settings.kafka, KafkaConnectionError)
         self._present = set(self.kinds) & set(await consumer.topics())  # all topics: none named
-        for topic in self.kinds:
-            if topic not in self._present:
-                log.info(
-                    "topic %s does not exist (or is not visible); archived once it appears", topic
-                )
         consumer.subscribe(pattern=topic_pattern(self.kinds), listener=_Rebalance(self))
 
     async def _check_manifest(self) -> None:
@@ -347,6 +342,10 @@ class Archiver(AsyncService):
         """Poll until ``stop`` is set (or, with ``until_end``, until caught up); log the
         progress every ``progress_every_s`` seconds (records and files so far, and the
         records polled but not yet written)."""
+        for topic in self.kinds:
+            if topic not in self._present:
+                later = "nothing to archive of it" if until_end else "archived once it appears"
+                log.info("topic %s does not exist (or is not visible); %s", topic, later)
         said = time.monotonic()
         while not stop.is_set():
             await self.poll()

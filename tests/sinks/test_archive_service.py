@@ -162,7 +162,7 @@ async def test_cluster_reports_archived_byte_for_byte(kafka_bootstrap: str, tmp_
 
 
 async def test_until_end_with_no_topic_at_all_ends_and_creates_none(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     prefix = f"an{uuid.uuid4().hex[:8]}."
     settings = ArchiveSettings(
@@ -170,10 +170,17 @@ async def test_until_end_with_no_topic_at_all_ends_and_creates_none(
         out_dir=tmp_path / "archive",
         group_id=f"archive-{uuid.uuid4().hex[:8]}",
     )
-    async with Archiver(settings) as archiver:
-        await asyncio.wait_for(archiver.run(asyncio.Event(), until_end=True), 30)
+    with caplog.at_level("INFO", logger="dprobe.sinks.archive_service"):
+        async with Archiver(settings) as archiver:
+            await asyncio.wait_for(archiver.run(asyncio.Event(), until_end=True), 30)
     assert archiver.records == 0
     assert await _existing(kafka_bootstrap, prefix) == set()
+    # it ends at once: the log does not promise to archive the topics once they appear
+    missing = [r.getMessage() for r in caplog.records if "does not exist" in r.getMessage()]
+    assert missing == [
+        f"topic {prefix}{kind} does not exist (or is not visible); nothing to archive of it"
+        for kind in ("samples", "jobs", "cluster")
+    ]
 
 
 async def test_until_end_ends_on_a_topic_that_is_still_being_written_to(
