@@ -40,7 +40,6 @@ Example:
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -48,6 +47,7 @@ from typing import Literal
 import numpy as np
 
 from dprobe.models.levels import LEVELS, Level, LevelSettings, classify
+from dprobe.models.planner_damping import whole_number
 from dprobe.models.profiles import Profile
 
 MIB = 1 << 20
@@ -92,8 +92,8 @@ class JobProfiler:
     ) -> None:
         if regressor not in ("ridge", "knn"):  # any other would silently run kNN
             raise ValueError(f"regressor must be 'ridge' or 'knn', not {regressor!r}")
-        whole = isinstance(k_neighbours, numbers.Integral) and not isinstance(k_neighbours, bool)
-        if not whole or k_neighbours < 1:  # 2.5 failed at the first unseen family
+        # 2.5 failed at the first unseen family
+        if not whole_number(k_neighbours) or k_neighbours < 1:
             raise ValueError(f"k_neighbours must be a whole number >= 1, not {k_neighbours!r}")
         if not (math.isfinite(ridge_alpha) and ridge_alpha >= 0):
             # NaN or infinity made every unseen family's util NaN (levelled L2); a negative
