@@ -896,9 +896,10 @@ def _build(
         try:
             if section == "kafka" and f.name == "bootstrap" and isinstance(raw, list):
                 raw = _join_servers(raw)
-            if section == "replay" and f.name == "speed" and _says_max(raw):
-                raw = 0.0  # as --speed max: as fast as possible
-            values[f.name] = _convert(raw, hint)
+            if section == "replay" and f.name == "speed":
+                values[f.name] = _replay_speed(raw)
+            else:
+                values[f.name] = _convert(raw, hint)
             _check_duration(f.name, values[f.name])
         except (TypeError, ValueError) as exc:
             problems.append(f"{origin}: {exc}")
@@ -1129,13 +1130,23 @@ def _check_servers(bootstrap: str) -> None:
             )
 
 
-def _says_max(raw: Any) -> bool:
-    """``"max"`` (any case, spaces around it), as ``--speed max`` takes it.
+def _replay_speed(raw: Any) -> float:
+    """``[replay] speed`` as ``--speed`` takes it: a number, or ``"max"`` (or ``"inf"``, any
+    case) for as fast as possible (0).
 
-    >>> _says_max(" MAX"), _says_max(0), _says_max("fast")
-    (True, False, False)
+    >>> _replay_speed(" MAX"), _replay_speed("600"), _replay_speed(2)
+    (0.0, 600.0, 2.0)
+    >>> _replay_speed("fast")
+    Traceback (most recent call last):
+    ValueError: expected a number or 'max', got 'fast'
     """
-    return isinstance(raw, str) and raw.strip().lower() == "max"
+    if isinstance(raw, str) and raw.strip().lower() in {"max", "inf"}:
+        return 0.0
+    try:
+        value: float = _convert(raw, float)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("a number", "a number or 'max'", 1)) from None
+    return value
 
 
 def _join_servers(raw: list[Any]) -> str:

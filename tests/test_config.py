@@ -409,8 +409,12 @@ def test_replay_speed_max_reads_as_as_fast_as_possible_from_file_and_environment
     assert load(ReplaySettings, env={}, file=f).speed == 0.0
     assert load(ReplaySettings, env={"DPROBE_REPLAY_SPEED": "Max"}).speed == 0.0
     assert load(ReplaySettings, env={"DPROBE_REPLAY_SPEED": "600"}).speed == 600.0
-    with pytest.raises(ConfigError, match="DPROBE_REPLAY_SPEED"):
+    assert load(ReplaySettings, env={"DPROBE_REPLAY_SPEED": "inf"}).speed == 0.0  # as --speed inf
+    said = "expected a number or 'max', got"
+    with pytest.raises(ConfigError, match=f"DPROBE_REPLAY_SPEED: {said} 'fast'"):
         load(ReplaySettings, env={"DPROBE_REPLAY_SPEED": "fast"})
+    with pytest.raises(ConfigError, match=rf"\[replay\] speed: {said} True"):
+        load(ReplaySettings, env={}, file=_toml(tmp_path, "[replay]\nspeed = true\n"))
 
 
 def test_a_config_file_whose_path_holds_braces_reads(tmp_path: Path) -> None:
