@@ -84,6 +84,8 @@ def iter_jobs(
     """
     if isinstance(source, str | Path):
         path = Path(source)
+        if path.is_dir():
+            raise UsageError(_folder_given(path))
         try:
             fh = open_text(path)
         except OSError as exc:
@@ -95,6 +97,16 @@ def iter_jobs(
                 raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
     else:
         yield from _iter(source, getattr(source, "name", "<jobs-csv>"), time_unit_s, on_bad)
+
+
+def _folder_given(path: Path) -> str:
+    """What to say when ``path``, a folder, is given as the jobs file."""
+    names = sorted(p.name for p in path.iterdir() if p.name.endswith((".csv", ".csv.gz")))
+    said = f"{path}: is a folder, not a jobs CSV file"
+    if not names:
+        return f"{said} (it holds no .csv or .csv.gz file)"
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"{said}: did you mean one of {shown} in it?"
 
 
 def read_jobs(

@@ -61,6 +61,24 @@ def test_bad_header_missing_file_and_empty_file(tmp_path: Path) -> None:
         read_jobs(tmp_path / "nope.csv")
 
 
+def test_a_folder_is_refused_with_the_jobs_files_it_holds_named(tmp_path: Path) -> None:
+    """A folder given where one jobs file is meant (a trace's own folder, as shipped) says
+    which files it could have meant, rather than the bare 'Is a directory'."""
+    (tmp_path / "trace_job_a.csv").write_text(HEADER)
+    (tmp_path / "vc.csv.gz").write_bytes(b"")
+    (tmp_path / "LICENSE").write_text("")
+    with pytest.raises(
+        UsageError,
+        match=r"is a folder, not a jobs CSV file: did you mean one of trace_job_a\.csv, "
+        r"vc\.csv\.gz in it\?",
+    ):
+        read_jobs(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(UsageError, match=r"empty: is a folder, not a jobs CSV file \(it holds no"):
+        read_jobs(empty)
+
+
 @pytest.mark.parametrize("fmt", ["jobs-csv", "demand-csv"])
 def test_a_compressed_file_cut_short_names_the_line_it_ends_in(tmp_path: Path, fmt: str) -> None:
     from dprobe.traces.demand_series import read_demand_csv
