@@ -757,7 +757,7 @@ def load(
         doc = _read_toml(path)
         _check_sections(doc, path)
         where = f"config file {path}: "
-    return _build(
+    built = _build(
         cls,
         dict(cli or {}),
         env,
@@ -767,6 +767,9 @@ def load(
         origins=origins,
         with_kafka=with_kafka,
     )
+    if isinstance(built, WorkerSettings):
+        _warn_frozen_moves(built)
+    return built
 
 
 def _check_sections(doc: dict[str, Any], path: Path) -> None:
@@ -1017,7 +1020,7 @@ _BROKER_SCRIPT_ENV = frozenset(
         "SASL_PASSWORD",
     )
 )
-_warned_env: set[str] = set()
+_warned_env: set[str] = set()  # what was warned of once a process (variables, frozen moves)
 _log = logging.getLogger(__name__)
 
 
@@ -1034,6 +1037,26 @@ def _warn_unknown_env(section: str, env: Mapping[str, str], known: set[str]) -> 
         near = difflib.get_close_matches(key, sorted(known), n=1)
         hint = f"; did you mean {near[0]}?" if near else ""
         _log.warning("environment variable %s names no %s setting: ignored%s", key, section, hint)
+
+
+def _warn_frozen_moves(s: WorkerSettings) -> None:
+    """Log once a process that the rate limits let no quota move: a plan moves GPUs from
+    one tenant to another, so a limit of 0 on either side holds every quota where it is
+    (valid, as HPA's ``selectPolicy: Disabled``, but rarely what was meant)."""
+    if s.plan_scale_up_max_percent == 0 and s.plan_scale_up_max_nodes == 0:
+        frozen = "plan_scale_up_max_percent and plan_scale_up_max_nodes are 0: no quota grows"
+    elif s.plan_scale_down_max_percent == 0:
+        frozen = "plan_scale_down_max_percent is 0: no quota shrinks"
+    else:
+        return
+    if frozen in _warned_env:
+        return
+    _warned_env.add(frozen)
+    _log.warning(
+        "worker.%s, and a plan only moves GPUs between tenants, so no scaling event will "
+        "ever move quota",
+        frozen,
+    )
 
 
 def _warn_misspelt_sections(env: Mapping[str, str]) -> None:

@@ -380,6 +380,29 @@ def test_a_misspelt_environment_variable_is_logged_with_the_likely_name(
     ]
 
 
+def test_rate_limits_that_let_no_quota_move_are_logged_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan moves GPUs between tenants: a rate limit of 0 on either side freezes them all."""
+    monkeypatch.setattr("dprobe.config._warned_env", set())
+    up_off = {"DPROBE_WORKER_PLAN_SCALE_UP_MAX_PERCENT": "0"}
+    with caplog.at_level(logging.WARNING, logger="dprobe.config"):
+        load(WorkerSettings, env={})
+        load(WorkerSettings, env=up_off)  # 4 nodes still
+        load(WorkerSettings, env={"DPROBE_WORKER_PLAN_SCALE_UP_MAX_NODES": "0"})  # 100 % still
+        assert caplog.records == []
+        for _ in range(2):
+            load(WorkerSettings, env={**up_off, "DPROBE_WORKER_PLAN_SCALE_UP_MAX_NODES": "0"})
+        load(WorkerSettings, env={"DPROBE_WORKER_PLAN_SCALE_DOWN_MAX_PERCENT": "0"})
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(
+        "worker.plan_scale_up_max_percent and plan_scale_up_max_nodes are 0: no quota grows"
+    )
+    assert lines[1].startswith("worker.plan_scale_down_max_percent is 0: no quota shrinks")
+    assert all(line.endswith("no scaling event will ever move quota") for line in lines)
+
+
 def test_a_variable_of_a_misspelt_section_is_logged_with_the_likely_name(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
