@@ -36,10 +36,12 @@ Example (in the worker's start, with an admin client that is connected)::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import socket
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -256,40 +258,68 @@ async def _older_mark_of_another(
     settings (at their start, and every :data:`REMARK_S` since). A mark of another
     length is not the settings of a running worker: of the group before its length
     changed, or of a worker whose start lost (it exited)."""
-    consumer = AIOKafkaConsumer(**s.kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tp = TopicPartition(planning_topic, 0)
-        consumer.assign([tp])
+    async with _planning_reader(s, planning_topic) as (consumer, tp):
         first = (await consumer.beginning_offsets([tp]))[tp]
         deadline = time.monotonic() + READ_TIMEOUT_S
         hi, stretch = before, LOOK_BACK
         while hi > first and time.monotonic() < deadline:
             lo = max(first, hi - stretch)
-            consumer.seek(tp, lo)
             found = None
-            while await consumer.position(tp) < hi and time.monotonic() < deadline:
-                batch = await consumer.getmany(tp, timeout_ms=500)
-                for record in batch.get(tp, []):
-                    value = record.value or b""
-                    if record.offset >= hi or value[:1] != codec.STARTED:
-                        continue  # windows and progress, nearly all of it, are not decoded
-                    try:
-                        mark = codec.decode_planning(value)
-                    except Exception:  # noqa: BLE001 - a record this check cannot read
-                        continue
-                    if (
-                        isinstance(mark, codec.WorkerStarted)
-                        and mark.worker != worker
-                        and _same(mark.window_s, s.window_s)
-                    ):
-                        found = mark  # read forwards: the last one is the newest
+            async for _, mark in _messages(consumer, tp, lo, hi, deadline, marks_only=True):
+                if (
+                    isinstance(mark, codec.WorkerStarted)
+                    and mark.worker != worker
+                    and _same(mark.window_s, s.window_s)
+                ):
+                    found = mark  # read forwards: the last one is the newest
             if found is not None:
                 return found
             hi, stretch = lo, stretch * 4
         return None
+
+
+@contextlib.asynccontextmanager
+async def _planning_reader(
+    s: WorkerSettings, planning_topic: str
+) -> AsyncIterator[tuple[AIOKafkaConsumer, TopicPartition]]:
+    """A consumer of no group, assigned ``planning_topic``'s one partition, stopped after."""
+    consumer = AIOKafkaConsumer(**s.kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(planning_topic, 0)
+        consumer.assign([tp])
+        yield consumer, tp
     finally:
         await consumer.stop()
+
+
+async def _messages(
+    consumer: AIOKafkaConsumer,
+    tp: TopicPartition,
+    lo: int,
+    hi: int,
+    deadline: float,
+    *,
+    marks_only: bool = False,
+) -> AsyncIterator[tuple[int, Any]]:
+    """The offsets and decoded messages of ``tp`` from offset ``lo`` up to (without) ``hi``,
+    read until ``deadline`` (``time.monotonic()``); a record this check cannot read is
+    skipped. ``marks_only``: only WorkerStarted marks are decoded and yielded (windows and
+    progress, nearly all of a long stretch, are not)."""
+    consumer.seek(tp, lo)
+    while await consumer.position(tp) < hi and time.monotonic() < deadline:
+        batch = await consumer.getmany(tp, timeout_ms=500)
+        for record in batch.get(tp, []):
+            value = record.value or b""
+            if record.offset >= hi:
+                return
+            if marks_only and value[:1] != codec.STARTED:
+                continue
+            try:
+                message = codec.decode_planning(value)
+            except Exception:  # noqa: BLE001 - a record this check cannot read
+                continue
+            yield record.offset, message
 
 
 @dataclass
@@ -343,30 +373,15 @@ async def _read_lengths(
     """Read ``planning_topic``'s last :data:`LOOK_BACK` records before offset ``upto``
     (default: its end) into a :class:`_Lengths`."""
     lengths = _Lengths()
-    consumer = AIOKafkaConsumer(**s.kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tp = TopicPartition(planning_topic, 0)
-        consumer.assign([tp])
+    async with _planning_reader(s, planning_topic) as (consumer, tp):
         end = (await consumer.end_offsets([tp]))[tp] if upto is None else upto
         if end == 0:
             return lengths
         lengths.start = max(0, end - LOOK_BACK)
-        consumer.seek(tp, lengths.start)
         deadline = time.monotonic() + READ_TIMEOUT_S
-        while await consumer.position(tp) < end and time.monotonic() < deadline:
-            batch = await consumer.getmany(tp, timeout_ms=500)
-            for record in batch.get(tp, []):
-                if record.offset >= end:
-                    break
-                try:
-                    message = codec.decode_planning(record.value or b"")
-                except Exception:  # noqa: BLE001 - a record this check cannot read is skipped
-                    continue
-                if isinstance(message, TenantWindow):
-                    lengths.window(message.window_end - message.window_start)
-                elif isinstance(message, codec.WorkerStarted):
-                    lengths.mark(record.offset, message)
-        return lengths
-    finally:
-        await consumer.stop()
+        async for offset, message in _messages(consumer, tp, lengths.start, end, deadline):
+            if isinstance(message, TenantWindow):
+                lengths.window(message.window_end - message.window_start)
+            elif isinstance(message, codec.WorkerStarted):
+                lengths.mark(offset, message)
+    return lengths
