@@ -2,7 +2,7 @@
 
 The planner plans from the capacity and quotas the scheduler reports, not from its own
 guess. A scheduler adapter publishes a ClusterReport whenever they change (and now and
-then); this command publishes one from a shell or a cron job, and shows the latest report
+then); this command publishes one from a shell or a cron job, and shows the last report
 of each source. Quotas are GPUs per tenant (Kueue: a ClusterQueue's nominalQuota; Volcano:
 a queue's deserved); --complete says tenants not listed hold none. --quotas-csv reads a
 file with the header tenant,quota_gpus; a bad line (a tenant listed twice, a row with more
@@ -300,9 +300,15 @@ async def _create(kafka: KafkaSettings, topic: str, replication: int) -> None:
 
 
 async def _latest(kafka: KafkaSettings) -> tuple[list[ClusterReport], int]:
-    """The newest valid report of each source on the cluster topic (read to its end), and
+    """The last valid report of each source on the cluster topic (read to its end), and
     how many records were invalid (each named on stderr with its reason, as ``dprobe
-    events`` does; the worker dead-letters them)."""
+    events`` does; the worker dead-letters them).
+
+    Last in the order the worker reads them (offsets), not by ``ts``: the worker applies
+    reports as they arrive (the newest word wins) and compaction keeps a source's last
+    record, so a report published after another with an older ``ts`` (a publisher whose
+    clock went back) is the one in force. Only between partitions, which have no common
+    order (the topic this command and the worker create has one), the later ``ts`` wins."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.errors import KafkaConnectionError
 
@@ -315,7 +321,7 @@ async def _latest(kafka: KafkaSettings) -> tuple[list[ClusterReport], int]:
         return [], 0
     consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
     await start_client(consumer.start, consumer.stop, kafka, KafkaConnectionError)
-    latest: dict[str, ClusterReport] = {}
+    latest: dict[str, tuple[int, ClusterReport]] = {}  # source -> (partition, report)
     invalid = 0
     try:
         tps = [TopicPartition(topic, p) for p in partitions]
@@ -335,9 +341,10 @@ async def _latest(kafka: KafkaSettings) -> tuple[list[ClusterReport], int]:
                         print(f"dprobe cluster: skipping {rec.topic}[{rec.partition}]@"
                               f"{rec.offset}: {exc}", file=sys.stderr)  # fmt: skip
                         continue
-                    if r.source not in latest or r.ts >= latest[r.source].ts:
-                        latest[r.source] = r
+                    before = latest.get(r.source)
+                    if before is None or before[0] == rec.partition or r.ts >= before[1].ts:
+                        latest[r.source] = (rec.partition, r)
             left = {tp for tp in left if await consumer.position(tp) < ends[tp]}
     finally:
         await consumer.stop()
-    return [latest[s] for s in sorted(latest)], invalid
+    return [latest[s][1] for s in sorted(latest)], invalid
