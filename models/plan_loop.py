@@ -112,6 +112,8 @@ class PlanLoop:
         self._errors: dict[str, dict[float, float]] = {}
         self._capacity: int | None = None  # the capacity the scheduler reported last
         self._reported: set[str] = set()  # tenants whose quota a report has set
+        # a complete report said who holds what (maybe no one): no even split is guessed
+        self._complete_reported = False
         self.settings_changed: str | None = None  # what load() found changed, if anything
         # forecasts that were NaN or infinite, planned as the tenant's demand now instead
         self.non_finite_forecasts = 0
@@ -156,6 +158,7 @@ class PlanLoop:
             self._capacity = _whole_nodes(report.capacity_gpus, node)
         if report.complete:
             _warn_left_out(report, windowed=set(self._learned))
+            self._complete_reported = True
             for t in set(self._quotas) - set(report.quotas):
                 self._quotas[t] = 0
                 self._reported.add(t)
@@ -219,7 +222,7 @@ class PlanLoop:
         active = self._active(at)
         if not active:
             return []
-        if not self._quotas:
+        if not self._quotas and not self._complete_reported:
             self._quotas = _even_split(active, self.capacity_gpus, node)
         self._fit_guesses()
         # tenants silent for a while that still hold quota: planned as idle, so they lend
@@ -346,6 +349,7 @@ class PlanLoop:
             "errors": {t: dict(e) for t, e in self._errors.items()},
             "capacity": self._capacity,
             "reported": sorted(self._reported),
+            "complete_reported": self._complete_reported,
             "cluster_settings": self._cluster_settings(),
             "forecaster_name": self._forecaster_name(),
         }
@@ -386,6 +390,7 @@ class PlanLoop:
         capacity = state.get("capacity")
         self._capacity = None if capacity is None else int(capacity)
         self._reported = set(state.get("reported", ()))
+        self._complete_reported = bool(state.get("complete_reported", False))
         self.settings_changed = None
         saved = state.get("cluster_settings")
         if saved is not None and saved != self._cluster_settings():
@@ -393,6 +398,7 @@ class PlanLoop:
             self._quotas = dict(self.settings.initial_quotas)
             self._capacity = None
             self._reported = set()
+            self._complete_reported = False
         if other_model:
             change = f"model {saved_model!r} -> {self._forecaster_name()!r}"
             self.settings_changed = ", ".join(c for c in (self.settings_changed, change) if c)

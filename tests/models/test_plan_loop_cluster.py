@@ -187,3 +187,27 @@ def test_a_checkpoint_of_another_model_keeps_the_quotas_and_starts_the_model_fre
     assert new.forecaster.state_dict() == make_forecaster("holt-winters").state_dict()
     events = _step(new, 4 * W, {"a": (8.0, 0.0), "b": (40.0, 0.0)})  # plans, no KeyError
     assert sum(e.delta_gpus for e in events) == 0
+
+
+@pytest.mark.parametrize("before_first_plan", [True, False])
+def test_a_complete_report_without_quotas_leaves_every_tenant_none_whenever_it_comes(
+    before_first_plan: bool, tmp_path: Path
+) -> None:
+    """A complete report holds ("tenants not listed hold none") for a report that lists no one too,
+    whether it comes before the first plan (no even split is guessed then) or after; and a
+    restart from a checkpoint keeps it so."""
+    report = ClusterReport(ts=0.0, source="s", capacity_gpus=32, quotas={}, complete=True)
+    loop = _loop(capacity=32)
+    if before_first_plan:
+        loop.on_cluster(report)
+    else:
+        _step(loop, W, {"a": (8.0, 0.0), "b": (8.0, 0.0)})
+        loop.on_cluster(report)
+    events = _step(loop, 2 * W, {"a": (8.0, 0.0), "b": (8.0, 0.0)})
+    assert loop.quotas() == {"a": 0, "b": 0}
+    assert events == []  # nobody holds anything to lend
+    loop.save(tmp_path / "loop.ckpt")
+    again = _loop(capacity=32)
+    assert again.load(tmp_path / "loop.ckpt")
+    _step(again, 3 * W, {"a": (8.0, 0.0), "b": (8.0, 0.0), "c": (8.0, 0.0)})
+    assert again.quotas() == {"a": 0, "b": 0, "c": 0}
