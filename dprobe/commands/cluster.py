@@ -148,6 +148,11 @@ def report_from(args: argparse.Namespace, now: float | None = None) -> ClusterRe
     if args.capacity is not None:
         _gpus(str(args.capacity), f"--capacity {args.capacity:g}")
     if args.capacity is None and not quotas and not args.complete:
+        if args.quotas_csv is not None:  # given, but it holds only its header (or nothing)
+            raise UsageError(
+                f"nothing to publish: {args.quotas_csv} lists no tenant, and no --capacity "
+                f"or --quota is given"
+            )
         raise UsageError("nothing to publish: give --capacity, --quota or --quotas-csv")
     report = ClusterReport(
         ts=time.time() if now is None else now,

@@ -108,3 +108,22 @@ def test_complete_without_a_quota_warns_that_every_quota_is_zero(
     assert err.startswith("warning: --complete without a quota: this report gives every tenant")
     assert main(["--bootstrap", "127.0.0.1:1", "cluster", "publish", "--capacity", "8"]) == 2
     assert "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["tenant,quota_gpus\n", "tenant,quota_gpus\n\n", ""])
+def test_a_quotas_file_without_tenants_is_named_in_the_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    """The file was given: the error names it, instead of asking for --quotas-csv."""
+    csv = tmp_path / "q.csv"
+    csv.write_text(text)
+    code = main(["--bootstrap", "127.0.0.1:1", "cluster", "publish", "--quotas-csv", str(csv)])
+    err = capsys.readouterr().err
+    assert code == 2
+    if text:
+        assert err == (
+            f"dprobe cluster: nothing to publish: {csv} lists no tenant, and no --capacity or "
+            "--quota is given\n"
+        )
+    else:  # not even a header
+        assert err == f"dprobe cluster: {csv}: line 1: expected the header tenant,quota_gpus\n"
