@@ -120,6 +120,9 @@ class _Tail:
     invalid: int = 0
     done: dict[Any, int] = field(default_factory=dict)  # TopicPartition -> next offset
     held: dict[str, tuple[Any, int]] = field(default_factory=dict)  # event id -> (tp, offset)
+    # TopicPartition -> the first offset of an event that could not be printed (the reader
+    # went away): nothing at or after it is committed, so the group reads it again
+    unprinted: dict[Any, int] = field(default_factory=dict)
 
     def handle(self, tp: Any, offset: int, value: bytes | None, seen: SeenIds) -> bool:
         """Print one record unless invalid or a duplicate; ``False`` once the tail must stop."""
@@ -137,7 +140,10 @@ class _Tail:
             if not seen.add(ev.event_id):
                 self.duplicates += 1
                 return True
-            return self._print([ev])
+            self.held[ev.event_id] = (tp, offset)
+            more = self._print([ev])
+            self.held.pop(ev.event_id, None)
+            return more
         # whole plans: the assembler drops duplicates (and takes an expired plan's events
         # again when they are delivered again)
         self.held[ev.event_id] = (tp, offset)
@@ -153,18 +159,29 @@ class _Tail:
     def _print(self, events: list[Any]) -> bool:
         from dprobe.schema import to_builtins
 
-        for out in events:
+        for i, out in enumerate(events):
             if not _write(
                 sys.stdout, json.dumps(to_builtins(out)) if self.json else format_line(out)
             ):
-                return False  # the reader went away (e.g. `| head`)
+                # the reader went away (e.g. `| head`): the plans not printed whole are read
+                # again by the group next time, from their first event
+                cut = {e.plan_id for e in events[i:]}
+                for e in events:
+                    where = self.held.get(e.event_id) if e.plan_id in cut else None
+                    if where is not None:
+                        tp, offset = where
+                        self.unprinted[tp] = min(self.unprinted.get(tp, offset), offset)
+                return False
             self.printed += 1
         return self.max_events is None or self.printed < self.max_events
 
     def commit_offsets(self) -> dict[Any, int]:
         """The offsets to commit: what was handled, but no further than the first event of
-        a plan still held, so a restart reads it again instead of losing the plan."""
+        a plan still held, so a restart reads it again instead of losing the plan, nor
+        than the first event that could not be printed."""
         out = dict(self.done)
+        for tp, offset in self.unprinted.items():
+            out[tp] = min(out.get(tp, offset), offset)
         if self.plans is None:
             return out
         pending = self.plans.pending_event_ids

@@ -1,0 +1,76 @@
+"""``dprobe events --group`` whose reader goes away (``| head``, a script that died): the
+event it could not print is not committed, so the next run of the group prints it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+import msgspec
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from dprobe.schema import ScalingEvent, encode
+from tests.commands.test_events import _event
+
+pytestmark = pytest.mark.integration
+
+
+def _planned(ev: ScalingEvent, seq: int) -> ScalingEvent:
+    return msgspec.structs.replace(ev, plan_seq=seq, plan_size=2)
+
+
+PLAN_A = [_planned(_event("a1", "vc-a", 8, 16, "plan-a"), 1),
+          _planned(_event("a2", "vc-b", 16, 8, "plan-a"), 1)]  # fmt: skip
+PLAN_B = [_planned(_event("b1", "vc-a", 16, 24, "plan-b"), 2),
+          _planned(_event("b2", "vc-c", 16, 8, "plan-b"), 2)]  # fmt: skip
+
+
+def _cmd(kafka, prefix: str, *args: str) -> tuple[list[str], dict[str, str]]:
+    env = {**os.environ, "DPROBE_KAFKA_TOPIC_PREFIX": prefix}
+    env.pop("DPROBE_CONFIG", None)
+    cmd = [sys.executable, "-m", "dprobe.cli", "--bootstrap", kafka.bootstrap, "events", *args]
+    return cmd, env
+
+
+def _spawn(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+async def _send(kafka, topic: str, events: list[ScalingEvent]) -> None:
+    async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
+        for ev in events:
+            await producer.send_and_wait(topic, encode(ev), key=ev.tenant.encode())
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("plans", [False, True])
+async def test_an_event_the_reader_never_got_is_printed_by_the_next_run(kafka, plans: bool) -> None:
+    prefix = kafka.unique("gone") + "."
+    topic = await kafka.create_named(f"{prefix}scaling-events", 1)
+    await _send(kafka, topic, PLAN_A)
+    group = kafka.unique("group")
+    mode = ["--plans"] if plans else []
+    cmd, env = _cmd(kafka, prefix, "--group", group, "--from-beginning", "--timeout", "60", *mode)
+    proc = _spawn(cmd, env)
+    try:
+        first = await asyncio.to_thread(proc.stdout.readline)  # type: ignore[union-attr]
+        assert "plan=plan-a" in first
+        await asyncio.sleep(1.0)  # the rest of plan A written (to the pipe) and committed
+        proc.stdout.close()  # type: ignore[union-attr]  # the reader goes away
+        await _send(kafka, topic, PLAN_B)  # these cannot be printed any more
+        _, err = await asyncio.to_thread(proc.communicate, timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+
+    # the reference: every event of plan B was produced after the reader had gone
+    cmd, env = _cmd(kafka, prefix, "--group", group, "--timeout", "5", *mode)
+    again = await asyncio.to_thread(
+        subprocess.run, cmd, capture_output=True, text=True, env=env, timeout=90, check=False
+    )
+    assert again.returncode == 0, again.stderr
+    ids = [line.split(" id=")[1].split()[0] for line in again.stdout.splitlines()]
+    assert ids == [e.event_id for e in PLAN_B]
