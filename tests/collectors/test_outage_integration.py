@@ -15,11 +15,15 @@ import time
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
 from dprobe.broker import LocalBroker
 from dprobe.collectors.assemble import build_collector
+from dprobe.collectors.metrics import CollectorMetrics
+from dprobe.collectors.sender import KafkaSender
+from dprobe.collectors.spool import Spool
 from dprobe.config import BrokerSettings, CollectorSettings, KafkaSettings
 from dprobe.schema import decode_snapshot
 
@@ -117,5 +121,65 @@ async def test_no_seq_is_lost_across_a_broker_outage(
             f"\noutage: {len(seqs)} records, {last_seq + 1} distinct seqs, "
             f"{len(seqs) - len(seen)} duplicates, {spooled} spooled during {OUTAGE_S}s"
         )
+    finally:
+        await asyncio.to_thread(broker.stop)
+
+
+async def test_a_producer_given_up_on_while_kafka_is_away_leaves_nothing_running(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A delivery that fails while the broker is down makes the sender replace its
+    producer. The old one still holds the unconfirmed batch, which an idempotent producer
+    retries for ever: it must be closed all the same (no task, no connection left), or
+    every failed delivery of a long-running collector leaves one more client behind."""
+    quiet = logging.getLogger("aiokafka")
+    request.addfinalizer(lambda level=quiet.level: quiet.setLevel(level))
+    quiet.setLevel(logging.CRITICAL)
+    broker = LocalBroker(
+        BrokerSettings(port=free_port(), controller_port=free_port(), state_dir=tmp_path / "broker")
+    )
+    await asyncio.to_thread(broker.start)
+    try:
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic("given-up", 1, 1)])
+        finally:
+            await admin.close()
+        spool = Spool(tmp_path / "spool", max_bytes=1 << 20, fsync=False)
+        spool.open()
+        registry = CollectorRegistry()
+        made: list[AIOKafkaProducer] = []
+
+        def producer() -> AIOKafkaProducer:
+            made.append(AIOKafkaProducer(**sender.producer_config()))
+            return made[-1]
+
+        sender = KafkaSender(
+            KafkaSettings(bootstrap=broker.bootstrap, request_timeout_ms=5000),
+            "given-up",
+            key=b"h1",
+            spool=spool,
+            metrics=CollectorMetrics(registry),
+            send_timeout_s=2.0,
+            producer_factory=producer,
+        )
+        before = asyncio.all_tasks()
+        spool.append(0, b"0")
+        await sender.start()
+        assert await sender.flush(30.0)
+
+        await asyncio.to_thread(broker.stop)
+        spool.append(1, b"1")
+        sender.notify()
+        failed = lambda: registry.get_sample_value(  # noqa: E731
+            "dprobe_collector_send_errors_total", {"kind": "timeout"}
+        )
+        await wait_for(lambda: (failed() or 0) >= 1 and len(made) >= 2, 30, "a failed delivery")
+        await sender.stop(timeout_s=0)
+        await asyncio.sleep(0.5)
+        left = [t for t in asyncio.all_tasks() - before if not t.done()]
+        assert left == [], [t.get_coro() for t in left]
+        assert spool.pending_records == 1  # the snapshot waits in the spool for the next run
     finally:
         await asyncio.to_thread(broker.stop)
