@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from dprobe.schema import ClusterReport
 
 MAX_CSV_BYTES = 64 << 20
+MAX_NODE_WARNINGS = 10  # quotas named in warnings of GPUs that are not whole nodes
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -98,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
             "warning: --complete without a quota: this report gives every tenant a quota of 0",
             file=sys.stderr,
         )
+    for line in _partial_nodes(report, worker.node_gpus):
+        print(f"warning: {line}", file=sys.stderr)
     asyncio.run(_publish(kafka, report, worker.replication_factor))
     if args.json:
         print(_encoded(report))
@@ -165,6 +168,30 @@ def report_from(args: argparse.Namespace, now: float | None = None) -> ClusterRe
         return decode_cluster_report(encode(report))
     except SchemaError as exc:
         raise UsageError(f"not a valid report: {exc}") from None
+
+
+def _partial_nodes(report: ClusterReport, node: int) -> list[str]:
+    """What the planner will not read as reported: it counts GPUs in whole nodes of
+    ``node`` GPUs (``worker.node_gpus``) and rounds the rest down.
+
+    >>> r = argparse.Namespace(capacity_gpus=36.0, quotas={"a": 16.0, "b": 4.0})
+    >>> _partial_nodes(r, 8)  # doctest: +NORMALIZE_WHITESPACE
+    ['--capacity 36 is not whole nodes of 8 GPUs (worker.node_gpus): the planner reads 32',
+     'b=4 is not whole nodes of 8 GPUs (worker.node_gpus): the planner reads 0']
+    """
+    out = []
+    given = [("--capacity ", report.capacity_gpus)] if report.capacity_gpus is not None else []
+    given += [(f"{t}=", q) for t, q in sorted(report.quotas.items())]
+    for what, gpus in given:
+        whole = math.floor(gpus / node + 1e-9) * node  # as the planner rounds
+        if gpus - whole > 1e-9:
+            out.append(
+                f"{what}{gpus:g} is not whole nodes of {node} GPUs (worker.node_gpus): "
+                f"the planner reads {whole:g}"
+            )
+    if len(out) > MAX_NODE_WARNINGS:
+        out[MAX_NODE_WARNINGS:] = [f"{len(out) - MAX_NODE_WARNINGS} more quotas like these"]
+    return out
 
 
 def _shown(text: str) -> str:

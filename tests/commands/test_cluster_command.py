@@ -127,3 +127,32 @@ def test_a_quotas_file_without_tenants_is_named_in_the_error(
         )
     else:  # not even a header
         assert err == f"dprobe cluster: {csv}: line 1: expected the header tenant,quota_gpus\n"
+
+
+@pytest.mark.parametrize("node", [8, 4])
+def test_gpus_that_are_not_whole_nodes_are_warned_of_with_what_the_planner_reads(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, node: int
+) -> None:
+    from dprobe.models.forecast.baselines import LastValue
+    from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
+    from dprobe.models.planner import PlannerSettings
+
+    monkeypatch.setenv("DPROBE_WORKER_NODE_GPUS", str(node))
+    argv = ["--capacity", "36", "--quota", "vc-a=12", "--quota", "vc-b=16"]
+    # nothing listens at port 1: the warnings come before the publish fails
+    assert main(["--bootstrap", "127.0.0.1:1", "cluster", "publish", *argv]) == 2
+    warned = [x for x in capsys.readouterr().err.splitlines() if x.startswith("warning: ")]
+    # the reference: what a worker's plan loop holds once it has read this report
+    loop = PlanLoop(LastValue(), PlanLoopSettings(planner=PlannerSettings(node_gpus=node)))
+    loop.on_cluster(report_from(_args(capacity=36.0, quota=argv[3::2])))
+    expected = []
+    if loop.capacity_gpus != 36:
+        expected.append(f"--capacity 36 is not whole nodes of {node} GPUs (worker.node_gpus): "
+                        f"the planner reads {loop.capacity_gpus}")  # fmt: skip
+    for tenant, gpus in (("vc-a", 12), ("vc-b", 16)):
+        read = loop.quotas()[tenant]
+        if read != gpus:
+            expected.append(f"{tenant}={gpus} is not whole nodes of {node} GPUs "
+                            f"(worker.node_gpus): the planner reads {read}")  # fmt: skip
+    assert warned == [f"warning: {line}" for line in expected]
+    assert len(warned) == (2 if node == 8 else 0)
