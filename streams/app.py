@@ -224,7 +224,15 @@ def build_app(s: WorkerSettings, *, samples_partitions: int | None = None) -> Wo
     async def cluster_report(raw: bytes | None, message: Any) -> None:
         """A scheduler's report: invalid ones to the dead-letter topic, valid ones on to the
         planner through the planning topic (in one order with the windows); returns once
-        delivered."""
+        delivered. A tombstone (no value) retires a source's reports from the compacted
+        topic; it says nothing of the fleet, so the planner keeps what it was told."""
+        if raw is None and getattr(message, "key", None) is not None:
+            log.info(
+                "cluster report tombstone %s ignored: a source retired (the planner keeps "
+                "what it was told)",
+                where(message),
+            )
+            return
         try:
             report = schema.decode_cluster_report(raw, max_bytes=s.max_message_bytes)
         except schema.SchemaError as exc:

@@ -339,8 +339,10 @@ async def _latest(kafka: KafkaSettings) -> tuple[list[ClusterReport], int]:
     Last in the order the worker reads them (offsets), not by ``ts``: the worker applies
     reports as they arrive (the newest word wins) and compaction keeps a source's last
     record, so a report published after another with an older ``ts`` (a publisher whose
-    clock went back) is the one in force. Only between partitions, which have no common
-    order (the topic this command and the worker create has one), the later ``ts`` wins."""
+    clock went back) is the one in force. A tombstone (a record with a key and no value)
+    retires the reports of the source it keys, as compaction will. Only between
+    partitions, which have no common order (the topic this command and the worker create
+    has one), the later ``ts`` wins."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.errors import KafkaConnectionError
 
@@ -366,6 +368,11 @@ async def _latest(kafka: KafkaSettings) -> tuple[list[ClusterReport], int]:
             batch = await consumer.getmany(*left, timeout_ms=1000)
             for records in batch.values():
                 for rec in records:
+                    if rec.value is None and rec.key is not None:
+                        # a tombstone retires the reports of its key, which is the source
+                        # of the reports published with it; compaction removes them later
+                        latest.pop(rec.key.decode(errors="replace"), None)
+                        continue
                     try:
                         r = decode_cluster_report(rec.value)
                     except SchemaError as exc:

@@ -1,6 +1,6 @@
 """``dprobe cluster show`` on the real broker: the report it prints for a source is the
 one in force, i.e. the last one on the topic, as the worker applies them and as
-compaction keeps them."""
+compaction keeps them; a source retired by a tombstone is not shown."""
 
 from __future__ import annotations
 
@@ -28,7 +28,10 @@ async def _last_per_key(bootstrap: str, topic: str) -> dict[str, object]:
         out: dict[str, object] = {}
         while await consumer.position(tp) < end:
             for rec in (await consumer.getmany(tp, timeout_ms=1000)).get(tp, []):
-                out[rec.key.decode()] = decode_cluster_report(rec.value)
+                if rec.value is None:  # a tombstone: compaction drops the key
+                    out.pop(rec.key.decode(), None)
+                else:
+                    out[rec.key.decode()] = decode_cluster_report(rec.value)
         return out
     finally:
         await consumer.stop()
@@ -62,3 +65,31 @@ async def test_show_prints_the_last_report_of_a_source_even_with_an_older_ts(
     shown = json.loads(capsys.readouterr().out)
     got = [decode_cluster_report(json.dumps(r).encode()) for r in shown]
     assert {r.source: r for r in got} == expected
+
+
+async def test_a_source_retired_by_a_tombstone_is_not_shown(
+    kafka, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prefix = kafka.unique("cl") + "."
+    topic = await kafka.create_named(f"{prefix}cluster", 1, **{"cleanup.policy": "compact"})
+    old = {"v": 1, "ts": 1_800_000_000.0, "source": "old-adapter", "quotas": {"vc-a": 8.0}}
+    new = {"v": 1, "ts": 1_800_000_100.0, "source": "kueue", "quotas": {"vc-a": 16.0}}
+    async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
+        for r in (old, new):
+            await producer.send_and_wait(
+                topic, json.dumps(r).encode(), key=str(r["source"]).encode()
+            )
+        await producer.send_and_wait(topic, None, key=b"old-adapter")
+    expected = await _last_per_key(kafka.bootstrap, topic)
+    assert set(expected) == {"kueue"}
+
+    monkeypatch.setenv("DPROBE_KAFKA_TOPIC_PREFIX", prefix)
+    monkeypatch.delenv("DPROBE_CONFIG", raising=False)
+    code = await asyncio.to_thread(
+        main, ["--bootstrap", kafka.bootstrap, "cluster", "show", "--json"]
+    )
+    assert code == 0
+    out, err = capsys.readouterr()
+    got = [decode_cluster_report(json.dumps(r).encode()) for r in json.loads(out)]
+    assert {r.source: r for r in got} == expected
+    assert "skipping" not in err  # a tombstone is not an invalid record

@@ -1,6 +1,7 @@
 """On a real broker: what the scheduler reports on dprobe.cluster (published with
 ``dprobe cluster publish``) is what the worker plans from, whatever ``capacity_gpus`` says,
-and a report that is not valid goes to the dead-letter topic with its reason."""
+and a report that is not valid goes to the dead-letter topic with its reason (a tombstone,
+which retires a source, does not)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaProducer
 
 from dprobe import schema
 from tests.conftest import _free_port
@@ -133,6 +135,9 @@ async def test_the_worker_plans_from_the_reported_capacity_and_quotas(
         "--capacity", "48", "--quota", "vc-a=40", "--quota", "vc-b=8", "--complete",
         "--source", "kueue",
     )  # fmt: skip
+    # a retired source's tombstone, before an invalid report: only the latter is a dead letter
+    async with AIOKafkaProducer(bootstrap_servers=kafka_bootstrap) as producer:
+        await producer.send_and_wait(f"{prefix}cluster", None, key=b"retired-adapter")
     await produce(kafka_bootstrap, f"{prefix}cluster", [(b"bad", b'{"v":1,"ts":1}')])
     port = _free_port()
     env = {"DPROBE_WORKER_CAPACITY_GPUS": "64", "DPROBE_WORKER_METRICS_PORT": str(port)}
