@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -54,6 +55,7 @@ POLL_MS = 500
 JOIN_WAIT_S = 30.0  # with --group: said on stderr after this; with --timeout, the least wait
 # (the module docstring, which --help prints, quotes it as "30 s")
 LEAVE_WAIT_S = 2.0  # with --group: longest wait to leave a group not joined yet
+HELD_PRUNE_AT = 100_000  # events held (plans not complete) before those of expired plans go
 ASSIGN_WAIT_S = 30.0  # without --group: longest wait for the topic's partitions at the start
 
 
@@ -119,7 +121,8 @@ class _Tail:
     duplicates: int = 0
     invalid: int = 0
     done: dict[Any, int] = field(default_factory=dict)  # TopicPartition -> next offset
-    held: dict[str, tuple[Any, int]] = field(default_factory=dict)  # event id -> (tp, offset)
+    # event id -> (tp, offset, the record's value) of the events not printed yet
+    held: dict[str, tuple[Any, int, bytes]] = field(default_factory=dict)
     # TopicPartition -> the first offset of an event that could not be printed (the reader
     # went away): nothing at or after it is committed, so the group reads it again
     unprinted: dict[Any, int] = field(default_factory=dict)
@@ -140,16 +143,16 @@ class _Tail:
             if not seen.add(ev.event_id):
                 self.duplicates += 1
                 return True
-            self.held[ev.event_id] = (tp, offset)
-            more = self._print([ev])
-            self.held.pop(ev.event_id, None)
-            return more
+            self.held[ev.event_id] = (tp, offset, value or b"")
+            return self._print([ev])
         # whole plans: the assembler drops duplicates (and takes an expired plan's events
         # again when they are delivered again)
-        self.held[ev.event_id] = (tp, offset)
+        self.held[ev.event_id] = (tp, offset, value or b"")
         before = self.plans.duplicates
         released = self.plans.add(ev)
         self.duplicates += self.plans.duplicates - before
+        if len(self.held) > HELD_PRUNE_AT:  # events of plans that expired, never printed
+            self._prune()
         return self._print(released)
 
     def flush(self) -> bool:
@@ -157,23 +160,40 @@ class _Tail:
         return self._print(self.plans.release_ready()) if self.plans is not None else True
 
     def _print(self, events: list[Any]) -> bool:
+        try:
+            for i, out in enumerate(events):
+                if not _write(sys.stdout, self._json(out) if self.json else format_line(out)):
+                    # the reader went away (e.g. `| head`): the plans not printed whole are
+                    # read again by the group next time, from their first event
+                    cut = {e.plan_id for e in events[i:]}
+                    for e in events:
+                        where = self.held.get(e.event_id) if e.plan_id in cut else None
+                        if where is not None:
+                            tp, offset, _ = where
+                            self.unprinted[tp] = min(self.unprinted.get(tp, offset), offset)
+                    return False
+                self.printed += 1
+            return self.max_events is None or self.printed < self.max_events
+        finally:
+            for e in events:  # released: no longer held
+                self.held.pop(e.event_id, None)
+
+    def _json(self, ev: Any) -> str:
+        """The event as produced, on one line: every field of the record, those this
+        version does not know included (a newer worker's)."""
         from dprobe.schema import to_builtins
 
-        for i, out in enumerate(events):
-            if not _write(
-                sys.stdout, json.dumps(to_builtins(out)) if self.json else format_line(out)
-            ):
-                # the reader went away (e.g. `| head`): the plans not printed whole are read
-                # again by the group next time, from their first event
-                cut = {e.plan_id for e in events[i:]}
-                for e in events:
-                    where = self.held.get(e.event_id) if e.plan_id in cut else None
-                    if where is not None:
-                        tp, offset = where
-                        self.unprinted[tp] = min(self.unprinted.get(tp, offset), offset)
-                return False
-            self.printed += 1
-        return self.max_events is None or self.printed < self.max_events
+        where = self.held.get(ev.event_id)
+        if where is not None:
+            with contextlib.suppress(ValueError):
+                produced = json.loads(where[2])
+                if isinstance(produced, dict):
+                    return json.dumps(produced)
+        return json.dumps(to_builtins(ev))
+
+    def _prune(self) -> None:
+        pending = self.plans.pending_event_ids if self.plans is not None else set()
+        self.held = {i: where for i, where in self.held.items() if i in pending}
 
     def commit_offsets(self) -> dict[Any, int]:
         """The offsets to commit: what was handled, but no further than the first event of
@@ -184,9 +204,8 @@ class _Tail:
             out[tp] = min(out.get(tp, offset), offset)
         if self.plans is None:
             return out
-        pending = self.plans.pending_event_ids
-        self.held = {i: where for i, where in self.held.items() if i in pending}
-        for tp, offset in self.held.values():
+        self._prune()
+        for tp, offset, _ in self.held.values():
             out[tp] = min(out.get(tp, offset), offset)
         return out
 

@@ -3,6 +3,7 @@ still holds, so a restart reads the plan again instead of losing it."""
 
 from __future__ import annotations
 
+import pytest
 from aiokafka import TopicPartition
 
 from dprobe.commands.events import _Tail
@@ -38,3 +39,19 @@ def test_without_plans_everything_handled_is_committed() -> None:
     tail = _Tail(json=True, max_events=None)
     assert tail.handle(P0, 10, encode(_event("a1", 1, "vc-a", 8, 16)), SeenIds())
     assert tail.printed == 1 and tail.commit_offsets() == {P0: 11}
+
+
+def test_a_tail_without_group_keeps_nothing_of_the_plans_it_printed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Memory follows the plans not printed yet, not every event ever read (a tail
+    without --group never commits, so nothing else would let go of them)."""
+    tail = _Tail(json=False, max_events=None, plans=PlanAssembler())
+    seen = SeenIds()
+    for seq in range(1, 51):
+        tail.handle(P0, 2 * seq, encode(_event(f"a{seq}", seq, "vc-a", 8, 16)), seen)
+        tail.handle(P0, 2 * seq + 1, encode(_event(f"b{seq}", seq, "vc-b", 16, 8)), seen)
+    tail.handle(P0, 200, encode(_event("c", 60, "vc-c", 8, 16, size=2)), seen)
+    assert tail.printed == 100
+    assert len(capsys.readouterr().out.splitlines()) == 100
+    assert set(tail.held) == tail.plans.pending_event_ids == {"c"}  # type: ignore[union-attr]

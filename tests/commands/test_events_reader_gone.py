@@ -1,9 +1,11 @@
-"""``dprobe events --group`` whose reader goes away (``| head``, a script that died): the
-event it could not print is not committed, so the next run of the group prints it."""
+"""``dprobe events`` on the real broker: with ``--group``, when the reader goes away
+(``| head``, a script that died) the event it could not print is not committed, so the
+next run of the group prints it; ``--json`` prints each event as produced."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -74,3 +76,28 @@ async def test_an_event_the_reader_never_got_is_printed_by_the_next_run(kafka, p
     assert again.returncode == 0, again.stderr
     ids = [line.split(" id=")[1].split()[0] for line in again.stdout.splitlines()]
     assert ids == [e.event_id for e in PLAN_B]
+
+
+@pytest.mark.parametrize("plans", [False, True])
+async def test_json_lines_are_the_events_as_produced_with_fields_this_version_does_not_know(
+    kafka, plans: bool
+) -> None:
+    """A newer worker's event carries fields this version does not know: ``--json`` prints
+    them too (the module doc: "the event as produced")."""
+    prefix = kafka.unique("json") + "."
+    topic = await kafka.create_named(f"{prefix}scaling-events", 1)
+    produced = []
+    for ev in PLAN_A:
+        obj = json.loads(encode(ev))
+        obj["priority_class"] = "high"  # a field of a later schema
+        produced.append(obj)
+    async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
+        for obj in produced:
+            await producer.send_and_wait(topic, json.dumps(obj).encode())
+    mode = ["--plans"] if plans else []
+    cmd, env = _cmd(kafka, prefix, "--json", "--from-beginning", "--timeout", "3", *mode)
+    done = await asyncio.to_thread(
+        subprocess.run, cmd, capture_output=True, text=True, env=env, timeout=90, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line) for line in done.stdout.splitlines()] == produced
