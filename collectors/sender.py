@@ -26,12 +26,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.codec import has_gzip, has_lz4, has_snappy, has_zstd
-from aiokafka.errors import (
-    KafkaConnectionError,
-    KafkaError,
-    KafkaTimeoutError,
-    RequestTimedOutError,
-)
+from aiokafka.errors import KafkaError, KafkaTimeoutError, RequestTimedOutError
 
 from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.spool import Spool
@@ -276,33 +271,31 @@ class KafkaSender:
             await self._stop_producer(producer)
 
     async def _stop_producer(self, producer: Any) -> None:
+        await _give_up_unsent(producer)
         try:
-            await asyncio.wait_for(_stop_giving_up_unsent(producer), 5.0)
+            await asyncio.wait_for(producer.stop(), 5.0)
         except (KafkaError, OSError, TimeoutError) as exc:
-            log.warning(
-                "Kafka producer did not close within 5 s (%s): dropping its connections",
-                reason(exc),
-            )
-            client = getattr(producer, "client", None)
-            if client is not None:
-                with contextlib.suppress(KafkaError, OSError, TimeoutError):
-                    await asyncio.wait_for(client.close(), 5.0)
+            log.warning("Kafka producer did not stop cleanly: %s", reason(exc))
 
 
-async def _stop_giving_up_unsent(producer: Any) -> None:
-    """Stop ``producer`` without waiting for the batches it still holds.
+async def _give_up_unsent(producer: Any) -> None:
+    """Make an aiokafka producer drop the batches it still holds, so ``stop()`` closes it.
 
-    An aiokafka producer's ``stop()`` first waits until every batch it holds is
-    delivered, and an idempotent producer retries them for ever while Kafka is away: a
-    producer replaced after a failed delivery would keep its connections and tasks for
-    the life of the process, one more after each failure. Those batches are all still
-    in the spool (it is acked only after a confirmed delivery) and the next producer
-    sends them, so they are given up here: the delivery loop is stopped first (it would
-    put a batch failed under it back in its queue), then the batches are failed.
+    ``stop()`` first waits until every batch the producer holds is delivered, and an
+    idempotent producer retries them for ever while Kafka is away: a producer replaced
+    after a failed delivery would keep its connections and tasks for the life of the
+    process, one more after each failure. Those batches are all still in the spool (it
+    is acked only after a confirmed delivery), and the next producer sends them. So the
+    producer's delivery loop is stopped, then its batches are forgotten (not failed: no
+    one waits for them any more).
     """
     sender = getattr(producer, "_sender", None)
     accumulator = getattr(producer, "_message_accumulator", None)
-    if sender is not None and accumulator is not None:
-        await sender.close()
-        accumulator.fail_all(KafkaConnectionError("given up: sent again from the spool"))
-    await producer.stop()
+    if sender is None or accumulator is None:
+        return
+    try:
+        await asyncio.wait_for(sender.close(), 5.0)
+    except (KafkaError, OSError, TimeoutError) as exc:
+        log.warning("Kafka producer did not stop sending cleanly: %s", reason(exc))
+    accumulator._batches.clear()
+    accumulator._pending_batches.clear()
