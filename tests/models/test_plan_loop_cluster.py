@@ -193,9 +193,9 @@ def test_a_checkpoint_of_another_model_keeps_the_quotas_and_starts_the_model_fre
 def test_a_complete_report_without_quotas_leaves_every_tenant_none_whenever_it_comes(
     before_first_plan: bool, tmp_path: Path
 ) -> None:
-    """A complete report holds ("tenants not listed hold none") for a report that lists no one too,
-    whether it comes before the first plan (no even split is guessed then) or after; and a
-    restart from a checkpoint keeps it so."""
+    """A complete report's rule (tenants not listed hold none) holds for one that lists no
+    tenant too, whether it comes before the first plan (no even split is guessed then) or
+    after; and a restart from a checkpoint keeps it so."""
     report = ClusterReport(ts=0.0, source="s", capacity_gpus=32, quotas={}, complete=True)
     loop = _loop(capacity=32)
     if before_first_plan:
