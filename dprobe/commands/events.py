@@ -162,21 +162,33 @@ class _Tail:
     def _print(self, events: list[Any]) -> bool:
         try:
             for i, out in enumerate(events):
+                if i > 0 and out.plan_id != events[i - 1].plan_id and self._reached():
+                    # --max-events reached at the end of a plan: the plans released with it
+                    # are not printed, and a group reads them again next time
+                    self._not_printed(events, i)
+                    return False
                 if not _write(sys.stdout, self._json(out) if self.json else format_line(out)):
                     # the reader went away (e.g. `| head`): the plans not printed whole are
                     # read again by the group next time, from their first event
-                    cut = {e.plan_id for e in events[i:]}
-                    for e in events:
-                        where = self.held.get(e.event_id) if e.plan_id in cut else None
-                        if where is not None:
-                            tp, offset, _ = where
-                            self.unprinted[tp] = min(self.unprinted.get(tp, offset), offset)
+                    self._not_printed(events, i)
                     return False
                 self.printed += 1
-            return self.max_events is None or self.printed < self.max_events
+            return not self._reached()
         finally:
             for e in events:  # released: no longer held
                 self.held.pop(e.event_id, None)
+
+    def _reached(self) -> bool:
+        return self.max_events is not None and self.printed >= self.max_events
+
+    def _not_printed(self, events: list[Any], i: int) -> None:
+        """Keep the commit before the plans of ``events[i:]`` (their first event)."""
+        cut = {e.plan_id for e in events[i:]}
+        for e in events:
+            where = self.held.get(e.event_id) if e.plan_id in cut else None
+            if where is not None:
+                tp, offset, _ = where
+                self.unprinted[tp] = min(self.unprinted.get(tp, offset), offset)
 
     def _json(self, ev: Any) -> str:
         """The event as produced, on one line: every field of the record, those this

@@ -55,3 +55,20 @@ def test_a_tail_without_group_keeps_nothing_of_the_plans_it_printed(
     assert tail.printed == 100
     assert len(capsys.readouterr().out.splitlines()) == 100
     assert set(tail.held) == tail.plans.pending_event_ids == {"c"}  # type: ignore[union-attr]
+
+
+def test_max_events_stops_at_the_end_of_the_plan_that_reaches_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Two plans released at once (the newer waited for the older): --max-events 2 prints
+    the older, whole, and no more; the newer is not committed, so a group prints it next."""
+    tail = _Tail(json=False, max_events=2, plans=PlanAssembler())
+    seen = SeenIds()
+    assert tail.handle(P0, 10, encode(_event("a1", 1, "vc-a", 8, 16)), seen)
+    assert tail.handle(P1, 4, encode(_event("b1", 2, "vc-c", 8, 16)), seen)
+    assert tail.handle(P1, 5, encode(_event("b2", 2, "vc-d", 16, 8)), seen)
+    assert tail.printed == 0  # plan 2 is complete, but waits for plan 1
+    assert not tail.handle(P0, 11, encode(_event("a2", 1, "vc-b", 16, 8)), seen)
+    lines = capsys.readouterr().out.splitlines()
+    assert tail.printed == 2 and [line.split()[1] for line in lines] == ["vc-a", "vc-b"]
+    assert tail.commit_offsets() == {P0: 12, P1: 4}
