@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from dprobe.schema import ClusterReport
 
 MAX_CSV_BYTES = 64 << 20
+SHOW_READ_S = 60.0  # cluster show: the longest it reads the topic
 MAX_NODE_WARNINGS = 10  # quotas named in warnings of GPUs that are not whole nodes
 
 
@@ -363,7 +364,7 @@ async def _latest(kafka: KafkaSettings) -> tuple[list[ClusterReport], int]:
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
         left = {tp for tp in tps if ends[tp] > 0}
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + SHOW_READ_S
         while left and time.monotonic() < deadline:
             batch = await consumer.getmany(*left, timeout_ms=1000)
             for records in batch.values():
@@ -384,6 +385,10 @@ async def _latest(kafka: KafkaSettings) -> tuple[list[ClusterReport], int]:
                     if before is None or before[0] == rec.partition or r.ts >= before[1].ts:
                         latest[r.source] = (rec.partition, r)
             left = {tp for tp in left if await consumer.position(tp) < ends[tp]}
+        for tp in sorted(left, key=lambda tp: tp.partition):
+            print(f"dprobe cluster: warning: stopped reading {topic}[{tp.partition}] after "
+                  f"{SHOW_READ_S:g} s at offset {await consumer.position(tp)} of "
+                  f"{ends[tp]}: later reports are not shown", file=sys.stderr)  # fmt: skip
     finally:
         await consumer.stop()
     return [latest[s][1] for s in sorted(latest)], invalid

@@ -93,3 +93,26 @@ async def test_a_source_retired_by_a_tombstone_is_not_shown(
     got = [decode_cluster_report(json.dumps(r).encode()) for r in json.loads(out)]
     assert {r.source: r for r in got} == expected
     assert "skipping" not in err  # a tombstone is not an invalid record
+
+
+async def test_a_read_cut_short_says_so_instead_of_showing_old_reports_as_the_last(
+    kafka, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A topic it cannot read to its end in time (here: no time at all) is said on
+    stderr, with where the read stopped: what it shows may not be the last word."""
+    from dprobe.commands import cluster
+
+    prefix = kafka.unique("cl") + "."
+    topic = await kafka.create_named(f"{prefix}cluster", 1, **{"cleanup.policy": "compact"})
+    report = {"v": 1, "ts": 1_800_000_000.0, "source": "kueue", "quotas": {"vc-a": 8.0}}
+    async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
+        await producer.send_and_wait(topic, json.dumps(report).encode(), key=b"kueue")
+    monkeypatch.setattr(cluster, "SHOW_READ_S", 0.0)
+    monkeypatch.setenv("DPROBE_KAFKA_TOPIC_PREFIX", prefix)
+    monkeypatch.delenv("DPROBE_CONFIG", raising=False)
+    code = await asyncio.to_thread(main, ["--bootstrap", kafka.bootstrap, "cluster", "show"])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert (
+        f"dprobe cluster: warning: stopped reading {topic}[0] after 0 s at offset 0 of 1: " in err
+    )
