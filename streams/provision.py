@@ -137,6 +137,20 @@ async def ensure_topics(
             await create_topics(admin, new)  # one that exists already: another worker won
         partitions = await wait_for_partitions(admin, list(names.external()))
         await check_update_partitions(admin, s, names.updates)
+        for topic, wanted in counts.items():
+            if partitions.get(topic, wanted) > wanted:
+                log.warning(
+                    "topic %s has %d partitions, more than the %d it is created with (a "
+                    "client that read it before it existed may have made it with the "
+                    "broker's default): %s",
+                    topic, partitions[topic], wanted,
+                    "plans are in order only within a partition, so consumers must apply "
+                    "them in plan_seq order (dprobe events --plans, PlanAssembler), or "
+                    "recreate it with worker.events_partitions"
+                    if topic == names.scaling_events
+                    else "reports of different sources reach the planner in no set order; "
+                    "recreate it with one partition",
+                )  # fmt: skip
         for topic in (names.samples, names.jobs):
             if partitions.get(topic, s.partitions) < s.partitions:
                 log.warning(

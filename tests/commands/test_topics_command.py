@@ -57,3 +57,29 @@ def test_topics_create_makes_every_topic_and_warns_about_a_small_one(
     warning = " ".join(r.getMessage() for r in caplog.records)
     assert f"topic {prefix}samples has 1 partition(s)" in warning
     assert "fewer than worker.partitions=3" in warning
+
+
+def test_a_scaling_events_topic_made_with_more_partitions_is_warned_of(
+    kafka_bootstrap: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A scheduler's consumer that subscribed before the worker ran made Kafka auto-create
+    the scaling-events topic with the broker's default partitions (here 3): plans are no
+    longer in order for consumers that read them as they come."""
+    prefix = f"t{uuid.uuid4().hex[:8]}."
+    monkeypatch.setenv("DPROBE_KAFKA_TOPIC_PREFIX", prefix)
+    asyncio.run(_create(kafka_bootstrap, f"{prefix}scaling-events", 3))
+    base = ["--bootstrap", kafka_bootstrap, "topics"]
+    with caplog.at_level(logging.WARNING, logger="dprobe.streams.provision"):
+        assert main([*base, "create", "--app-id", f"{prefix}app"]) == 0
+    out = capsys.readouterr().out
+    lines = dict(line.split("\t") for line in out.strip().splitlines())
+    assert lines[f"{prefix}scaling-events"] == "3 partition(s)"  # as it was
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    about = [w for w in warnings if f"topic {prefix}scaling-events" in w]
+    assert len(about) == 1
+    assert "has 3 partitions, more than the 1 it is created with" in about[0]
+    assert "plan_seq order" in about[0]
+    assert not any(f"topic {prefix}cluster" in w for w in warnings)  # created with one
