@@ -296,6 +296,9 @@ async def _give_up_unsent(producer: Any) -> None:
     try:
         await asyncio.wait_for(sender.close(), 5.0)
     except (KafkaError, OSError, TimeoutError) as exc:
-        log.warning("Kafka producer did not stop sending cleanly: %s", reason(exc))
+        log.warning(
+            "Kafka did not answer the producer being replaced within 5 s (%s): closing it",
+            reason(exc),
+        )
     accumulator._batches.clear()
     accumulator._pending_batches.clear()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -126,10 +128,15 @@ async def test_no_seq_is_lost_across_a_broker_outage(
         await asyncio.to_thread(broker.stop)
 
 
+@pytest.mark.parametrize("outage", ["stopped", "hung"])
 async def test_a_producer_given_up_on_while_kafka_is_away_leaves_nothing_running(
-    tmp_path: Path, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+    outage: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A delivery that fails while the broker is down makes the sender replace its
+    """A delivery that fails while the broker is down (or hung: its process stopped, so
+    connections open but nothing answers) makes the sender replace its
     producer. The old one still holds the unconfirmed batch, which an idempotent producer
     retries for ever: it must be closed all the same (no task, no connection left), or
     every failed delivery of a long-running collector leaves one more client behind. And
@@ -167,12 +174,16 @@ async def test_a_producer_given_up_on_while_kafka_is_away_leaves_nothing_running
             send_timeout_s=2.0,
             producer_factory=producer,
         )
+        pid = int((tmp_path / "broker" / "broker.pid").read_text())
         before = asyncio.all_tasks()
         spool.append(0, b"0")
         await sender.start()
         assert await sender.flush(30.0)
 
-        await asyncio.to_thread(broker.stop)
+        if outage == "stopped":
+            await asyncio.to_thread(broker.stop)
+        else:
+            os.kill(pid, signal.SIGSTOP)
         spool.append(1, b"1")
         sender.notify()
         failed = lambda: registry.get_sample_value(  # noqa: E731
@@ -189,4 +200,6 @@ async def test_a_producer_given_up_on_while_kafka_is_away_leaves_nothing_running
         await asyncio.sleep(0.1)
         assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
     finally:
+        if outage == "hung":
+            os.kill(pid, signal.SIGCONT)
         await asyncio.to_thread(broker.stop)
