@@ -190,6 +190,8 @@ class Archiver(AsyncService):
             kind = self.kinds[tp.topic]
             for r in records:
                 n += 1
+                if r.value is None and kind == "cluster":
+                    continue  # a tombstone retires a source (docs/worker.md): no report
                 try:
                     msg = _decode(kind, r.value)
                 except SchemaError as exc:

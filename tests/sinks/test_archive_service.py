@@ -143,7 +143,8 @@ async def test_cluster_reports_archived_byte_for_byte(kafka_bootstrap: str, tmp_
         (b"ops", b'{"source": "ops", "v": 1, "ts": 1700000030.5, "quotas": {"vc-c": 8}}'),
     ]  # fmt: skip
     invalid = (b"kueue", b'{"v":1,"ts":1700000060.0,"source":"kueue","quotas":{"vc-a":-1}}')
-    await produce(kafka_bootstrap, f"{prefix}cluster", [reports[0], invalid, reports[1]])
+    retired = (b"ops", None)  # a tombstone: the source retired, no report and not invalid
+    await produce(kafka_bootstrap, f"{prefix}cluster", [reports[0], invalid, reports[1], retired])
     out = tmp_path / "archive"
     settings = ArchiveSettings(
         kafka=KafkaSettings(bootstrap=kafka_bootstrap, topic_prefix=prefix),

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -271,7 +271,9 @@ async def create_worker_topics(bootstrap: Broker, prefix: str, partitions: int =
         await admin.close()
 
 
-async def produce(bootstrap: Broker, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:
+async def produce(
+    bootstrap: Broker, topic: str, records: Sequence[tuple[bytes | None, bytes | None]]
+) -> None:
     producer = AIOKafkaProducer(
         **client_kw(bootstrap), enable_idempotence=True, acks="all", linger_ms=5
     )
