@@ -79,6 +79,7 @@ class ConsumerLag(AsyncService):
         # lag stays reported when Kafka expires the offsets of a group that stopped
         self._committed_topics: set[str] = set()
         self._missing: set[str] = set()  # named topics found missing at the last refresh
+        self._failing = 0  # refreshes failed in a row, on Kafka's side
         self._connecting = asyncio.Lock()
 
     async def start(self) -> None:
@@ -171,12 +172,21 @@ class ConsumerLag(AsyncService):
                 raise
             except (KafkaError, OSError) as exc:
                 self.errors += 1
+                self._failing += 1
                 why = auth_refused(self.kafka) if watch.failure is not None else repr(exc)
                 log.warning("consumer lag of group %s: refresh failed: %s", self.group, why)
             except Exception as exc:
                 self.errors += 1
                 log.exception("consumer lag of group %s: unexpected error", self.group)
                 raise RuntimeError(f"consumer lag poller of {self.group} failed") from exc
+            else:
+                if self._failing:
+                    # the failures were logged: say when the figures are fresh again
+                    log.info(
+                        "consumer lag of group %s: refreshed again after %d failed refresh(es)",
+                        self.group, self._failing,
+                    )  # fmt: skip
+                self._failing = 0
             await asyncio.sleep(self.interval_s)
 
     async def _connect(self) -> tuple[AIOKafkaAdminClient, AIOKafkaConsumer]:

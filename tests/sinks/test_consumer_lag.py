@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -200,3 +201,69 @@ async def test_a_group_that_cannot_be_described_keeps_its_lags(kafka, monkeypatc
         monkeypatch.setattr(consumer_lag, "group_members", loading)
         assert await lag.refresh() == {(topic, 0): 5}
         assert lag.lags == {(topic, 0): 5} and lag.members is None
+
+
+async def test_the_first_refresh_after_failures_is_logged_once(kafka, caplog) -> None:
+    """While Kafka cannot be reached each failure is logged; the refresh that works again
+    says so once, so the log tells when the exported figures are fresh again."""
+    import dataclasses
+    import logging
+    import socket
+
+    topic = await kafka.create_topic("lag-back", partitions=1)
+    group = kafka.unique("group")
+    await _produce(kafka.bootstrap, topic, {0: 4})
+    broker_host, broker_port = kafka.bootstrap.split(",")[0].rsplit(":", 1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        front = s.getsockname()[1]  # nothing listens there until the forwarder starts
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+    async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(broker_host, int(broker_port))
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def until(done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if done():
+                break
+            await asyncio.sleep(0.05)
+
+    caplog.set_level(logging.INFO, logger="dprobe.sinks.consumer_lag")
+    settings = dataclasses.replace(kafka.settings, bootstrap=f"127.0.0.1:{front}")
+    lag = ConsumerLag(settings, group, [topic], interval_s=0.1)
+    server: asyncio.Server | None = None
+    await lag.start()
+    try:
+        await until(lambda: lag.errors >= 2)
+        failed = lag.errors
+        assert failed >= 2 and lag.updated_at is None
+        server = await asyncio.start_server(forward, "127.0.0.1", front)  # Kafka is back
+        await until(lambda: lag.updated_at is not None)
+        assert lag.lags == {(topic, 0): 4}
+        first = lag.updated_at
+        await until(lambda: lag.updated_at != first)  # and it goes on refreshing
+        assert lag.updated_at != first
+        again = [r for r in caplog.records if "refreshed again" in r.getMessage()]
+        assert [(r.levelno, r.getMessage()) for r in again] == [
+            (
+                logging.INFO,
+                f"consumer lag of group {group}: refreshed again after {lag.errors} failed "
+                "refresh(es)",
+            )
+        ]
+        assert lag.errors >= failed
+    finally:
+        await lag.stop()
+        if server is not None:
+            server.close()
