@@ -287,7 +287,9 @@ async def _give_up_unsent(producer: Any) -> None:
     process, one more after each failure. Those batches are all still in the spool (it
     is acked only after a confirmed delivery), and the next producer sends them. So the
     producer's delivery loop is stopped, then its batches are forgotten (not failed: no
-    one waits for them any more).
+    one waits for them any more). This reaches into aiokafka's internals (checked by
+    ``tests/collectors/test_outage_integration.py``); where they differ, the producer
+    is stopped as before.
     """
     sender = getattr(producer, "_sender", None)
     accumulator = getattr(producer, "_message_accumulator", None)
@@ -300,5 +302,7 @@ async def _give_up_unsent(producer: Any) -> None:
             "Kafka did not answer the producer being replaced within 5 s (%s): closing it",
             reason(exc),
         )
-    accumulator._batches.clear()
-    accumulator._pending_batches.clear()
+    for held in ("_batches", "_pending_batches"):
+        batches = getattr(accumulator, held, None)
+        if batches is not None:
+            batches.clear()
