@@ -321,6 +321,8 @@ def _validate(inp: PlanInput, node: int) -> None:
             raise ValueError(f"{t.tenant}: idle GPUs {t.idle_gpus} exceed its quota {t.quota_gpus}")
         if not all(math.isfinite(x) and x >= 0 for x in (t.p50, t.p90, t.need_gpus, t.hold_gpus)):
             raise ValueError(f"{t.tenant}: forecasts and need must be finite and >= 0")
+        if not (math.isfinite(t.horizon_s) and t.horizon_s >= 0):
+            raise ValueError(f"{t.tenant}: horizon_s must be finite and >= 0, not {t.horizon_s!r}")
 
 
 def ceil_to_node(gpus: float, node: int) -> int:

@@ -270,6 +270,8 @@ def test_state_round_trips_and_plan_id_is_deterministic() -> None:
         TenantState("a", quota_gpus=8, p90=float("nan")),
         TenantState("a", quota_gpus=8, idle_gpus=8, max_quota_gpus=-8),  # no ceiling
         TenantState("a", quota_gpus=0, guaranteed_gpus=16, max_quota_gpus=8),  # below guarantee
+        TenantState("a", quota_gpus=8, horizon_s=float("nan")),  # into every event it explains
+        TenantState("a", quota_gpus=8, horizon_s=-60.0),
     ],
 )
 def test_inconsistent_input_is_refused(bad: TenantState) -> None:
