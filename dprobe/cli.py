@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from dprobe.errors import DprobeError
+from dprobe.journal_log import PLAIN_FORMAT, JournalFormatter, stderr_is_journal
 from dprobe.log_repeats import RepeatedLines
 
 # name -> (module under dprobe.commands, one-line help)
@@ -204,14 +205,13 @@ def _run(argv: Sequence[str] | None) -> int:
         (parser if before else args._parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     root = logging.getLogger()
     theirs = list(root.handlers)  # a host program's own (or a test runner's) stay as they are
-    logging.basicConfig(
-        level=args.log_level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    for handler in root.handlers:  # a Kafka client retrying: each line once a minute
+    logging.basicConfig(level=args.log_level, stream=sys.stderr, format=PLAIN_FORMAT)
+    journal = stderr_is_journal(sys.stderr)  # under systemd: priorities, journald's time
+    for handler in root.handlers:
         if handler not in theirs:
-            handler.addFilter(RepeatedLines())
+            handler.addFilter(RepeatedLines())  # a Kafka client retrying: once a minute
+            if journal:
+                handler.setFormatter(JournalFormatter())
     try:
         with _client_progress_hidden(args.command in ONE_SHOT_KAFKA_COMMANDS, args.log_level):
             return int(args._module.run(args) or 0)
