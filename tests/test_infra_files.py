@@ -183,6 +183,12 @@ class _Lag:
 def _exposed_names() -> set[str]:
     """Sample names of a real scrape of the worker's, the collector's and the lag
     exporter's metrics."""
+    return set(_exposed_labels())
+
+
+def _exposed_labels() -> dict[str, set[str]]:
+    """``sample name -> its label names`` of a real scrape of the worker's, the
+    collector's and the lag exporter's metrics."""
     from prometheus_client import CollectorRegistry
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -212,7 +218,11 @@ def _exposed_names() -> set[str]:
     collector.dropped.labels(reason="spool_full").inc()
     with MetricsServer(registry, port=0) as server:
         text = urllib.request.urlopen(server.url, timeout=5).read().decode()
-    return {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
+    labels: dict[str, set[str]] = {}
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            labels.setdefault(sample.name, set()).update(sample.labels)
+    return labels
 
 
 def test_every_alert_expression_is_read() -> None:
@@ -236,6 +246,47 @@ def test_dashboard_and_alerts_use_only_exposed_metric_names() -> None:
     assert sorted((where, n) for where, n in used if n not in exposed) == []
     used_names = {n for _, n in used}
     assert {"dprobe_tenant_forecast_gpus", "kafka_consumergroup_lag_sum", "up"} <= used_names
+
+
+TARGET_LABELS = {"job", "instance"}  # added by Prometheus to every series it scrapes
+
+
+def _selector_labels(expr: str) -> list[tuple[str, set[str]]]:
+    """``(metric, label names matched)`` of each ``metric{...}`` selector of ``expr``.
+
+    >>> found = _selector_labels('max by (t) (a{job="x",q=~"0.5|0.9"}) and b{h!="1"} offset 5m')
+    >>> [(name, sorted(labels)) for name, labels in found]
+    [('a', ['job', 'q']), ('b', ['h'])]
+    """
+    text = re.sub(r'"[^"]*"', '""', expr)
+    return [
+        (m[1], set(re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", m[2])))
+        for m in re.finditer(r"([a-zA-Z_:][\w:]*)\{([^}]*)\}", text)
+    ]
+
+
+def test_dashboard_and_alerts_use_only_exposed_labels() -> None:
+    """Each label a query matches, groups or joins on is one the metrics it reads carry
+    (or one Prometheus adds): a misspelt label matches nothing and nothing says so."""
+    exposed = _exposed_labels() | {name: set() for name in PROMETHEUS_OWN}
+    dash = _dashboard()
+    variables = [v["query"]["query"] for v in dash["templating"]["list"]]
+    queries = [("dashboard", _plain(e)) for e in _dashboard_exprs()]
+    queries += [(f"alert {a}", e) for a, e in _alert_exprs().items()]
+    wrong = []
+    for where, expr in queries:
+        carried = TARGET_LABELS.union(*(exposed.get(n, set()) for n in metric_names(expr)))
+        for name, labels in _selector_labels(expr):
+            wrong += [(where, name, label) for label in labels - exposed[name] - TARGET_LABELS]
+        for group in re.findall(r"\b(?:by|on|ignoring|without)\s*\(([^)]*)\)", expr):
+            used = {label.strip() for label in group.split(",") if label.strip()}
+            wrong += [(where, "by/on", label) for label in used - carried]
+    for query in variables:
+        m = re.fullmatch(r"label_values\(([\w:]+)\{[^}]*\},\s*(\w+)\)", query)
+        assert m, query
+        if m[2] not in exposed[m[1]]:
+            wrong.append(("dashboard variable", m[1], m[2]))
+    assert wrong == []
 
 
 def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
