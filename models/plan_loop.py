@@ -114,6 +114,11 @@ class PlanLoop:
         self._reported: set[str] = set()  # tenants whose quota a report has set
         # a complete report said who holds what (maybe no one): no even split is guessed
         self._complete_reported = False
+        # the source of the last complete report, and the tenants it and the reports since
+        # gave a quota: a tenant that sends its first window outside them is warned of
+        self._complete_source = ""
+        self._named: set[str] = set()
+        self._unnamed_new: list[str] = []  # such tenants since the last plan_end: told there
         self.settings_changed: str | None = None  # what load() found changed, if anything
         # forecasts that were NaN or infinite, planned as the tenant's demand now instead
         self.non_finite_forecasts = 0
@@ -125,6 +130,8 @@ class PlanLoop:
         ``end``; the events of the plan (none for an end at or before the last planned)."""
         for window in sorted(windows, key=lambda w: w.tenant):
             self.learn(window)
+        left_out, self._unnamed_new = sorted(set(self._unnamed_new) - self._named), []
+        _warn_left_out(self._complete_source, left_out, self._named, windowed=set(self._learned))
         if end <= self._planned_upto:
             return []
         self._forget_silent(end)
@@ -147,7 +154,10 @@ class PlanLoop:
             forget(self.forecaster, window.tenant)
         self._score(window)
         self.forecaster.learn_one(window)
+        first = window.tenant not in self._learned
         self._learned[window.tenant] = window.window_end
+        if first and self._complete_reported and window.tenant not in self._named:
+            self._unnamed_new.append(window.tenant)
         self._last[window.tenant] = window
 
     def on_cluster(self, report: ClusterReport) -> None:
@@ -157,14 +167,19 @@ class PlanLoop:
         if report.capacity_gpus is not None:
             self._capacity = _whole_nodes(report.capacity_gpus, node)
         if report.complete:
-            _warn_left_out(report, windowed=set(self._learned))
+            windowed = set(self._learned)
+            left_out = sorted(windowed - set(report.quotas))
+            _warn_left_out(report.source, left_out, set(report.quotas), windowed=windowed)
             self._complete_reported = True
+            self._complete_source = report.source
+            self._named = set()
             for t in set(self._quotas) - set(report.quotas):
                 self._quotas[t] = 0
                 self._reported.add(t)
         for t, q in report.quotas.items():
             self._quotas[t] = _whole_nodes(q, node)
             self._reported.add(t)
+            self._named.add(t)
 
     @property
     def capacity_gpus(self) -> int:
@@ -350,6 +365,8 @@ class PlanLoop:
             "capacity": self._capacity,
             "reported": sorted(self._reported),
             "complete_reported": self._complete_reported,
+            "complete_source": self._complete_source,
+            "named": sorted(self._named),
             "cluster_settings": self._cluster_settings(),
             "forecaster_name": self._forecaster_name(),
         }
@@ -391,6 +408,9 @@ class PlanLoop:
         self._capacity = None if capacity is None else int(capacity)
         self._reported = set(state.get("reported", ()))
         self._complete_reported = bool(state.get("complete_reported", False))
+        self._complete_source = str(state.get("complete_source", ""))
+        # a checkpoint from before this was kept: the tenants reports set stand in for it
+        self._named = set(state.get("named", self._reported))
         self.settings_changed = None
         saved = state.get("cluster_settings")
         if saved is not None and saved != self._cluster_settings():
@@ -399,6 +419,7 @@ class PlanLoop:
             self._capacity = None
             self._reported = set()
             self._complete_reported = False
+            self._complete_source, self._named = "", set()
         if other_model:
             change = f"model {saved_model!r} -> {self._forecaster_name()!r}"
             self.settings_changed = ", ".join(c for c in (self.settings_changed, change) if c)
@@ -445,18 +466,21 @@ def _other_length(before: TenantWindow, now: TenantWindow) -> bool:
     return a > 0 and b > 0 and abs(a - b) > 0.01 * max(a, b)
 
 
-def _warn_left_out(report: ClusterReport, *, windowed: set[str]) -> None:
-    """Log when a complete report leaves out tenants that send windows: they now hold no
+def _warn_left_out(
+    source: str, left_out: list[str], named: set[str], *, windowed: set[str]
+) -> None:
+    """Log when a complete report from ``source`` leaves out tenants that send windows
+    (``left_out``; when it comes, or at a tenant's first window after it): they hold no
     quota, which is right for a tenant the scheduler has no queue for, and wrong when the
-    report names tenants otherwise (a ClusterQueue's name for a VC's)."""
-    left_out = sorted(windowed - set(report.quotas))
+    report names tenants otherwise (a ClusterQueue's name for a VC's). ``named``: the
+    tenants it (and the reports since) gave a quota."""
     if not left_out:
         return
-    unknown = sorted(set(report.quotas) - windowed)
+    unknown = sorted(named - windowed)
     log.warning(
         "complete cluster report from %s gives no quota to %d tenant(s) that send windows: "
         "%s%s; they hold 0 GPUs from now on%s",
-        report.source, len(left_out), ", ".join(left_out[:10]),
+        source, len(left_out), ", ".join(left_out[:10]),
         " ..." if len(left_out) > 10 else "",
         f" (it names {', '.join(unknown[:10])}, which no window names: does the report "
         "name tenants as the collectors do?)" if unknown else "",

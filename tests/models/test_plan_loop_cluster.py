@@ -104,6 +104,32 @@ def test_a_complete_report_that_leaves_out_windowed_tenants_says_so(
     assert loop.quotas() == {"a": 0, "b": 32, "team-a": 0}
 
 
+def test_a_complete_report_read_before_any_window_says_so_at_a_left_out_tenant_s_first(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """A worker that starts reads the compacted cluster topic before any window closes: the
+    tenants the report leaves out are told of at their first window, once, and a tenant
+    that a report since gave a quota is not; a restarted loop remembers both."""
+    loop = _loop(capacity=32)
+    with caplog.at_level(logging.WARNING, logger="dprobe.models.plan_loop"):
+        loop.on_cluster(
+            ClusterReport(ts=0.0, source="kueue", quotas={"team-a": 16, "b": 16}, complete=True)
+        )
+        loop.on_cluster(ClusterReport(ts=0.0, source="ops", quotas={"c": 0}))
+        _step(loop, W, {"a": (8.0, 0.0), "b": (8.0, 0.0), "c": (0.0, 0.0)})
+        _step(loop, 2 * W, {"a": (8.0, 0.0), "b": (8.0, 0.0), "c": (0.0, 0.0)})
+        loop.save(tmp_path / "loop.ckpt")
+        again = _loop(capacity=32)
+        again.load(tmp_path / "loop.ckpt")
+        _step(again, 3 * W, {"a": (8.0, 0.0), "b": (8.0, 0.0), "d": (8.0, 0.0)})
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"complete cluster report from kueue gives no quota to 1 tenant(s) that send windows: "
+        f"{t}; they hold 0 GPUs from now on (it names team-a, which no window names: does the "
+        "report name tenants as the collectors do?)"
+        for t in ("a", "d")
+    ]  # b and c: a report gave them a quota; a after the restart: not its first window
+
+
 def test_a_quiet_tenant_that_holds_quota_lends_its_idle_nodes() -> None:
     loop = _loop(capacity=64)
     loop.on_cluster(ClusterReport(ts=0.0, source="s", quotas={"idle-vc": 48, "b": 16}))
