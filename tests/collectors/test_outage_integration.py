@@ -9,12 +9,14 @@ batches are allowed; consumers drop them by (host, seq)).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
 import signal
 import socket
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -51,24 +53,38 @@ async def wait_for(predicate, timeout_s: float, what: str) -> None:
         await asyncio.sleep(0.2)
 
 
-async def test_no_seq_is_lost_across_a_broker_outage(
-    tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    quiet = logging.getLogger("aiokafka")  # reconnect noise, for this test only
+@contextlib.asynccontextmanager
+async def _own_broker(
+    tmp_path: Path, topic: str, request: pytest.FixtureRequest
+) -> AsyncIterator[LocalBroker]:
+    """A broker of the test's own (it stops or pauses it) holding ``topic`` (one
+    partition), with aiokafka's reconnect noise quiet; resumed if paused, then stopped."""
+    quiet = logging.getLogger("aiokafka")
     request.addfinalizer(lambda level=quiet.level: quiet.setLevel(level))
     quiet.setLevel(logging.CRITICAL)
+    state = tmp_path / "broker"
     broker = LocalBroker(
-        BrokerSettings(port=free_port(), controller_port=free_port(), state_dir=tmp_path / "broker")
+        BrokerSettings(port=free_port(), controller_port=free_port(), state_dir=state)
     )
     await asyncio.to_thread(broker.start)
     try:
         admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
         await admin.start()
         try:
-            await admin.create_topics([NewTopic("outage-samples", 1, 1)])
+            await admin.create_topics([NewTopic(topic, 1, 1)])
         finally:
             await admin.close()
+        yield broker
+    finally:
+        with contextlib.suppress(OSError, ValueError):  # stopped already: no pid file
+            os.kill(int((state / "broker.pid").read_text()), signal.SIGCONT)
+        await asyncio.to_thread(broker.stop)
 
+
+async def test_no_seq_is_lost_across_a_broker_outage(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    async with _own_broker(tmp_path, "outage-samples", request) as broker:
         registry = CollectorRegistry()
         settings = CollectorSettings(
             kafka=KafkaSettings(bootstrap=broker.bootstrap, request_timeout_ms=5000),
@@ -124,8 +140,6 @@ async def test_no_seq_is_lost_across_a_broker_outage(
             f"\noutage: {len(seqs)} records, {last_seq + 1} distinct seqs, "
             f"{len(seqs) - len(seen)} duplicates, {spooled} spooled during {OUTAGE_S}s"
         )
-    finally:
-        await asyncio.to_thread(broker.stop)
 
 
 @pytest.mark.parametrize("outage", ["stopped", "hung"])
@@ -142,20 +156,7 @@ async def test_a_producer_given_up_on_while_kafka_is_away_leaves_nothing_running
     every failed delivery of a long-running collector leaves one more client behind. And
     closing it leaves no error for asyncio to log (an unretrieved exception, a pending
     task destroyed, an unclosed producer)."""
-    quiet = logging.getLogger("aiokafka")
-    request.addfinalizer(lambda level=quiet.level: quiet.setLevel(level))
-    quiet.setLevel(logging.CRITICAL)
-    broker = LocalBroker(
-        BrokerSettings(port=free_port(), controller_port=free_port(), state_dir=tmp_path / "broker")
-    )
-    await asyncio.to_thread(broker.start)
-    try:
-        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic("given-up", 1, 1)])
-        finally:
-            await admin.close()
+    async with _own_broker(tmp_path, "given-up", request) as broker:
         spool = Spool(tmp_path / "spool", max_bytes=1 << 20, fsync=False)
         spool.open()
         registry = CollectorRegistry()
@@ -199,7 +200,3 @@ async def test_a_producer_given_up_on_while_kafka_is_away_leaves_nothing_running
         gc.collect()
         await asyncio.sleep(0.1)
         assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
-    finally:
-        if outage == "hung":
-            os.kill(pid, signal.SIGCONT)
-        await asyncio.to_thread(broker.stop)
