@@ -29,6 +29,16 @@ def test_flags_and_csv_make_one_report_and_flags_win(tmp_path: Path) -> None:
     )
 
 
+def _publish_quotas_file(
+    csv: Path, text: str, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str]:
+    """``cluster publish --quotas-csv`` of ``text`` written to ``csv``: exit code, stderr
+    (the broker address is never reached: the file is refused first)."""
+    csv.write_text(text)
+    code = main(["--bootstrap", "127.0.0.1:1", "cluster", "publish", "--quotas-csv", str(csv)])
+    return code, capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -50,9 +60,7 @@ def test_a_bad_quotas_file_exits_2_with_its_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str
 ) -> None:
     csv = tmp_path / "q.csv"
-    csv.write_text(text)
-    code = main(["--bootstrap", "127.0.0.1:1", "cluster", "publish", "--quotas-csv", str(csv)])
-    err = capsys.readouterr().err
+    code, err = _publish_quotas_file(csv, text, capsys)
     assert code == 2
     assert expected in err and len(err.strip().splitlines()) == 1
 
@@ -116,9 +124,7 @@ def test_a_quotas_file_without_tenants_is_named_in_the_error(
 ) -> None:
     """The file was given: the error names it, instead of asking for --quotas-csv."""
     csv = tmp_path / "q.csv"
-    csv.write_text(text)
-    code = main(["--bootstrap", "127.0.0.1:1", "cluster", "publish", "--quotas-csv", str(csv)])
-    err = capsys.readouterr().err
+    code, err = _publish_quotas_file(csv, text, capsys)
     assert code == 2
     if text:
         assert err == (
