@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
             raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
     from dprobe.commands._common import settings
-    from dprobe.config import BrokerSettings, KafkaSettings
+    from dprobe.config import BrokerSettings, KafkaSettings, WorkerSettings
     from dprobe.demo.plan import DemoPlan
     from dprobe.demo.processes import broker_to_start, stop_command
     from dprobe.demo.report import report
@@ -98,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         out_dir=out_dir,
         config_file=getattr(args, "config", None) or os.environ.get("DPROBE_CONFIG"),
         keep_topics=args.keep_broker,
+        # worker.metrics_port (config file or DPROBE_WORKER_METRICS_PORT) when it is free
+        metrics_port=settings(WorkerSettings, args).metrics_port,
         say=say,
     )
     try:

@@ -78,6 +78,7 @@ class Demo:
         config_file: str | None = None,
         keep_topics: bool = False,
         worker_log_level: str = "WARNING",
+        metrics_port: int = WORKER_METRICS_PORT,
         say: Callable[[str], None] | None = None,
     ) -> None:
         self.plan = plan
@@ -88,7 +89,8 @@ class Demo:
         self.worker_log_level = worker_log_level
         self.say = say or (lambda line: print(f"dprobe demo: {line}", file=sys.stderr, flush=True))
         self.rec = Recording()
-        self.metrics_port = free_port(WORKER_METRICS_PORT)
+        # the configured worker.metrics_port when it is free, else any free port
+        self.metrics_port = free_port(metrics_port)
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         self.metrics_seen = False
         self.invalid = 0

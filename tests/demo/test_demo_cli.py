@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
+from dprobe.demo.processes import free_port
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
@@ -30,7 +32,13 @@ async def _demo_topics(bootstrap: str) -> list[str]:
 def test_demo_runs_to_its_summary_and_writes_a_chart(kafka_bootstrap: str, tmp_path: Path) -> None:
     before = set(asyncio.run(_demo_topics(kafka_bootstrap)))
     out = tmp_path / "out"
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    # the configured worker metrics port is the one the demo serves (9402 may be taken)
+    port = free_port(0)
+    env = {
+        **os.environ,
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "DPROBE_WORKER_METRICS_PORT": str(port),
+    }
     proc = subprocess.run(
         [sys.executable, "-m", "dprobe.cli", "--bootstrap", kafka_bootstrap, "demo",
          "--duration", "30", "--hosts", "4", "--tenants", "3", "--out", str(out)],
@@ -58,6 +66,7 @@ def test_demo_runs_to_its_summary_and_writes_a_chart(kafka_bootstrap: str, tmp_p
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert str(chart) in stdout
     assert "worker ready" in proc.stderr
+    assert f"/metrics at http://127.0.0.1:{port}/metrics" in proc.stderr, proc.stderr[-3000:]
     pid = int(proc.stderr.split("worker started (pid ")[1].split(",")[0])
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
