@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 HORIZONS = (600.0, 3600.0, 21600.0)
 MODELS = "last-value,seasonal-naive,moving-average,holt-winters,dprobe-mmoe"
 HELIOS = Path(os.environ.get("DPROBE_TRACE_DIR", "")) / "helios-earth-vcs"
+FORMATS = ("demand-csv", "helios-vc", "jobs-csv")  # those of dprobe evaluate
 FOLDS = ("2020-05-08:2020-05-15", "2020-05-15:2020-05-22")
 VARIANTS = ("default={}", 'fallback={"raw_fallback": true}')
 
@@ -95,6 +96,48 @@ def _time(text: str) -> float:
     return parse(text, "--fold/--end")
 
 
+def _parse(
+    args: argparse.Namespace,
+) -> tuple[float, list[tuple[float, float]], list[tuple[str, dict[str, Any]]]]:
+    """``--end``, ``--fold``, ``--variant``, ``--models`` and ``--format``, checked; a bad one
+    raises ValueError with a line for the user."""
+    from dprobe.models.forecast.calibration import Calibrated
+    from dprobe.models.forecast.registry import FORECASTERS
+
+    if args.format not in FORMATS:
+        raise ValueError(f"--format {args.format!r}: choose from {', '.join(FORMATS)}")
+    if unknown := [m for m in args.models.split(",") if m not in FORECASTERS]:
+        raise ValueError(
+            f"--models: unknown {', '.join(unknown)} (choose from {', '.join(FORECASTERS)})"
+        )
+    end = _time(args.end)
+    folds = []
+    for fold in args.fold or FOLDS:
+        start, sep, stop = fold.partition(":")
+        if not sep:
+            raise ValueError(f"--fold {fold!r}: not START:END")
+        span = (_time(start), _time(stop))
+        if not span[0] < span[1] <= end:
+            raise ValueError(f"--fold {fold!r}: START must be before END, and END not after --end")
+        folds.append(span)
+    variants = []
+    for variant in args.variant or VARIANTS:
+        name, sep, text = variant.partition("=")
+        try:
+            settings = json.loads(text) if sep and name else None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--variant {variant!r}: settings are not JSON: {exc}") from None
+        if isinstance(settings, dict):
+            try:  # unknown settings and bad values, as the calibration layer checks them
+                Calibrated(Replayed("check", {}), **settings)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"--variant {variant!r}: {exc}") from None
+            variants.append((name, settings))
+            continue
+        raise ValueError(f'--variant {variant!r}: not NAME={{"setting": value, ...}}')
+    return end, folds, variants
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trace", default=str(HELIOS))
@@ -109,21 +152,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if not Path(args.trace).exists():
-        p.error(f"--trace {args.trace}: not found (set DPROBE_TRACE_DIR or pass --trace)")
+        p.exit(2, f"{p.prog}: --trace {args.trace}: not found "
+                  "(set DPROBE_TRACE_DIR or pass --trace)\n")  # fmt: skip
 
     import torch
 
+    from dprobe.errors import UsageError
     from dprobe.models.forecast.calibration import Calibrated
     from dprobe.models.forecast.evaluation import rolling_origin
     from dprobe.models.forecast.registry import make_forecaster
 
     torch.set_num_threads(1)
-    end = _time(args.end)
-    folds = [tuple(_time(t) for t in f.split(":", 1)) for f in args.fold or FOLDS]
-    variants = [
-        (v.split("=", 1)[0], json.loads(v.split("=", 1)[1])) for v in args.variant or VARIANTS
-    ]
-    windows = _windows(args, end)
+    # Every setting is checked before the (minutes long) recording, so that a typo
+    # costs one line and exit 2, not a traceback after the models have run.
+    try:
+        end, folds, variants = _parse(args)
+        windows = _windows(args, end)
+    except (UsageError, ValueError) as exc:
+        p.exit(2, f"{p.prog}: {exc}\n")
     t0 = time.monotonic()
     recorded = {}
     for name in args.models.split(","):

@@ -1,0 +1,72 @@
+"""benchmarks/calibration_folds.py (docs/forecasting.md): a bad setting or a bad trace row
+exits 2 with one line, before any model is recorded; good settings still run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "calibration_folds.py"
+T0 = 1_590_969_600  # 2020-06-01 00:00 UTC
+
+
+def _trace(path: Path, bad_line: int | None = None) -> Path:
+    """Two tenants, one row a minute for two days; ``bad_line`` (1 = header) gets a
+    demand that is not a number."""
+    lines = ["ts,tenant,demand_gpus"]
+    for i in range(2 * 24 * 60):
+        for tenant in ("a", "b"):
+            lines.append(f"{T0 + 60 * i},{tenant},{(i * 7 + len(tenant)) % 13}")
+    if bad_line is not None:
+        ts, tenant, _ = lines[bad_line - 1].split(",")
+        lines[bad_line - 1] = f"{ts},{tenant},lots"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _run(trace: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--trace", str(trace), "--format", "demand-csv",
+         "--models", "last-value", "--end", "2020-06-03",
+         "--fold", f"{T0 + 43_200}:{T0 + 86_400}", *extra],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--variant", 'typo={"activity_halflfe": 3}'], "activity_halflfe"),
+        (["--variant", 'half={"activity_halflife": 0}'], "activity_halflife must be > 0"),
+        (["--variant", "x={bad"], "not JSON"),
+        (["--variant", "default"], "not NAME="),
+        (["--fold", "2020-06-01"], "not START:END"),
+        (["--fold", "2020-06-02:2020-06-01"], "START must be before END"),
+        (["--models", "last-valu"], "unknown last-valu"),
+    ],
+)
+def test_a_bad_setting_is_one_line_and_exit_2(tmp_path: Path, extra: list[str], says: str) -> None:
+    done = _run(_trace(tmp_path / "d.csv"), *extra)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("calibration_folds.py: ") and says in lines[0]
+    assert "recorded" not in done.stderr  # refused before any model ran
+
+
+def test_a_bad_trace_row_names_the_file_and_line(tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "d.csv", bad_line=7)
+    done = _run(trace)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"calibration_folds.py: {trace}:7: demand_gpus: not a number: 'lots'"
+    ]
+
+
+def test_good_settings_still_run(tmp_path: Path) -> None:
+    done = _run(_trace(tmp_path / "d.csv"), "--variant", 'half3={"activity_halflife": 3}')
+    assert done.returncode == 0, done.stderr
+    assert "half3 fold 0      last-value     600 s  cover" in done.stdout
