@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -28,6 +29,7 @@ DEFAULT_INTERVAL_S = 120.0  # one snapshot per host every two event-time minutes
 GRACE_WALL_S = 3.0  # lateness allowed across hosts, in wall seconds
 MEAN_JOB_S = 5400.0  # shorter jobs than the backend's default, so demand follows the rhythm
 START_HOUR_UTC = 6
+MAX_EVENT_SPAN_S = 365 * 86_400.0  # event time starts that much before now at most
 
 
 def _run_tag() -> str:
@@ -48,8 +50,8 @@ class DemoPlan:
     tag: str = field(default_factory=_run_tag)
 
     def __post_init__(self) -> None:
-        if not self.duration_s > 0:
-            raise UsageError("--duration must be > 0")
+        if not (math.isfinite(self.duration_s) and self.duration_s > 0):
+            raise UsageError("--duration must be a finite number > 0")
         if not 1 <= self.tenants <= 26:
             raise UsageError("--tenants must be between 1 and 26")
         if not 1 <= self.hosts <= 64:
@@ -60,6 +62,13 @@ class DemoPlan:
             raise UsageError(
                 f"--speed {self.speed:g} closes a {self.window_s:g} s window every "
                 f"{1000 * self.window_s / self.speed:.0f} ms of wall time: too fast"
+            )
+        if self.event_span_s > MAX_EVENT_SPAN_S:
+            raise UsageError(
+                f"--duration {self.duration_s:g} at --speed {self.speed:g} covers "
+                f"{self.event_span_s / 86_400:,.0f} days of event time, which must end by now: "
+                f"at most {MAX_EVENT_SPAN_S / 86_400:.0f} days (a shorter --duration or a "
+                "lower --speed)"
             )
 
     @property

@@ -26,11 +26,31 @@ def test_default_run_covers_many_windows() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"duration_s": 0}, {"tenants": 0}, {"hosts": 0}, {"speed": 0.5}, {"speed": 100_000}],
+    [
+        {"duration_s": 0},
+        {"duration_s": float("nan")},
+        {"duration_s": float("inf")},
+        {"duration_s": 1e8},  # 2,300 years of event time at the default speed
+        {"tenants": 0},
+        {"hosts": 0},
+        {"speed": 0.5},
+        {"speed": 100_000},
+    ],
 )
 def test_bad_settings_are_usage_errors(kwargs: dict[str, float]) -> None:
     with pytest.raises(UsageError):
         DemoPlan(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("duration_s", [90.0, 3600.0, 43_800.0])
+def test_every_accepted_duration_has_a_clock_start_before_now(duration_s: float) -> None:
+    # the run starts its collectors only after the worker is up: a plan it accepts must
+    # have an event time that starts at 06:00 UTC and ends by now
+    now = datetime(2026, 11, 30, 9, tzinfo=UTC)
+    p = DemoPlan(duration_s=duration_s)
+    start = datetime.fromtimestamp(clock_start(now, p.event_span_s), UTC)
+    assert start.hour == 6 and start.timestamp() + p.event_span_s <= now.timestamp()
+    assert start >= now - timedelta(days=366 + 7)
 
 
 @pytest.mark.parametrize("day", range(20, 30))
