@@ -21,11 +21,13 @@ import statistics
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
+from dprobe.errors import UsageError
 from dprobe.models.forecast.evaluation import rolling_origin
 from dprobe.models.forecast.registry import make_forecaster
 from dprobe.traces.job_windows import job_windows
@@ -34,11 +36,29 @@ from dprobe.traces.jobs_csv import read_jobs
 HORIZONS = (600.0, 3600.0, 21600.0)
 
 
-def _ts(text: str) -> float:
-    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+def _ts(text: str, flag: str) -> float:
+    try:
+        return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        raise ValueError(f"{flag}: not an ISO date: {text!r}") from None
 
 
-def main() -> None:
+def _inputs(args: argparse.Namespace) -> tuple[float, float, list[Any]]:
+    """The test span and the trace's jobs; a bad flag or row raises with a line for the user."""
+    start = _ts(args.test_start, "--test-start")
+    end = _ts(args.test_end, "--test-end") if args.test_end else float("inf")
+    if not start < end:
+        raise ValueError("--test-start must be before --test-end")
+    if not all(x.strip().isdigit() for x in args.seeds.split(",")):
+        raise ValueError(f"--seeds {args.seeds!r}: not a list of whole numbers >= 0")
+    if not 0 < args.time_unit < float("inf"):
+        raise ValueError(f"--time-unit must be > 0 seconds, got {args.time_unit:g}")
+    if not Path(args.trace).exists():
+        raise ValueError(f"--trace {args.trace}: not found (set DPROBE_TRACE_DIR or pass --trace)")
+    return start, end, list(read_jobs(args.trace, time_unit_s=args.time_unit))
+
+
+def main(argv: list[str] | None = None) -> None:
     default = Path(os.environ.get("DPROBE_TRACE_DIR", "")) / "philly-chronus"
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--trace", default=str(default / "trace_job_Philly_MIX1.csv"))
@@ -46,10 +66,12 @@ def main() -> None:
     p.add_argument("--test-start", required=True, help="ISO date: the scored span starts")
     p.add_argument("--test-end", default=None, help="ISO date: windows after it are dropped")
     p.add_argument("--seeds", default="0,1,2")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     torch.set_num_threads(1)
-    end = _ts(args.test_end) if args.test_end else float("inf")
-    jobs = read_jobs(args.trace, time_unit_s=args.time_unit)
+    try:  # every flag and the trace, checked before any model runs: one line, exit 2
+        start, end, jobs = _inputs(args)
+    except (UsageError, ValueError) as exc:
+        p.exit(2, f"{p.prog}: {exc}\n")
     windows = [w for w in job_windows(jobs, 600.0) if w.window_end <= end]
     gains: dict[float, list[float]] = {h: [] for h in HORIZONS[1:]}
     print(f"{len(windows)} windows; test from {args.test_start}")
@@ -57,9 +79,7 @@ def main() -> None:
     for seed in (int(s) for s in args.seeds.split(",")):
         names = ("last-value", "job-aware", "dprobe-mmoe", "dprobe-mmoe-jobs")
         models = [make_forecaster(n, seed=seed, calibrate=True) for n in names]
-        res = rolling_origin(
-            windows, models, HORIZONS, test_start=_ts(args.test_start), absent_is_zero=True
-        )
+        res = rolling_origin(windows, models, HORIZONS, test_start=start, absent_is_zero=True)
         pinball = {(r.model, r.horizon_s): r.pinball_p90 for r in res.rows}
         for r in res.rows:
             print(

@@ -1,0 +1,65 @@
+"""benchmarks/job_inputs.py (docs/forecasting.md): a bad flag, a missing trace or a bad
+trace row exits 2 with one line before any model runs, not with a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "job_inputs.py"
+HEADER = "job_id,user,num_gpu,submit_time,duration"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    path = tmp_path / "jobs.csv"
+    path.write_text(HEADER + "\n" + "".join(f"{i},vc_a,1,{i * 10},30\n" for i in range(20)))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--test-start", "May 8"], "--test-start: not an ISO date: 'May 8'"),
+        (["--test-start", "1970-01-02", "--test-end", "1970-13-01"], "--test-end: not an ISO"),
+        (["--test-start", "1970-01-03", "--test-end", "1970-01-02"], "--test-start must be before"),
+        (["--test-start", "1970-01-02", "--seeds", "0,one"], "--seeds '0,one': not a list"),
+        (["--test-start", "1970-01-02", "--time-unit", "0"], "--time-unit must be > 0"),
+    ],
+)
+def test_a_bad_flag_is_one_line_and_exit_2(trace: Path, extra: list[str], says: str) -> None:
+    done = _run("--trace", str(trace), *extra)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"job_inputs.py: {says}"), lines
+    assert done.stdout == ""  # nothing ran
+
+
+def test_a_bad_row_names_the_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "jobs.csv"
+    bad.write_text(HEADER + "\n0,vc_a,1,0,30\n1,vc_a,two,5,30\n")
+    done = _run("--trace", str(bad), "--test-start", "1970-01-02")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [f"job_inputs.py: {bad}:3: num_gpu 'two' is not a number"]
+
+
+def test_a_missing_trace_says_how_to_point_at_one(tmp_path: Path) -> None:
+    gone = tmp_path / "nope.csv"
+    done = _run("--trace", str(gone), "--test-start", "1970-01-02")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"job_inputs.py: --trace {gone}: not found (set DPROBE_TRACE_DIR or pass --trace)"
+    ]
