@@ -157,7 +157,44 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def main() -> None:
+def _cells(args: argparse.Namespace) -> list[tuple[float, str]]:
+    """``--cells`` as (latency, reclaim) pairs, after checking every other flag a run would
+    otherwise reject only once the runs have started; a bad one raises ValueError."""
+    from dprobe.models.forecast.registry import FORECASTERS
+    from dprobe.sim.policies import POLICIES
+
+    if not Path(args.helios).is_dir():
+        raise ValueError(f"{args.helios}: no such folder (set DPROBE_TRACE_DIR or pass --helios)")
+    if unknown := set(args.rules.split(",")) - set(RULES):
+        raise ValueError(f"unknown rules {sorted(unknown)}; choose from {', '.join(RULES)}")
+    if unknown := set(args.policies.split(",")) - set(POLICIES):
+        raise ValueError(f"unknown policies {sorted(unknown)}; choose from {', '.join(POLICIES)}")
+    if args.forecaster not in FORECASTERS:
+        raise ValueError(
+            f"unknown forecaster {args.forecaster!r}; choose from {', '.join(FORECASTERS)}"
+        )
+    if not all(s.strip().isdigit() for s in args.seeds.split(",")):
+        raise ValueError(f"--seeds {args.seeds!r}: not a list of whole numbers >= 0")
+    if not args.days > 0:
+        raise ValueError(f"--days must be > 0, got {args.days:g}")
+    if args.lend_horizon is not None and not args.lend_horizon >= 0:
+        raise ValueError(f"--lend-horizon must be >= 0 seconds, got {args.lend_horizon:g}")
+    cells = []
+    for cell in args.cells.split(","):
+        latency, _, reclaim = cell.partition(":")
+        try:
+            lat = float(latency)
+        except ValueError:
+            lat = float("nan")
+        if not (0 <= lat < float("inf")) or reclaim not in ("wait", "preempt"):
+            raise ValueError(
+                f"--cells: {cell!r} is not LATENCY:RECLAIM (seconds >= 0, wait or preempt)"
+            )
+        cells.append((lat, reclaim))
+    return cells
+
+
+def main(argv: list[str] | None = None) -> None:
     default = Path(os.environ.get("DPROBE_TRACE_DIR", "")) / "helios-earth-vcs"
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--helios", default=str(default), help="folder of Helios VC series")
@@ -176,12 +213,11 @@ def main() -> None:
     p.add_argument("--rules", default=",".join(RULES), help="rules to run (reactive always)")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--json", action="store_true", help="print every run and the summary")
-    args = p.parse_args()
-    if not Path(args.helios).is_dir():
-        p.error(f"{args.helios}: no such folder (set DPROBE_TRACE_DIR or pass --helios)")
-    if unknown := set(args.rules.split(",")) - set(RULES):
-        p.error(f"unknown rules {sorted(unknown)}; choose from {', '.join(RULES)}")
-    cells = [(float(c.split(":")[0]), c.split(":")[1]) for c in args.cells.split(",")]
+    args = p.parse_args(argv)
+    try:
+        cells = _cells(args)
+    except ValueError as exc:  # checked before any run starts: one line, exit 2
+        p.exit(2, f"{p.prog}: {exc}\n")
     runs = [
         Run(rule, int(seed), policy, lat, rec)
         for lat, rec in cells

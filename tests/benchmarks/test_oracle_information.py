@@ -1,0 +1,53 @@
+"""benchmarks/oracle_information.py (docs/simulation.md): a bad flag exits 2 with one line
+before any run starts, not with a traceback from a run process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "oracle_information.py"
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--cells", "900:waitt"], "--cells: '900:waitt' is not LATENCY:RECLAIM"),
+        (["--cells", "abc"], "--cells: 'abc' is not LATENCY:RECLAIM"),
+        (["--cells=-300:wait"], "--cells: '-300:wait' is not LATENCY:RECLAIM"),
+        (["--seeds", "1,x"], "--seeds '1,x': not a list of whole numbers"),
+        (["--policies", "fifo,lsa"], "unknown policies ['lsa']"),
+        (["--forecaster", "recent_peak"], "unknown forecaster 'recent_peak'"),
+        (["--rules", "oracle"], "unknown rules ['oracle']"),
+        (["--days", "0"], "--days must be > 0"),
+    ],
+)
+def test_a_bad_flag_is_one_line_and_exit_2(tmp_path: Path, extra: list[str], says: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--helios", str(tmp_path), *extra],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"oracle_information.py: {says}"), lines
+
+
+def test_a_missing_folder_is_one_line(tmp_path: Path) -> None:
+    gone = tmp_path / "nope"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--helios", str(gone)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"oracle_information.py: {gone}: no such folder (set DPROBE_TRACE_DIR or pass --helios)"
+    ]
