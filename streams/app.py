@@ -126,6 +126,8 @@ def window_settings(s: WorkerSettings) -> WindowSettings:
         max_state_bytes=s.max_state_bytes,
         levels=demand_settings.level_settings(s),
         flow=demand_settings.flow_settings(s),
+        # older windows the planner would not learn (its tenant forgotten at once)
+        job_fill_s=s.forget_tenant_after_s or WindowSettings.job_fill_s,
     )
 
 

@@ -463,7 +463,7 @@ class Windows:
         """Starts of the windows that end at or before ``watermark``, are not out yet and
         have a tenant whose job book has something to say about them: a tenant with jobs
         queued or running gets its windows even when no host of its partition sends
-        telemetry for them."""
+        telemetry for them, those of the last ``job_fill_s`` before ``watermark``."""
         w = self.cfg.window_s
         if not math.isfinite(watermark) or math.floor(watermark / w) * w <= ps.out_before:
             return []  # no window end passed since the last close: nothing to read
@@ -473,7 +473,8 @@ class Windows:
         first = min((t for book in books if (t := book.first_ts()) is not None), default=None)
         if first is None:
             return []
-        base = max(ps.out_before, math.floor(first / w) * w)
+        oldest = math.floor((watermark - self.cfg.job_fill_s) / w) * w  # a jump: not filled
+        base = max(ps.out_before, math.floor(first / w) * w, oldest)
         count = math.floor((watermark - base) / w)
         starts = (base + i * w for i in range(max(0, count)))
         return [s for s in starts if any(book.has_jobs_at(s, s + w) for book in books)]

@@ -85,6 +85,10 @@ class WindowSettings:
     max_state_bytes: int = DEFAULT_MAX_STATE_BYTES  # byte budget of every stored shard
     levels: LevelSettings = field(default_factory=LevelSettings)
     flow: FlowSettings = field(default_factory=FlowSettings)
+    # windows that only a tenant's job book speaks of (no telemetry) are filled in at most
+    # this far back from the watermark: a jump in event time (a replay into topics that
+    # held older data) would otherwise emit one window per window length of the gap
+    job_fill_s: float = 7 * 86_400.0
 
 
 class Partial(msgspec.Struct, frozen=True, array_like=True):

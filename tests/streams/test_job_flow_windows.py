@@ -120,13 +120,15 @@ def _reference(
     return out
 
 
-def _windows(features: FakeTopic, table: FakeTable) -> Windows:
+def _windows(features: FakeTopic, table: FakeTable, **settings: Any) -> Windows:
     stats = WorkerStats()
     profiler = default_profiler()
     return Windows(
         table=table,
         features_topic=features,
-        window=WindowSettings(window_s=WINDOW_S, grace_s=2.0, flow=FlowSettings(edges_s=EDGES)),
+        window=WindowSettings(
+            window_s=WINDOW_S, grace_s=2.0, flow=FlowSettings(edges_s=EDGES), **settings
+        ),
         stats=stats,
         sources=1,
         deadletter=DeadLetters(FakeTopic(), stats),
@@ -429,6 +431,34 @@ def test_job_events_read_ahead_of_a_samples_backlog_do_not_make_it_late() -> Non
     assert len(due) > 20
     for key in due:
         assert (got[key].hosts, got[key].samples) == (tele[key]["hosts"], tele[key]["samples"])
+
+
+def test_a_jump_in_event_time_fills_job_only_windows_of_the_last_job_fill_s_only() -> None:
+    """A job queued when event time jumps an hour ahead (as a replay into topics that held
+    older data jumps years): its tenant gets the windows of the last ``job_fill_s`` before
+    the new watermark, each with the job pending, not one per window of the whole gap."""
+    fill_s = 100.0
+    submit = schema.JobEvent(ts=T0 + 1.0, event="submit", job="q", tenant="vc-q", gpus=8)
+    jump = T0 + 3_600.0
+    marks = [T0 + 3.0, jump]
+
+    async def run() -> list[schema.TenantWindow]:
+        features = FakeTopic()
+        stage = _windows(features, FakeTable(), job_fill_s=fill_s)
+        values = [codec.encode_job(submit)] + [
+            codec.encode_watermark(codec.SourceWatermark(source=0, ts=t)) for t in marks
+        ]
+        for offset, value in enumerate(values):
+            await stage.on_updates([_event("updates", 0, offset, value)])
+        return [schema.decode_window(v) for _, _, v in features.sent]
+
+    windows = asyncio.run(run())
+    watermark = jump - 2.0  # the newest time less grace_s
+    last = (watermark // WINDOW_S) * WINDOW_S  # the end of the last window due
+    oldest = ((watermark - fill_s) // WINDOW_S) * WINDOW_S
+    expected = [oldest + k * WINDOW_S for k in range(int((last - oldest) // WINDOW_S))]
+    assert [w.window_start for w in windows] == expected and len(expected) == 10
+    assert {(w.tenant, w.pending_gpus, w.running_gpus) for w in windows} == {("vc-q", 8, 0)}
 
 
 def test_a_late_job_event_is_counted_and_still_changes_the_book() -> None:
