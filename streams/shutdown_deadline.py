@@ -65,7 +65,8 @@ class ShutdownDeadline:
 
     def _give_up(self, why: str) -> None:
         log.error(
-            "%s (is the Kafka broker reachable?): exiting now without a clean stop; "
+            "%s (a Kafka broker that does not answer, or a batch that closes many windows "
+            "still being processed): exiting now without a clean stop; "
             "nothing is lost, the records not yet acknowledged are read again",
             why,
         )

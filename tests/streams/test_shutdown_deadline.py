@@ -65,7 +65,8 @@ def test_a_stop_that_hangs_ends_at_the_deadline_with_exit_1(tmp_path: Path) -> N
     proc.send_signal(signal.SIGTERM)
     code, out, took = _exit(proc, within_s=60)
     assert code == 1
-    assert "still stopping 2 s after SIGTERM" in out and "exiting now" in out
+    assert "still stopping 2 s after SIGTERM (a Kafka broker that does not answer, or a " in out
+    assert "exiting now" in out
     assert took >= 2.0
 
 
