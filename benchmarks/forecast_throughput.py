@@ -108,13 +108,21 @@ def run_once(
     return per_window, state_bytes(model)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tenants", type=int, default=100)
     ap.add_argument("--warm", type=int, default=60, help="windows before timing (>= 6 h + K)")
     ap.add_argument("--windows", type=int, default=60, help="timed windows per run")
     ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    for flag, value, least in (
+        ("--tenants", args.tenants, 1),
+        ("--warm", args.warm, 0),
+        ("--windows", args.windows, 1),
+        ("--repeats", args.repeats, 1),
+    ):
+        if value < least:  # nothing would be timed: one line, exit 2
+            ap.exit(2, f"{ap.prog}: {flag} must be >= {least}, got {value}\n")
     torch.set_num_threads(1)
     print(f"one core: torch threads={torch.get_num_threads()}, pid {os.getpid()}", file=sys.stderr)
     makers = {

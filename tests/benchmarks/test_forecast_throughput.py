@@ -1,0 +1,33 @@
+"""benchmarks/forecast_throughput.py (docs/forecasting.md): a count that would leave
+nothing to time exits 2 with one line, not a table of zeros or a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "forecast_throughput.py"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "least"),
+    [("--tenants", "0", 1), ("--windows", "0", 1), ("--repeats", "0", 1), ("--warm", "-1", 0)],
+)
+def test_a_count_with_nothing_to_time_is_one_line_and_exit_2(
+    flag: str, value: str, least: int
+) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), f"{flag}={value}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"forecast_throughput.py: {flag} must be >= {least}, got {value}"
+    ]
+    assert done.stdout == ""
