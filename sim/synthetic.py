@@ -163,6 +163,9 @@ def generate(
     The first ``settings.days`` of every series; more days than the longest series holds
     are a :class:`UsageError` that says how many days it holds."""
     s = settings or SyntheticSettings()
+    if not Path(folder).is_dir():
+        what = "is a file, not a folder" if Path(folder).exists() else "no such folder"
+        raise UsageError(f"{folder}: {what} (--helios takes the folder of the Helios VC series)")
     files = sorted(Path(folder).glob("vc*.csv*"))
     if not files:
         raise UsageError(f"{folder}: no Helios VC series (vc*.csv or vc*.csv.gz)")

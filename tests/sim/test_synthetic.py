@@ -57,6 +57,24 @@ def test_no_series_is_a_usage_error(tmp_path: Path) -> None:
         generate(tmp_path)
 
 
+def test_a_missing_folder_or_a_file_is_said_as_such(tmp_path: Path) -> None:
+    """A mistyped --helios, or one VC's file instead of its folder, is named for what it
+    is, not as a folder without series."""
+    gone = tmp_path / "helios-earth-vsc"
+    with pytest.raises(UsageError) as err:
+        generate(gone)
+    assert str(err.value) == (
+        f"{gone}: no such folder (--helios takes the folder of the Helios VC series)"
+    )
+    _series(tmp_path / "vcA.csv.gz", 4, 0, 16, 48)
+    with pytest.raises(UsageError) as err:
+        generate(tmp_path / "vcA.csv.gz")
+    assert str(err.value) == (
+        f"{tmp_path / 'vcA.csv.gz'}: is a file, not a folder "
+        "(--helios takes the folder of the Helios VC series)"
+    )
+
+
 def test_more_days_than_the_longest_series_is_a_usage_error(tmp_path: Path) -> None:
     _series(tmp_path / "vcA.csv.gz", 4, 0, 16, 48)
     _series(tmp_path / "vcB.csv.gz", 4, 0, 16, 24)  # a shorter series only ends earlier
