@@ -44,6 +44,7 @@ from dprobe.folders import output_file
 
 if TYPE_CHECKING:
     from dprobe.models.planner import PlannerSettings
+    from dprobe.sim.settings import SimSettings
 
 POLICIES = ("fifo", "sjf", "srtf", "qssf", "las")
 MODES = ("static", "reactive", "predictive", "oracle")
@@ -323,6 +324,30 @@ def _check_combinations(args: argparse.Namespace) -> None:
             )
 
 
+def _quota_settings(settings: SimSettings, modes: list[str], reclaims: list[str]) -> str:
+    """One line: the settings the quota modes other than static run with."""
+    parts = [
+        f"planning every {settings.interval_s:g} s",
+        f"guarantee {settings.guarantee_fraction:g} of each quota",
+    ]
+    if {"predictive", "oracle"} & set(modes):
+        parts.append(f"forecast horizon {settings.horizon_s:g} s")
+        holds = {r: dataclasses.replace(settings, reclaim=r).hold_s for r in reclaims}
+        parts.append(
+            "lend horizon "
+            + (
+                f"{next(iter(holds.values())):g} s"
+                if len(set(holds.values())) == 1
+                else " / ".join(f"{h:g} s ({r})" for r, h in holds.items())
+            )
+        )
+    if "predictive" in modes:
+        parts.append("forecast gate " + ("on" if settings.gate else "off (--no-gate)"))
+    if "preempt" in reclaims:
+        parts.append(f"checkpoint every {settings.checkpoint_interval_s:g} s of work (preempt)")
+    return "quota settings: " + ", ".join(parts)
+
+
 def _worker_planner(args: argparse.Namespace, node_gpus: int) -> PlannerSettings:
     """The planner settings ``dprobe worker`` would run with the same ``--config`` and
     environment, on the simulator's nodes of ``node_gpus``; one line says what they are."""
@@ -515,6 +540,8 @@ def run(args: argparse.Namespace) -> int:
         f"{count_of(sum(vc_nodes.values()), 'node')}; "
         f"{origin}" + (f"; seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else "")
     )
+    if dynamic:  # what the quota modes ran with, so that a saved report says it
+        say(_quota_settings(settings, modes, reclaims))
     t0 = time.perf_counter()
     results = run_seeds(
         streams,

@@ -538,3 +538,27 @@ def test_counts_of_one_are_singular(tmp_path: Path, capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err
     assert "1 job (jobs.csv); 1 VC, 1 node;" in err
     assert "1 run in " in err and "; 0 jobs left out" in err
+
+
+def test_the_quota_settings_used_are_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The settings a run was made with are on stderr, as given (a saved report says them),
+    and a static-only run prints none (it moves nothing)."""
+    (tmp_path / "jobs.csv").write_text(
+        "job_id,user,num_gpu,submit_time,duration,model_name\n0,a,8,0,20,vgg16\n1,b,8,1,20,vgg16\n"
+    )
+    (tmp_path / "vcs.csv").write_text("vc,node num\na,1\nb,1\n")
+    args = ["simulate", "--jobs", str(tmp_path / "jobs.csv"), "--vcs", str(tmp_path / "vcs.csv")]
+    given = ["--interval", "120", "--guarantee", "0.25", "--horizon", "1200", "--no-gate"]
+    assert main([*args, *given, "--reclaim", "preempt", "--checkpoint-interval", "900",
+                 "--policies", "fifo", "--modes", "predictive", "--forecaster", "last-value",
+                 "--chart", ""]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert (
+        "quota settings: planning every 120 s, guarantee 0.25 of each quota, forecast horizon "
+        "1200 s, lend horizon 900 s, forecast gate off (--no-gate), checkpoint every 900 s of "
+        "work (preempt)\n"
+    ) in err
+    assert main([*args, "--policies", "fifo", "--modes", "static", "--chart", ""]) == 0
+    assert "quota settings" not in capsys.readouterr().err
