@@ -4,12 +4,12 @@ exits 2 with one line, before any model is recorded; good settings still run."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "calibration_folds.py"
+from tests.benchmarks.scripts import run_benchmark
+
 T0 = 1_590_969_600  # 2020-06-01 00:00 UTC
 
 
@@ -28,11 +28,10 @@ def _trace(path: Path, bad_line: int | None = None) -> Path:
 
 
 def _run(trace: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), "--trace", str(trace), "--format", "demand-csv",
-         "--models", "last-value", "--end", "2020-06-03",
-         "--fold", f"{T0 + 43_200}:{T0 + 86_400}", *extra],
-        capture_output=True, text=True, check=False, timeout=300,
+    return run_benchmark(
+        "calibration_folds.py", "--trace", str(trace), "--format", "demand-csv",
+        "--models", "last-value", "--end", "2020-06-03",
+        "--fold", f"{T0 + 43_200}:{T0 + 86_400}", *extra,
     )  # fmt: skip
 
 

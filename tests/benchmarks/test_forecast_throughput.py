@@ -3,13 +3,9 @@ nothing to time exits 2 with one line, not a table of zeros or a traceback."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "forecast_throughput.py"
+from tests.benchmarks.scripts import run_benchmark
 
 
 @pytest.mark.parametrize(
@@ -19,13 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "forecast_throughp
 def test_a_count_with_nothing_to_time_is_one_line_and_exit_2(
     flag: str, value: str, least: int
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), f"{flag}={value}"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    done = run_benchmark("forecast_throughput.py", f"{flag}={value}")
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [
         f"forecast_throughput.py: {flag} must be >= {least}, got {value}"

@@ -4,23 +4,17 @@ trace row exits 2 with one line before any model runs, not with a traceback."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "job_inputs.py"
+from tests.benchmarks.scripts import run_benchmark
+
 HEADER = "job_id,user,num_gpu,submit_time,duration"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    return run_benchmark("job_inputs.py", *args)
 
 
 @pytest.fixture

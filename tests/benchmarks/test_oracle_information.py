@@ -3,13 +3,11 @@ before any run starts, not with a traceback from a run process."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "oracle_information.py"
+from tests.benchmarks.scripts import run_benchmark
 
 
 @pytest.mark.parametrize(
@@ -26,13 +24,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "oracle_informatio
     ],
 )
 def test_a_bad_flag_is_one_line_and_exit_2(tmp_path: Path, extra: list[str], says: str) -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--helios", str(tmp_path), *extra],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    done = run_benchmark("oracle_information.py", "--helios", str(tmp_path), *extra)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"oracle_information.py: {says}"), lines
@@ -40,13 +32,7 @@ def test_a_bad_flag_is_one_line_and_exit_2(tmp_path: Path, extra: list[str], say
 
 def test_a_missing_folder_is_one_line(tmp_path: Path) -> None:
     gone = tmp_path / "nope"
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--helios", str(gone)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    done = run_benchmark("oracle_information.py", "--helios", str(gone))
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         f"oracle_information.py: {gone}: no such folder (set DPROBE_TRACE_DIR or pass --helios)"
