@@ -61,7 +61,14 @@ from typing import Any
 from dprobe.models.checkpoint import CheckpointError, first_line, load_state, save_state
 from dprobe.models.forecast.base import Forecaster, forget
 from dprobe.models.forecast.target import demand_of
-from dprobe.models.planner import PlanInput, Planner, PlannerSettings, TenantState, ceil_to_node
+from dprobe.models.planner import (
+    PlanInput,
+    Planner,
+    PlannerSettings,
+    TenantState,
+    ceil_to_node,
+    floor_to_node,
+)
 from dprobe.models.planner_events import scaling_events
 from dprobe.schema import ClusterReport, ScalingEvent, TenantWindow
 
@@ -131,7 +138,10 @@ class PlanLoop:
         for window in sorted(windows, key=lambda w: w.tenant):
             self.learn(window)
         left_out, self._unnamed_new = sorted(set(self._unnamed_new) - self._named), []
-        _warn_left_out(self._complete_source, left_out, self._named, windowed=set(self._learned))
+        if left_out:
+            _warn_left_out(
+                self._complete_source, left_out, self._named, windowed=set(self._learned)
+            )
         if end <= self._planned_upto:
             return []
         self._forget_silent(end)
@@ -165,7 +175,7 @@ class PlanLoop:
         from the next plan on (whole nodes, rounded down)."""
         node = self.settings.planner.node_gpus
         if report.capacity_gpus is not None:
-            self._capacity = _whole_nodes(report.capacity_gpus, node)
+            self._capacity = floor_to_node(report.capacity_gpus, node)
         if report.complete:
             windowed = set(self._learned)
             left_out = sorted(windowed - set(report.quotas))
@@ -177,7 +187,7 @@ class PlanLoop:
                 self._quotas[t] = 0
                 self._reported.add(t)
         for t, q in report.quotas.items():
-            self._quotas[t] = _whole_nodes(q, node)
+            self._quotas[t] = floor_to_node(q, node)
             self._reported.add(t)
             self._named.add(t)
 
@@ -485,11 +495,6 @@ def _warn_left_out(
         f" (it names {', '.join(unknown[:10])}, which no window names: does the report "
         "name tenants as the collectors do?)" if unknown else "",
     )  # fmt: skip
-
-
-def _whole_nodes(gpus: float, node: int) -> int:
-    """GPUs rounded down to whole nodes: ``_whole_nodes(20.0, 8) -> 16``."""
-    return math.floor(gpus / node + 1e-9) * node
 
 
 def _describe_changes(saved: dict[str, Any], now: dict[str, Any]) -> str:

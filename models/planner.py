@@ -330,6 +330,12 @@ def ceil_to_node(gpus: float, node: int) -> int:
     return math.ceil(gpus / node - 1e-9) * node
 
 
+def floor_to_node(gpus: float, node: int) -> int:
+    """GPUs rounded down to whole nodes of ``node`` GPUs, as reported capacity and quotas
+    are read: ``floor_to_node(20.0, 8) -> 16``."""
+    return math.floor(gpus / node + 1e-9) * node
+
+
 def _desired(s: PlannerSettings, t: TenantState, capacity: int) -> int:
     q = max(t.p90, t.p50) if s.quantile == "p90" else t.p50  # crossed quantiles: the p50
     cap = capacity if t.max_quota_gpus is None else min(capacity, t.max_quota_gpus)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dprobe.errors import UsageError
+from dprobe.models.planner import floor_to_node
 
 if TYPE_CHECKING:
     from dprobe.config import KafkaSettings
@@ -184,7 +185,7 @@ def _partial_nodes(report: ClusterReport, node: int) -> list[str]:
     given = [("--capacity ", report.capacity_gpus)] if report.capacity_gpus is not None else []
     given += [(f"{t}=", q) for t, q in sorted(report.quotas.items())]
     for what, gpus in given:
-        whole = math.floor(gpus / node + 1e-9) * node  # as the planner rounds
+        whole = floor_to_node(gpus, node)  # as the planner reads it
         if gpus - whole > 1e-9:
             out.append(
                 f"{what}{gpus:g} is not whole nodes of {node} GPUs (worker.node_gpus): "
