@@ -36,6 +36,7 @@ from typing import Literal
 
 from dprobe.errors import UsageError
 from dprobe.traces.row_input import (
+    CSV_SUFFIXES,
     MAX_EPOCH_S,
     MAX_TENANT_CHARS,
     MIN_EPOCH_S,
@@ -51,7 +52,6 @@ from dprobe.traces.row_input import (
 
 TraceFormat = Literal["demand-csv", "helios-vc"]
 FORMATS: tuple[TraceFormat, ...] = ("demand-csv", "helios-vc")
-_SUFFIXES = (".csv", ".csv.gz")
 
 
 class TraceFormatError(UsageError):
@@ -292,7 +292,7 @@ def trace_files(path: str | Path, fmt: TraceFormat) -> list[Path]:
         return [p]
     if not p.is_dir():
         raise TraceFormatError("no such file or folder", path=p)
-    files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(_SUFFIXES))
+    files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(CSV_SUFFIXES))
     if fmt == "helios-vc":
         files = [f for f in files if f.name.startswith("vc")]
     if not files:

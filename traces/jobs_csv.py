@@ -33,6 +33,7 @@ from typing import IO
 from dprobe.errors import UsageError
 from dprobe.text_input import read_text
 from dprobe.traces.row_input import (
+    CSV_SUFFIXES,
     MAX_EPOCH_S,
     MAX_ID_CHARS,
     MAX_LABEL_CHARS,
@@ -101,7 +102,7 @@ def iter_jobs(
 
 def _folder_given(path: Path) -> str:
     """What to say when ``path``, a folder, is given as the jobs file."""
-    names = sorted(p.name for p in path.iterdir() if p.name.endswith((".csv", ".csv.gz")))
+    names = sorted(p.name for p in path.iterdir() if p.name.endswith(CSV_SUFFIXES))
     said = f"{path}: is a folder, not a jobs CSV file"
     if not names:
         return f"{said} (it holds no .csv or .csv.gz file)"

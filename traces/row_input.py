@@ -60,6 +60,7 @@ MAX_ID_CHARS: Final[int] = get_args(Id)[1].max_length  # tenant, job, host names
 MAX_LABEL_CHARS: Final[int] = get_args(Label)[1].max_length  # model names: 256
 MIN_EPOCH_S: Final[float] = get_args(EpochS)[1].ge  # 0
 MAX_EPOCH_S: Final[float] = get_args(EpochS)[1].le  # 1e11 s, the year 5138
+CSV_SUFFIXES: Final = (".csv", ".csv.gz")  # the trace files a folder is read for
 
 _UNDECODED = re.compile("[\udc80-\udcff]")  # how surrogateescape keeps a non-UTF-8 byte
 
