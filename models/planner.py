@@ -295,6 +295,8 @@ class Planner:
 
 
 def _validate(inp: PlanInput, node: int) -> None:
+    if not math.isfinite(inp.ts):  # NaN emptied the stabilisation window inside the damping
+        raise ValueError(f"ts must be a finite time, got {inp.ts!r}")
     capacity = inp.capacity_gpus
     if not (isinstance(capacity, int | float) and math.isfinite(capacity) and capacity >= 0):
         raise ValueError(f"capacity_gpus must be a finite number >= 0, got {capacity!r}")
@@ -305,11 +307,17 @@ def _validate(inp: PlanInput, node: int) -> None:
     if total > inp.capacity_gpus:
         raise ValueError(f"quotas sum to {total} GPUs, more than the capacity {inp.capacity_gpus}")
     for t in inp.tenants:
+        if not math.isfinite(t.guaranteed_gpus):  # it failed later, rounded to whole nodes
+            raise ValueError(
+                f"{t.tenant}: guaranteed_gpus must be a finite number >= 0, "
+                f"not {t.guaranteed_gpus!r}"
+            )
         if t.quota_gpus < 0 or t.guaranteed_gpus < 0 or t.idle_gpus < 0:
             raise ValueError(f"{t.tenant}: quota, guarantee and idle GPUs must be >= 0")
         if t.quota_gpus % node or t.idle_gpus % node:
             raise ValueError(f"{t.tenant}: quota and idle GPUs must be multiples of {node}")
-        if t.max_quota_gpus is not None and t.max_quota_gpus < 0:  # it read as a ceiling of 0
+        if t.max_quota_gpus is not None and not t.max_quota_gpus >= 0:
+            # a negative one read as a ceiling of 0, a NaN one as no ceiling
             raise ValueError(f"{t.tenant}: max_quota_gpus must be >= 0 (None: the capacity)")
         if t.max_quota_gpus is not None and t.max_quota_gpus < t.guaranteed_gpus:
             # a ceiling below the guarantee: the guarantee won, past the ceiling, unsaid

@@ -301,6 +301,32 @@ def test_a_capacity_that_is_no_number_of_gpus_is_named(capacity: float) -> None:
         Planner().plan(inp)
 
 
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        # a NaN guarantee failed with "cannot convert float NaN to integer", an infinite
+        # one with an OverflowError
+        ({"guaranteed_gpus": math.nan}, "a: guaranteed_gpus must be a finite number >= 0"),
+        ({"guaranteed_gpus": math.inf}, "a: guaranteed_gpus must be a finite number >= 0"),
+        # a NaN ceiling was no ceiling at all, unsaid
+        ({"max_quota_gpus": math.nan}, "a: max_quota_gpus must be >= 0 (None: the capacity)"),
+    ],
+)
+def test_a_guarantee_or_ceiling_that_is_no_number_of_gpus_is_named(bad: dict, message: str) -> None:
+    a = replace(TenantState("a", quota_gpus=16, idle_gpus=8, p90=20.0), **bad)
+    inp = PlanInput(ts=0.0, capacity_gpus=32, tenants=(a,))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Planner().plan(inp)
+
+
+@pytest.mark.parametrize("ts", [math.nan, math.inf])
+def test_a_plan_time_that_is_no_instant_is_named(ts: float) -> None:
+    # a NaN time failed with "min() arg is an empty sequence" inside the damping
+    inp = PlanInput(ts=ts, capacity_gpus=32, tenants=(TenantState("a", 16, p90=20.0),))
+    with pytest.raises(ValueError, match=re.escape(f"ts must be a finite time, got {ts!r}")):
+        Planner().plan(inp)
+
+
 def test_crossed_quantiles_size_to_the_p50() -> None:
     # an uncalibrated model's p90 below its p50 would size a tenant below its median
     tenants = (
