@@ -159,13 +159,18 @@ class JobProfiler:
     ) -> JobEstimate:
         """Level and expected footprint of a job from its attributes only (pending jobs).
 
-        ``batch_size`` ``None`` or 0 and ``params_m`` ``None`` are unknown; a negative one
-        (or a NaN batch size) is refused with a ``ValueError`` naming it.
+        ``batch_size`` ``None`` or 0 and ``params_m`` ``None`` are unknown; a negative, NaN
+        or infinite one is refused with a ``ValueError`` naming it.
         """
-        if batch_size is not None and not batch_size >= 0:  # also NaN
-            raise ValueError(f"batch_size must be >= 1 (None or 0: unknown), not {batch_size!r}")
-        if params_m is not None and params_m < 0:
-            raise ValueError(f"params_m must be >= 0 (None: unknown), not {params_m!r}")
+        # an infinite one overflowed the regressor (or gave a NaN footprint)
+        if batch_size is not None and not (batch_size >= 0 and math.isfinite(batch_size)):
+            raise ValueError(
+                f"batch_size must be a finite number >= 1 (None or 0: unknown), not {batch_size!r}"
+            )
+        if params_m is not None and not (params_m >= 0 and math.isfinite(params_m)):
+            raise ValueError(
+                f"params_m must be a finite number >= 0 (None: unknown), not {params_m!r}"
+            )
         rows = self._family_rows(family) if family else []
         if rows:
             util, mem = self._interpolate(rows, batch_size, amp)

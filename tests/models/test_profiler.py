@@ -174,16 +174,22 @@ def test_an_expected_footprint_filling_the_device_is_exclusive() -> None:
 @pytest.mark.parametrize(
     ("attrs", "message"),
     [
-        ({"batch_size": -4}, "batch_size must be >= 1 (None or 0: unknown), not -4"),
-        ({"batch_size": math.nan}, "batch_size must be >= 1 (None or 0: unknown), not nan"),
-        ({"params_m": -5.0}, "params_m must be >= 0 (None: unknown), not -5.0"),
+        ({"batch_size": -4}, "batch_size must be a finite number >= 1 (None or 0: unknown)"),
+        ({"batch_size": math.nan}, "batch_size must be a finite number >= 1 (None or 0: unknown)"),
+        ({"params_m": -5.0}, "params_m must be a finite number >= 0 (None: unknown), not -5.0"),
+        # an infinite one failed with "math range error" (ridge) or gave a NaN footprint
+        # (kNN), a NaN parameter count was read as unknown
+        ({"batch_size": math.inf}, "batch_size must be a finite number >= 1 (None or 0: unknown)"),
+        ({"params_m": math.inf}, "params_m must be a finite number >= 0 (None: unknown), not inf"),
+        ({"params_m": math.nan}, "params_m must be a finite number >= 0 (None: unknown), not nan"),
     ],
 )
 def test_impossible_attributes_are_named_not_a_math_domain_error(attrs: dict, message: str) -> None:
-    prof = JobProfiler().fit(shipped_profiles())
-    for family in ("ResNet50", "NeverProfiled"):  # the family path and the regressor
-        with pytest.raises(ValueError, match=re.escape(message)):
-            prof.estimate(family=family, **attrs)
+    for prof in (JobProfiler(), JobProfiler(regressor="knn")):
+        prof.fit(shipped_profiles())
+        for family in ("ResNet50", "NeverProfiled"):  # the family path and the regressor
+            with pytest.raises(ValueError, match=re.escape(message)):
+                prof.estimate(family=family, **attrs)
 
 
 def test_an_unknown_batch_size_is_still_none_or_zero() -> None:
