@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import difflib
 import itertools
 import logging
@@ -1200,12 +1201,46 @@ def _shown(raw: Any) -> str:
     return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} chars)"
 
 
-_STRUCTURES = {list: "a list", tuple: "a list", dict: "a table"}
+# TOML values that are no number nor text (datetime before date: it is one)
+_STRUCTURES = {
+    list: "a list",
+    tuple: "a list",
+    dict: "a table",
+    datetime.datetime: "a date and time",
+    datetime.date: "a date",
+    datetime.time: "a time",
+}
+
+
+_SCALARS = {
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    str: "a string",
+    Path: "a string",
+    Secret: "a string",
+}
+
+
+def _kind(raw: Any) -> str | None:
+    """What a TOML value that is no text is, for an error line (``None`` for text).
+
+    >>> _kind([1]), _kind(datetime.date(2026, 1, 1)), _kind(True), _kind(3), _kind("3")
+    ('a list', 'a date', 'a boolean', 'a number', None)
+    """
+    kind = next((k for t, k in _STRUCTURES.items() if isinstance(raw, t)), None)
+    if kind is None and isinstance(raw, bool | int | float):
+        kind = "a boolean" if isinstance(raw, bool) else "a number"
+    return kind
 
 
 def _convert(raw: Any, hint: Any) -> Any:
     """Convert a CLI/env/TOML value to the annotated type (with a readable error)."""
     origin = typing.get_origin(hint)
+    kind = _kind(raw)
+    expected = _SCALARS.get(hint)
+    if expected and kind not in (None, "a boolean", "a number"):  # a list, table or date
+        raise ValueError(f"expected {expected}, got {kind}")
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         if raw is None or (isinstance(raw, str) and raw == ""):
@@ -1213,6 +1248,8 @@ def _convert(raw: Any, hint: Any) -> Any:
         return _convert(raw, args[0])
     if origin is tuple:
         (item,) = typing.get_args(hint)[:1]
+        if kind in ("a boolean", "a number", "a table"):
+            raise ValueError(f"expected a list, got {kind}")
         if not isinstance(raw, str):  # a TOML list or repeated flag: each item counts
             return tuple(_convert(p.strip() if isinstance(p, str) else p, item) for p in raw)
         # a comma-separated environment value: spaces and a trailing comma mean no harm
@@ -1248,9 +1285,6 @@ def _convert(raw: Any, hint: Any) -> Any:
         if not math.isfinite(value):
             raise ValueError(f"expected a finite number, got {_shown(raw)}")
         return value
-    kind = next((k for t, k in _STRUCTURES.items() if isinstance(raw, t)), None)
-    if kind is None and isinstance(raw, bool | int | float):
-        kind = "a boolean" if isinstance(raw, bool) else "a number"
     if kind and hint in (Path, Secret, str):
         raise ValueError(f"expected a string, got {kind}")
     if hint is Path:

@@ -475,6 +475,15 @@ def test_the_session_timeout_is_one_kafka_accepts(value: str, ok: bool) -> None:
         ("[lag]\ngroups = [1, 2]\n", "[lag] groups: expected a string, got a number"),
         ("[kafka]\nbootstrap = 5\n", "[kafka] bootstrap: expected a string, got a number"),
         ("[worker]\napp_id = false\n", "[worker] app_id: expected a string, got a boolean"),
+        ("[worker]\nwindow_s = [60]\n", "[worker] window_s: expected a number, got a list"),
+        (
+            "[worker]\npartitions = { n = 8 }\n",
+            "[worker] partitions: expected an integer, got a table",
+        ),
+        ("[worker]\nseed = 2026-01-01\n", "[worker] seed: expected an integer, got a date"),
+        ("[worker]\ngrace_s = 07:30:00\n", "[worker] grace_s: expected a number, got a time"),
+        ("[worker]\nlevel_weights = 1\n", "[worker] level_weights: expected a list, got a number"),
+        ("[worker]\napp_id = 2026-01-01\n", "[worker] app_id: expected a string, got a date"),
         (
             '[worker.kafka]\nbootstrap = "k:1"\n',
             "[worker] kafka: Kafka settings go in the [kafka] table",
