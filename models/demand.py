@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -145,7 +146,11 @@ def estimate_demand(
     profiler: JobProfiler | None = None,
     unknown_pending_level: Level = "EX",
 ) -> DemandEstimate:
-    """Multi-level demand of one tenant from its running instances and its queue."""
+    """Multi-level demand of one tenant from its running instances and its queue.
+
+    A queued job of 0 GPUs or fewer is left out; a NaN or infinite number of GPUs is
+    refused with a ``ValueError``.
+    """
     _check_level(unknown_pending_level)  # also when the queue is empty
     s = settings or LevelSettings()
     counts: dict[str, int] = dict.fromkeys(LEVELS, 0)
@@ -167,6 +172,10 @@ def estimate_demand(
     pending_gpus = 0.0
     by_level: dict[str, float] = dict.fromkeys(LEVELS, 0.0)
     for job in pending:
+        if not math.isfinite(job.gpus):  # it made the whole demand NaN or infinite
+            raise ValueError(
+                f"a pending job's gpus must be a finite number (<= 0: ignored), not {job.gpus!r}"
+            )
         if job.gpus <= 0:
             continue
         level = pending_level(job, profiler, unknown_pending_level)

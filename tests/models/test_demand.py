@@ -85,3 +85,13 @@ def test_each_of_the_four_levels_is_an_unknown_level() -> None:
         d = estimate_demand([], [PendingJob(gpus=2)], unknown_pending_level=level)
         assert d.pending_effective_gpus == pytest.approx(2 * weights.weight(level))
         assert d.pending_levels[level] == 2
+
+
+@pytest.mark.parametrize("gpus", [float("nan"), float("inf")])
+def test_a_pending_job_of_no_number_of_gpus_is_named(gpus: float) -> None:
+    # a NaN or infinite request made the tenant's whole pending and effective demand NaN
+    # or infinite, unsaid
+    pending = [PendingJob(gpus=4, family="Tiny", batch_size=32), PendingJob(gpus=gpus)]
+    message = f"a pending job's gpus must be a finite number (<= 0: ignored), not {gpus!r}"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        estimate_demand([], pending, profiler=_profiler())
