@@ -22,11 +22,13 @@ from dprobe.schema import ScalingEvent
 def format_line(ev: ScalingEvent) -> str:
     """Time (UTC), tenant, action, current -> target GPUs, delta, forecast p50/p90 at its
     horizon, reason, plan id (with its sequence number and size when known), event id and
-    the message (JSON-quoted), on one line."""
+    the message (JSON-quoted), on one line. A tenant name that is not one printable word
+    (a space, a quote, a control character) is JSON-quoted too, so it reads back whole."""
     when = datetime.fromtimestamp(ev.ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     f = ev.forecast
+    tenant = _word(ev.tenant)
     line = (
-        f"{when} {ev.tenant} {ev.action} {ev.current_quota_gpus:g} -> {ev.target_quota_gpus:g}"
+        f"{when} {tenant} {ev.action} {ev.current_quota_gpus:g} -> {ev.target_quota_gpus:g}"
         f" GPUs ({ev.delta_gpus:+g}) forecast {format_duration(f.horizon_s)} p50 {f.p50:.1f}"
         f" p90 {f.p90:.1f} reason={ev.reason} plan={ev.plan_id}"
     )
@@ -34,6 +36,17 @@ def format_line(ev: ScalingEvent) -> str:
         line += f" seq={ev.plan_seq} size={ev.plan_size}"
     line += f" id={ev.event_id}"
     return f"{line} {json.dumps(ev.message)}" if ev.message else line
+
+
+def _word(text: str) -> str:
+    """``text`` as it is when it reads as one word of a line, else JSON-quoted.
+
+    >>> _word("vc-a"), _word("vc a")
+    ('vc-a', '"vc a"')
+    """
+    if text and text.isprintable() and '"' not in text and not any(c.isspace() for c in text):
+        return text
+    return json.dumps(text)
 
 
 def format_duration(seconds: float) -> str:
