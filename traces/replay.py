@@ -113,7 +113,7 @@ async def replay(
     clk = clock or SystemClock()
     pacer = Pacer(speed, clk)
     stats = ReplayStats()
-    pending: list[Awaitable[Any]] = []
+    pending: list[asyncio.Future[Any]] = []
     started = last_wait = clk.monotonic()
     delta: float | None = None
     try:
@@ -126,7 +126,8 @@ async def replay(
                 rec = shifted(original, delta)
             await pacer.wait(rec.ts)
             try:
-                pending.append(await sink.send(topic, value=rec.value, key=rec.key))
+                sent = await sink.send(topic, value=rec.value, key=rec.key)
+                pending.append(asyncio.ensure_future(sent))
             except Exception as exc:  # a Kafka error at send (no metadata, refused, too large)
                 raise ReplayError(f"sending to {topic} failed: {exc!r}") from exc
             stats.records += 1
@@ -173,7 +174,7 @@ def _topic_of(rec: ReplayRecord, topics: dict[str, str]) -> str:
         raise ReplayError(f"no topic for {rec.kind} records") from None
 
 
-async def _delivered_before(stop: BaseException, futures: list[Awaitable[Any]]) -> None:
+async def _delivered_before(stop: BaseException, futures: list[asyncio.Future[Any]]) -> None:
     """Wait for the records sent before ``stop`` (an input error, an interrupt), so that
     what was sent is delivered; :class:`ReplayError` when some of them were not."""
     results = await asyncio.gather(*futures, return_exceptions=True)
@@ -184,10 +185,13 @@ async def _delivered_before(stop: BaseException, futures: list[Awaitable[Any]]) 
         ) from stop
 
 
-async def _delivered(futures: list[Awaitable[Any]]) -> None:
+async def _delivered(futures: list[asyncio.Future[Any]]) -> None:
     if not futures:
         return
-    try:
-        await asyncio.gather(*futures)
-    except Exception as exc:  # any Kafka error: the replay cannot go on
-        raise ReplayError(f"delivery failed: {exc!r}") from exc
+    # asyncio.wait, not gather: an interrupt (Ctrl-C, SIGTERM) that cancels this wait
+    # leaves the deliveries themselves pending, for _delivered_before to wait for
+    await asyncio.wait(futures)
+    for fut in futures:
+        exc = asyncio.CancelledError() if fut.cancelled() else fut.exception()
+        if exc is not None:  # any Kafka error: the replay cannot go on
+            raise ReplayError(f"delivery failed: {exc!r}") from exc

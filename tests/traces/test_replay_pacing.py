@@ -159,3 +159,17 @@ async def test_an_input_error_says_when_what_was_sent_was_not_delivered() -> Non
 async def test_a_record_without_a_topic_is_an_error() -> None:
     with pytest.raises(ReplayError, match="no topic for jobs"):
         await replay(_jobs([0.0]), MemorySink(), {"samples": "s"})
+
+
+async def test_an_interrupt_while_awaiting_delivery_leaves_what_was_sent_to_be_delivered() -> None:
+    # Ctrl-C or SIGTERM (a cancelled replay) during one of the periodic waits for delivery
+    # must not cancel the deliveries themselves: the replay waits for them and stops as
+    # interrupted, not with a delivery failure
+    sink = LateSink()
+    task = asyncio.create_task(replay(_jobs([0.0, 1.0, 2.0, 3.0]), sink, TOPICS, await_every=2))
+    await asyncio.sleep(0.01)  # the first two are sent, their delivery is awaited
+    assert len(sink.futures) == 2 and not any(f.done() for f in sink.futures)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert all(f.done() and not f.cancelled() for f in sink.futures)
