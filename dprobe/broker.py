@@ -103,8 +103,15 @@ class LocalBroker:
 
     def status(self) -> BrokerState:
         """``stopped`` (no live process), ``starting`` (process, not ready) or ``ready``."""
+        return self.status_and_address()[0]
+
+    def status_and_address(self) -> tuple[BrokerState, str]:
+        """The state and the address of the broker of the state dir: a running one's own
+        (it may have been started with another port than these settings'), else
+        :attr:`bootstrap`."""
         out = self._run("status").stdout.split()
         state = out[0] if out else "stopped"
         if state not in ("stopped", "starting", "ready"):
             raise BrokerError(f"unexpected status output: {out!r}")
-        return state  # type: ignore[return-value]
+        address = out[1] if len(out) > 1 else self.bootstrap
+        return state, address  # type: ignore[return-value]

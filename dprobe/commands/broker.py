@@ -7,7 +7,7 @@ ready. ``fetch`` only collects the jars (what ``make install`` runs), so that a 
 ``start`` needs no network.
 
   dprobe broker start     # idempotent: a running broker is left alone
-  dprobe broker status    # e.g. "stopped 127.0.0.1:9092"
+  dprobe broker status    # e.g. "stopped 127.0.0.1:9092" (a running one: its own port)
   dprobe broker stop      # SIGTERM, SIGKILL after 30 s; no broker process is left
   dprobe broker fetch     # download the broker jars now (no-op when cached)
 
@@ -18,6 +18,7 @@ state_dir, lib_dir, heap, start_timeout_s.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from dprobe.commands._common import settings
 
@@ -51,6 +52,12 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "fetch":
         broker.fetch()
         return 0
-    state = broker.status()
-    print(f"{state} {broker.bootstrap}")
+    state, address = broker.status_and_address()
+    print(f"{state} {address}")
+    if address != broker.bootstrap:
+        print(
+            f"dprobe broker: the broker of {cfg.state_dir} listens on {address}, "
+            f"not {broker.bootstrap}",
+            file=sys.stderr,
+        )
     return 0 if state == "ready" else 1

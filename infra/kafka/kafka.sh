@@ -3,7 +3,8 @@
 #
 #   infra/kafka/kafka.sh fetch    # collect the broker jars from Maven Central (cached)
 #   infra/kafka/kafka.sh start    # fetch if needed, format once, start, wait until ready
-#   infra/kafka/kafka.sh status   # prints stopped | starting | ready (exit 0 when ready, 1 otherwise)
+#   infra/kafka/kafka.sh status   # prints stopped | starting | ready and the broker's address
+#                                 # (exit 0 when ready, 1 otherwise)
 #   infra/kafka/kafka.sh stop     # SIGTERM, then SIGKILL after a timeout
 #
 # Settings (environment):
@@ -79,9 +80,17 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/${1:-${PORT}}") 2>/dev/null; }
 
 log_says_started() { grep -q "Kafka Server started" "${LOGDIR}/server.log" 2>/dev/null; }
 
+running_port() {
+  # The client port of the live broker of this state dir (its config, rendered when it
+  # started), which may differ from PORT when it was started with another; else PORT.
+  local p
+  p="$(sed -n 's|^listeners=[A-Z_]*://127\.0\.0\.1:\([0-9]*\),.*|\1|p' "${CONF}" 2>/dev/null | head -n 1)"
+  echo "${p:-${PORT}}"
+}
+
 state() {
   if ! broker_pid >/dev/null; then echo stopped; return; fi
-  if port_open && log_says_started; then echo ready; else echo starting; fi
+  if port_open "$(running_port)" && log_says_started; then echo ready; else echo starting; fi
 }
 
 render_config() {
@@ -122,8 +131,13 @@ format_once() {
 
 start() {
   need_java
-  local s
+  local s running
   s="$(state)"
+  if [[ "${s}" != stopped ]]; then
+    running="$(running_port)"
+    [[ "${running}" == "${PORT}" ]] \
+      || die "the broker of ${STATE} is already running on port ${running}: stop it first (dprobe broker stop) to start it on port ${PORT}, or use another --state-dir"
+  fi
   if [[ "${s}" == ready ]]; then echo "ready 127.0.0.1:${PORT}"; return 0; fi
   if [[ "${s}" == stopped ]]; then
     if port_open "${PORT}"; then
@@ -188,7 +202,7 @@ case "${1:-}" in
   stop) stop ;;
   status)
     s="$(state)"
-    echo "${s} 127.0.0.1:${PORT}"
+    if [[ "${s}" == stopped ]]; then echo "${s} 127.0.0.1:${PORT}"; else echo "${s} 127.0.0.1:$(running_port)"; fi
     [[ "${s}" == ready ]] ;;
   *) echo "usage: $0 fetch|start|stop|status" >&2; exit 2 ;;
 esac

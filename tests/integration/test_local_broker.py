@@ -53,34 +53,48 @@ def test_broker_lifecycle_and_status(tmp_path: Path) -> None:
     assert broker.status() == "stopped"
     assert _cli(state, port, cport, "status").returncode == 1
 
-    seen: list[str] = []
-    starter = threading.Thread(target=broker.start)
-    starter.start()
-    while starter.is_alive():
-        seen.append(broker.status())
-        time.sleep(0.05)
-    starter.join()
-    assert "starting" in seen, seen
-    assert broker.status() == "ready"
-    res = _cli(state, port, cport, "status")
-    assert (res.returncode, res.stdout.split()[0]) == (0, "ready")
-    pids = _java_pids(state)
-    assert len(pids) == 1
+    try:
+        seen: list[str] = []
+        starter = threading.Thread(target=broker.start)
+        starter.start()
+        while starter.is_alive():
+            seen.append(broker.status())
+            time.sleep(0.05)
+        starter.join()
+        assert "starting" in seen, seen
+        assert broker.status() == "ready"
+        res = _cli(state, port, cport, "status")
+        assert (res.returncode, res.stdout.split()[0]) == (0, "ready")
+        pids = _java_pids(state)
+        assert len(pids) == 1
 
-    # A second start is harmless: same process, still ready.
-    res = _cli(state, port, cport, "start")
-    assert res.returncode == 0, res.stderr
-    assert _java_pids(state) == pids
+        # A second start is harmless: same process, still ready.
+        res = _cli(state, port, cport, "start")
+        assert res.returncode == 0, res.stderr
+        assert _java_pids(state) == pids
 
-    # A stale pid file (a pid that is not our broker) does not confuse start/status.
-    res = _cli(state, port, cport, "stop")
-    assert res.returncode == 0 and _java_pids(state) == []
-    (state / "broker.pid").write_text("999999\n")
-    assert broker.status() == "stopped"
-    assert broker.start().startswith("ready")
-    assert len(_java_pids(state)) == 1
-    broker.stop()
-    assert _java_pids(state) == [] and broker.status() == "stopped"
+        # Asked about another port, status tells the running broker's own address, and start
+        # refuses at once instead of waiting for a broker on a port nothing listens on.
+        other = _free_port()
+        res = _cli(state, other, cport, "status")
+        assert (res.returncode, res.stdout.split()) == (0, ["ready", f"127.0.0.1:{port}"])
+        assert f"listens on 127.0.0.1:{port}, not 127.0.0.1:{other}" in res.stderr
+        res = _cli(state, other, cport, "start")
+        assert res.returncode == 2, res.stderr
+        assert f"already running on port {port}" in res.stderr
+        assert _java_pids(state) == pids
+
+        # A stale pid file (a pid that is not our broker) does not confuse start/status.
+        res = _cli(state, port, cport, "stop")
+        assert res.returncode == 0 and _java_pids(state) == []
+        (state / "broker.pid").write_text("999999\n")
+        assert broker.status() == "stopped"
+        assert broker.start().startswith("ready")
+        assert len(_java_pids(state)) == 1
+        broker.stop()
+        assert _java_pids(state) == [] and broker.status() == "stopped"
+    finally:  # a failed assertion leaves no broker running
+        broker.stop()
 
 
 def _path_without(tmp_path: Path, *missing: str) -> str:
