@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import math
 from datetime import UTC, datetime
 
 from dprobe.models.planner import Plan
@@ -42,7 +43,14 @@ def scaling_events(
     window_end: float,
     source: str = "dprobe/worker",
 ) -> list[ScalingEvent]:
-    """One ``ScalingEvent`` per move of ``plan`` (deltas sum to zero), sorted by tenant."""
+    """One ``ScalingEvent`` per move of ``plan`` (deltas sum to zero), sorted by tenant.
+
+    ``window_end`` and the plan's ``ts`` are epoch seconds: a NaN, infinite or negative one
+    (which no consumer would decode) is refused with a ``ValueError``.
+    """
+    for name, t in (("window_end", window_end), ("the plan's ts", plan.ts)):
+        if not (math.isfinite(t) and t >= 0):
+            raise ValueError(f"{name} must be a finite time >= 0 (epoch seconds), not {t!r}")
     when = datetime.fromtimestamp(plan.ts, tz=UTC).isoformat().replace("+00:00", "Z")
     seq = plan_seq(window_end)
     out = []

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import math
+import re
+from dataclasses import replace
+
+import pytest
+
 from dprobe.models.planner import Plan, PlanInput, Planner, TenantState
 from dprobe.models.planner_events import scaling_events
 from dprobe.schema import decode_scaling_event, encode
@@ -30,3 +36,19 @@ def test_events_decode_sum_to_zero_and_keep_their_ids() -> None:
     again = scaling_events(_plan(), model_name="m", model_version="1", window_end=1_700_000_000.0)
     assert [e.event_id for e in again] == [e.event_id for e in evs]
     assert len({e.event_id for e in evs}) == 2
+
+
+@pytest.mark.parametrize("window_end", [math.nan, math.inf, -60.0])
+def test_a_window_end_that_is_no_epoch_time_is_named(window_end: float) -> None:
+    # NaN failed with "cannot convert float NaN to integer", infinity with an
+    # OverflowError, and a negative one gave events every consumer refuses on decode
+    message = f"window_end must be a finite time >= 0 (epoch seconds), not {window_end!r}"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        scaling_events(_plan(), model_name="m", model_version="1", window_end=window_end)
+
+
+def test_a_plan_made_before_the_epoch_is_named() -> None:
+    plan = replace(_plan(), ts=-1.0)
+    message = "the plan's ts must be a finite time >= 0 (epoch seconds), not -1.0"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        scaling_events(plan, model_name="m", model_version="1", window_end=0.0)
