@@ -265,6 +265,10 @@ class BrokerSettings:
             )
         _check_dir_path("broker.state_dir", self.state_dir)
         _check_dir_path("broker.lib_dir", self.lib_dir)
+        if self.sasl_user and not (self.sasl_password and self.sasl_password.get()):
+            raise ConfigError("broker.sasl_user needs broker.sasl_password")
+        if self.sasl_password and not self.sasl_user:
+            raise ConfigError("broker.sasl_password needs broker.sasl_user")
 
 
 @dataclass(frozen=True)

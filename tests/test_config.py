@@ -510,6 +510,7 @@ def test_a_value_of_the_wrong_toml_type_is_refused(tmp_path: Path, text: str, me
         (BrokerSettings, {"DPROBE_BROKER_HEAP": "abc"}, "broker.heap must be a JVM heap size"),
         (BrokerSettings, {"DPROBE_BROKER_STATE_DIR": "/etc/passwd/x"}, "broker.state_dir: "),
         (BrokerSettings, {"DPROBE_BROKER_LIB_DIR": "/etc/passwd"}, "broker.lib_dir: "),
+        (BrokerSettings, {"DPROBE_BROKER_SASL_USER": "u"}, "broker.sasl_user needs broker.sasl"),
         # a collector that could never send, or never flush on SIGTERM, or never spool
         (CollectorSettings, {"DPROBE_COLLECTOR_SEND_BATCH_MAX": "0"}, "collector.send_batch_max"),
         (
@@ -533,6 +534,12 @@ def test_a_setting_that_cannot_work_is_refused_naming_it(
     assert str(err.value).startswith(message)
     ((key, value),) = env.items()
     assert str(err.value).endswith(f"(given: {key}={value!r} in the environment)")
+
+
+def test_a_local_broker_password_without_its_user_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"broker\.sasl_password needs broker\.sasl_user") as err:
+        load(BrokerSettings, env={"DPROBE_BROKER_SASL_PASSWORD": "pw"})
+    assert "pw" not in str(err.value)
 
 
 def test_the_heap_sizes_a_user_writes_are_taken() -> None:

@@ -12,7 +12,8 @@ ready. ``fetch`` only collects the jars (what ``make install`` runs), so that a 
   dprobe broker fetch     # download the broker jars now (no-op when cached)
 
 Settings ([broker] in the config file, or DPROBE_BROKER_*): port, controller_port,
-state_dir, lib_dir, heap, start_timeout_s.
+state_dir, lib_dir, heap, start_timeout_s; sasl_user with sasl_password make the client
+port speak SASL_PLAINTEXT with SCRAM-SHA-512 and that one user.
 """
 
 from __future__ import annotations
