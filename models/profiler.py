@@ -16,8 +16,9 @@ not public; this implementation (every rule below is an **assumption** and a set
    ``log(memory)`` from the attributes ``log2(batch)``, ``amp``, ``log10(params_m)``:
    ``"ridge"`` (default; linear on standardised attributes, L2 ``ridge_alpha``, a
    missing attribute imputed with the table mean) or ``"knn"`` (distance-weighted
-   ``k_neighbours``, dropping params when the job has none). Ridge was chosen because it
-   scored higher in the leave-one-family-out comparison (docs/profiler.md).
+   ``k_neighbours``, dropping params when the job or the table has none). Ridge was
+   chosen because it scored higher in the leave-one-family-out comparison
+   (docs/profiler.md).
 4. **Fallback** when nothing is known (no table, no batch size and no params):
    ``fallback_level`` (L2, the middle level, 0.5 GPU) with the table's median util and
    memory.
@@ -264,7 +265,9 @@ class JobProfiler:
             z = np.nan_to_num((q - self._mu) / self._sd)
             util, log_mem = np.r_[1.0, z] @ self._w
             return float(util), float(math.exp(log_mem))
-        dims = ~np.isnan(q)
+        # the job's attributes that some profile has too (a table without params_m: by
+        # batch size and AMP alone, not compared with no row)
+        dims = ~np.isnan(q) & ~np.isnan(self._x).all(axis=0)
         zq = (q[dims] - self._mu[dims]) / self._sd[dims]
         zx = (self._x[:, dims] - self._mu[dims]) / self._sd[dims]
         ok = ~np.isnan(zx).any(axis=1)

@@ -132,6 +132,16 @@ def test_unseen_family_uses_the_learned_regressor() -> None:
         assert est.gpu_util_pct == pytest.approx(40.0, abs=3.0)
 
 
+def test_knn_leaves_out_a_parameter_count_the_table_never_has() -> None:
+    # a table without params_m: a job that gave its parameter count was compared with no
+    # row at all, and got the table's median footprint labelled as a regressor estimate
+    table = [_p(f, b, 10.0 * math.log2(b) - 20) for f in ("A", "B") for b in (16, 32, 64, 128)]
+    prof = JobProfiler(regressor="knn").fit(table)
+    with_params = prof.estimate(family="Unseen", batch_size=64, params_m=5)
+    assert with_params == prof.estimate(family="Unseen", batch_size=64)
+    assert with_params.gpu_util_pct == pytest.approx(40.0, abs=3.0)
+
+
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
