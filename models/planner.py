@@ -38,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import heapq
 import json
@@ -194,12 +195,17 @@ class Planner:
         """Resume from :meth:`state_dict`; a ``ValueError`` (nothing loaded) if ``state`` is
         not such a state."""
         history = state.get("history", {}) if isinstance(state, dict) else None
-        if not isinstance(history, dict) or not all(isinstance(h, dict) for h in history.values()):
+        loaded = None
+        if isinstance(history, dict) and all(isinstance(h, dict) for h in history.values()):
+            # a tenant's entries that are no (time, GPUs) pairs failed as a TypeError
+            with contextlib.suppress(TypeError, ValueError):
+                loaded = {t: MoveHistory.from_dict(h) for t, h in history.items()}
+        if loaded is None:
             raise ValueError(
                 "planner state: expected {'history': {tenant: {'recommendations': [...], "
                 f"'changes': [...]}}}}, got {type(state).__name__} {str(state)[:80]}"
             )
-        self._history = {t: MoveHistory.from_dict(h) for t, h in history.items()}
+        self._history = loaded
 
     def forget(self, tenant: str) -> None:
         """Drop ``tenant``'s move history (its damping starts afresh)."""

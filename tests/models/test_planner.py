@@ -533,7 +533,19 @@ def test_the_scale_up_limit_holds_over_a_period_of_many_plans() -> None:
         assert after[k] <= 2 * after[k - lag], (k, after[k], after[k - lag])
 
 
-@pytest.mark.parametrize("bad", [{"history": None}, {"history": {"a": None}}, []])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"history": None},
+        {"history": {"a": None}},
+        [],
+        # a tenant's history that is no list of (time, GPUs) pairs failed as a TypeError,
+        # or as a ValueError about unpacking or int()
+        {"history": {"a": {"changes": 5}}},
+        {"history": {"a": {"changes": [[1.0]]}}},
+        {"history": {"a": {"recommendations": [[0.0, "many"]]}}},
+    ],
+)
 def test_a_state_that_is_no_planner_state_is_refused_and_nothing_is_loaded(bad: object) -> None:
     planner = Planner()
     inp = PlanInput(ts=0.0, capacity_gpus=32, tenants=(
