@@ -24,7 +24,8 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
 
 from dprobe.schema import LEVELS, Level
 
@@ -33,7 +34,8 @@ __all__ = ["LEVELS", "Level", "LevelSettings", "classify"]
 
 @dataclass(frozen=True)
 class LevelSettings:
-    """Thresholds and weights of the multi-level demand (assumptions; see module doc)."""
+    """Thresholds and weights of the multi-level demand (assumptions; see module doc);
+    each a finite number >= 0 (``ValueError`` naming it)."""
 
     l1_max_util_pct: float = 25.0
     l1_max_mem_bytes: float = 3e9
@@ -44,6 +46,14 @@ class LevelSettings:
     weight_l2: float = 0.5
     weight_l3: float = 0.7
     weight_ex: float = 1.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            # NaN switched a rule off (every comparison with it is false) or made the
+            # effective demand NaN; a negative weight made it negative
+            value = getattr(self, f.name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{f.name} must be a finite number >= 0, not {value!r}")
 
     def weight(self, level: Level) -> float:
         """GPUs one instance of ``level`` counts for in the effective demand."""

@@ -95,3 +95,22 @@ def test_a_pending_job_of_no_number_of_gpus_is_named(gpus: float) -> None:
     message = f"a pending job's gpus must be a finite number (<= 0: ignored), not {gpus!r}"
     with pytest.raises(ValueError, match=re.escape(message)):
         estimate_demand([], pending, profiler=_profiler())
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        # a NaN threshold switched its rule off (every comparison with it is false), a
+        # NaN or negative weight made the effective demand NaN or negative
+        {"l3_min_util_pct": float("nan")},
+        {"l1_max_mem_bytes": float("nan")},
+        {"ex_min_mem_frac": float("nan")},
+        {"weight_l2": float("nan")},
+        {"weight_ex": float("inf")},
+        {"weight_l1": -0.3},
+    ],
+)
+def test_level_settings_that_are_no_numbers_are_named(setting: dict) -> None:
+    (name,) = setting
+    with pytest.raises(ValueError, match=re.escape(f"{name} must be a finite number >= 0")):
+        LevelSettings(**setting)
