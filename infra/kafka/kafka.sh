@@ -68,7 +68,7 @@ broker_pid() {
   local pid
   pid="$(cat "${PIDFILE}" 2>/dev/null || true)"
   if [[ "${pid}" =~ ^[0-9]+$ ]] && kill -0 "${pid}" 2>/dev/null \
-     && tr '\0' ' ' < "/proc/${pid}/cmdline" 2>/dev/null | grep -q "kafka.Kafka ${CONF}"; then
+     && tr '\0' ' ' < "/proc/${pid}/cmdline" 2>/dev/null | grep -qF -- "kafka.Kafka ${CONF}"; then
     echo "${pid}"
     return 0
   fi
@@ -160,7 +160,7 @@ start() {
     # Until the forked shell has exec'd java, its command line is not the broker's yet.
     local i
     for (( i = 0; i < 100; i++ )); do
-      tr '\0' ' ' < "/proc/${pid}/cmdline" 2>/dev/null | grep -q "kafka.Kafka ${CONF}" && break
+      tr '\0' ' ' < "/proc/${pid}/cmdline" 2>/dev/null | grep -qF -- "kafka.Kafka ${CONF}" && break
       kill -0 "${pid}" 2>/dev/null || break
       sleep 0.05
     done
