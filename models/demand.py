@@ -148,8 +148,8 @@ def estimate_demand(
 ) -> DemandEstimate:
     """Multi-level demand of one tenant from its running instances and its queue.
 
-    A queued job of 0 GPUs or fewer is left out; a NaN or infinite number of GPUs is
-    refused with a ``ValueError``.
+    A queued job of 0 GPUs or fewer is left out; a NaN or infinite number of GPUs, or a
+    NaN or infinite metric of a running instance, is refused with a ``ValueError``.
     """
     _check_level(unknown_pending_level)  # also when the queue is empty
     s = settings or LevelSettings()
@@ -157,6 +157,12 @@ def estimate_demand(
     running_eff = 0.0
     n_running = 0
     for inst in running:
+        for name in ("gpu_util", "sm_util", "mem_used_bytes", "mem_total_bytes"):
+            value = getattr(inst, name)  # NaN failed every threshold: levelled L2, unsaid
+            if value is not None and not math.isfinite(value):
+                raise ValueError(
+                    f"a running instance's {name} must be a finite number, not {value!r}"
+                )
         level = classify(
             s,
             gpu_util=inst.gpu_util,

@@ -196,9 +196,20 @@ class JobProfiler:
     ) -> JobEstimate:
         """Level of an instance: from live metrics when given, else from its attributes.
 
+        A NaN or infinite metric is refused with a ``ValueError`` naming it.
+
         >>> JobProfiler().profile(gpu_util=10.0, mem_used_bytes=1e9).level
         'L1'
         """
+        for name, value in (
+            ("gpu_util", gpu_util),
+            ("sm_util", sm_util),
+            ("mem_used_bytes", mem_used_bytes),
+            ("mem_total_bytes", mem_total_bytes),
+        ):
+            # NaN failed every threshold: levelled L2 "from live metrics", util NaN
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, not {value!r}")
         if gpu_util is not None and mem_used_bytes is not None:
             level = classify(
                 self._settings,

@@ -114,3 +114,19 @@ def test_level_settings_that_are_no_numbers_are_named(setting: dict) -> None:
     (name,) = setting
     with pytest.raises(ValueError, match=re.escape(f"{name} must be a finite number >= 0")):
         LevelSettings(**setting)
+
+
+@pytest.mark.parametrize(
+    ("instance", "message"),
+    [
+        # a NaN util was levelled L2 and counted as half a GPU, unsaid
+        (RunningInstance(gpu_util=float("nan"), mem_used_bytes=GB), "gpu_util must be a finite"),
+        (RunningInstance(gpu_util=50, mem_used_bytes=float("inf")), "mem_used_bytes must be a"),
+        (RunningInstance(gpu_util=50, mem_used_bytes=GB, sm_util=float("nan")), "sm_util must"),
+    ],
+)
+def test_a_running_instance_whose_metrics_are_no_numbers_is_named(
+    instance: RunningInstance, message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"a running instance's {message}")):
+        estimate_demand([RunningInstance(gpu_util=10, mem_used_bytes=GB), instance])

@@ -281,3 +281,19 @@ def test_lofo_benchmark_refuses_a_bad_table_in_one_line(tmp_path: Path) -> None:
     assert done.stderr.splitlines() == [
         f"profiler_lofo.py: {bad}:3: batchsize: not a number: 'oops'"
     ]
+
+
+@pytest.mark.parametrize(
+    ("metrics", "message"),
+    [
+        # a NaN util was levelled L2 from "live metrics" and reported as a util of NaN
+        ({"gpu_util": math.nan}, "gpu_util must be a finite number, not nan"),
+        ({"sm_util": math.nan}, "sm_util must be a finite number, not nan"),
+        ({"mem_used_bytes": math.inf}, "mem_used_bytes must be a finite number, not inf"),
+        ({"mem_total_bytes": math.nan}, "mem_total_bytes must be a finite number, not nan"),
+    ],
+)
+def test_live_metrics_that_are_no_numbers_are_named(metrics: dict, message: str) -> None:
+    live = {"gpu_util": 50.0, "mem_used_bytes": 4e9, **metrics}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        JobProfiler().fit(shipped_profiles()).profile(family="BERT", **live)
