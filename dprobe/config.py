@@ -791,7 +791,8 @@ def _check_sections(doc: dict[str, Any], path: Path) -> None:
     listed = ", ".join(f"[{k}]" for k in known)
     for key, value in doc.items():
         if key in known and not isinstance(value, dict):
-            raise ConfigError(f"[{key}] in the config file must be a table")
+            kind = _kind(value) or "a string"
+            raise ConfigError(f"config file {path}: [{key}] must be a table, not {kind}")
     loose = sorted(k for k, v in doc.items() if k not in known and not isinstance(v, dict))
     if loose:
         raise ConfigError(

@@ -190,7 +190,7 @@ def test_a_list_of_bootstrap_servers_is_the_comma_list(tmp_path: Path) -> None:
             r"unknown section\(s\) \[replya\] \(did you mean \[replay\]\?\); known: \[archive\], ",
         ),
         ("speed = 5\n[replay]\ntick_s = 5\n", r"top-level key\(s\) speed .* in a section"),
-        ("kafka = 5\n", r"\[kafka\] in the config file must be a table"),
+        ("kafka = 5\n", r"config file \S*dprobe\.toml: \[kafka\] must be a table, not a number"),
     ],
 )
 @pytest.mark.parametrize("cls", EVERY)
