@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -60,7 +61,8 @@ class LocalBroker:
             DPROBE_KAFKA_STATE_DIR=str(Path(s.state_dir).expanduser()),
             DPROBE_KAFKA_LIB_DIR=str(Path(s.lib_dir).expanduser()),
             DPROBE_KAFKA_HEAP=s.heap,
-            DPROBE_KAFKA_START_TIMEOUT_S=str(int(s.start_timeout_s)),
+            # whole seconds for the script: rounded up, so 0.5 s is not 0 s
+            DPROBE_KAFKA_START_TIMEOUT_S=str(math.ceil(s.start_timeout_s)),
         )
         if s.sasl_user:
             env["DPROBE_KAFKA_SASL_USER"] = s.sasl_user

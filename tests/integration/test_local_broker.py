@@ -113,6 +113,16 @@ def test_a_state_dir_whose_name_holds_pattern_characters_is_its_brokers(tmp_path
     assert not Path(f"/proc/{pid}").exists() and broker.status() == "stopped"
 
 
+def test_a_start_timeout_below_a_whole_second_is_rounded_up_not_to_zero() -> None:
+    # kafka.sh counts whole seconds: 0.5 s must not become 0 s, a start that cannot succeed
+    env = LocalBroker(BrokerSettings(start_timeout_s=0.5))._env()
+    assert env["DPROBE_KAFKA_START_TIMEOUT_S"] == "1"
+    assert (
+        LocalBroker(BrokerSettings(start_timeout_s=120))._env()["DPROBE_KAFKA_START_TIMEOUT_S"]
+        == "120"
+    )
+
+
 def _path_without(tmp_path: Path, *missing: str) -> str:
     """A PATH holding every program of /usr/bin and /bin except ``missing``."""
     bin_dir = tmp_path / "bin"
