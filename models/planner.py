@@ -13,8 +13,9 @@ reading, every rule a setting (:class:`PlannerSettings`) and called an assumptio
    300 s down (highest recommendation in the window), rate limits per period, cooldown;
    the tolerance never holds a tenant below its need now (waiting jobs are not noise);
 3. first, tenants whose jobs wait now (``need_gpus`` above their quota) take idle nodes
-   from any tenant down to that tenant's own need now (``urgent_first``: waiting jobs come
-   before capacity kept for forecast demand; nodes no forecast keeps go first); then
+   from any tenant down to that tenant's own need now, as fast as its scale-down rate
+   limit allows (``urgent_first``: waiting jobs come before capacity kept for forecast
+   demand; nodes no forecast keeps go first); then
    tenants whose damped target is above their quota *receive* from tenants whose damped
    target is below it, from what is left once the nodes that waiting jobs still lack
    (damping held them back) are kept free; a donor gives only GPUs on whole idle nodes
@@ -46,7 +47,14 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from dprobe.models.planner_damping import DampingSettings, MoveHistory, damp, record, whole_number
+from dprobe.models.planner_damping import (
+    DampingSettings,
+    MoveHistory,
+    damp,
+    lowest_quota,
+    record,
+    whole_number,
+)
 
 Reason = Literal[
     "waiting_jobs",  # raised for jobs that wait now (its need is above its quota)
@@ -218,8 +226,12 @@ class Planner:
         by_name = sorted(inp.tenants, key=lambda t: t.tenant)
         desired: dict[str, int] = {}
         damped: dict[str, int] = {}
+        lowest: dict[str, int] = {}  # what the scale-down rate limit lets it go down to
         for t in by_name:
             h = self._history.setdefault(t.tenant, MoveHistory())
+            lowest[t.tenant] = lowest_quota(
+                s.damping, h, ts=inp.ts, current=t.quota_gpus, node_gpus=node
+            )
             desired[t.tenant] = _desired(s, t, inp.capacity_gpus)
             target = damp(
                 s.damping,
@@ -241,7 +253,7 @@ class Planner:
         below = {t.tenant: t.quota_gpus < t.guaranteed_gpus for t in by_name}
         got: dict[str, int] = {}
         if s.urgent_first:
-            got = _urgent(by_name, damped, below, node)
+            got = _urgent(by_name, damped, lowest, below, node)
         lent = {t.tenant: -min(0, got.get(t.tenant, 0)) for t in by_name}
         want = {r: w - max(0, got.get(r, 0)) for r, w in want.items()}
         offer = {
@@ -373,13 +385,17 @@ def _offer(t: TenantState, target: int, node: int) -> int:
 
 
 def _urgent(
-    tenants: list[TenantState], damped: dict[str, int], below: dict[str, bool], node: int
+    tenants: list[TenantState],
+    damped: dict[str, int],
+    lowest: dict[str, int],
+    below: dict[str, bool],
+    node: int,
 ) -> dict[str, int]:
     """First pass: tenants whose jobs wait now (need above quota) take idle nodes from any
-    tenant down to that tenant's own need now (never below its guarantee), whatever its
-    forecast says: waiting jobs come before capacity kept for forecast demand. Nodes no
-    one's forecast keeps are taken first, so a forecast loses capacity only when nothing
-    else is idle."""
+    tenant down to that tenant's own need now (never below its guarantee, nor below
+    ``lowest``, what its scale-down rate limit allows), whatever its forecast says:
+    waiting jobs come before capacity kept for forecast demand. Nodes no one's forecast
+    keeps are taken first, so a forecast loses capacity only when nothing else is idle."""
     want: dict[str, int] = {}
     spare: dict[str, int] = {}  # idle beyond the donor's damped target too
     kept: dict[str, int] = {}  # idle that only the donor's forecast keeps
@@ -393,7 +409,10 @@ def _urgent(
         # caps its damped target below its need): the rest is lent like any idle node
         kept_need = min(need, damped[t.tenant])
         keep = max(
-            kept_need, ceil_to_node(t.guaranteed_gpus, node), ceil_to_node(t.hold_gpus, node)
+            kept_need,
+            ceil_to_node(t.guaranteed_gpus, node),
+            ceil_to_node(t.hold_gpus, node),
+            lowest[t.tenant],
         )
         amount = min(t.idle_gpus, t.quota_gpus - keep)
         amount = max(0, amount - amount % node)

@@ -147,6 +147,18 @@ def _cooldown(s: DampingSettings, h: MoveHistory, ts: float, current: int, rec: 
     return rec
 
 
+def lowest_quota(
+    s: DampingSettings, h: MoveHistory, *, ts: float, current: int, node_gpus: int
+) -> int:
+    """The lowest quota the scale-down rate limit lets ``current`` go to at ``ts``.
+
+    >>> lowest_quota(DampingSettings(scale_down_max_percent=50), MoveHistory(), ts=0.0,
+    ...              current=48, node_gpus=8)
+    24
+    """
+    return _rate_limit(s, h, ts=ts, current=current, rec=0, node_gpus=node_gpus)
+
+
 def _rate_limit(
     s: DampingSettings, h: MoveHistory, *, ts: float, current: int, rec: int, node_gpus: int
 ) -> int:

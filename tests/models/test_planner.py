@@ -389,6 +389,29 @@ def test_waiting_jobs_come_before_capacity_kept_for_a_forecast() -> None:
     assert off.plan(PlanInput(ts=0.0, capacity_gpus=64, tenants=tenants)).moves == ()
 
 
+@pytest.mark.parametrize(
+    ("down_percent", "targets"), [(100.0, (48, 16)), (50.0, (40, 24)), (0.0, (16, 48))]
+)
+def test_waiting_jobs_take_no_more_than_the_donors_scale_down_limit(
+    down_percent: float, targets: tuple[int, int]
+) -> None:
+    """a's jobs wait for 32 GPUs more; b runs nothing. b's scale-down rate limit bounds
+    what it lends to waiting jobs as it bounds what it lends to forecasts (before, a limit
+    of 50 % let b go from 48 to 16, and one of 0 %, which holds every quota, to 16 too)."""
+    planner = Planner(PlannerSettings(damping=DampingSettings(scale_down_max_percent=down_percent)))
+    plan = planner.plan(
+        PlanInput(
+            ts=0.0,
+            capacity_gpus=64,
+            tenants=(
+                TenantState("a", quota_gpus=16, p90=48.0, need_gpus=48.0),
+                TenantState("b", quota_gpus=48, idle_gpus=48),
+            ),
+        )
+    )
+    assert (plan.targets()["a"], plan.targets()["b"]) == targets
+
+
 def test_hold_keeps_idle_nodes_its_tenant_will_need_from_forecasts_and_waiting_jobs() -> None:
     # b has 3 idle nodes; a wants 3 more for the forecast and 1 for jobs waiting now.
     def plan(hold: float) -> dict[str, int]:
