@@ -54,7 +54,9 @@ fetch() {
   if [[ -f "${LIB}/.complete" ]]; then return 0; fi
   command -v mvn >/dev/null 2>&1 \
     || die "Maven is required to fetch the Kafka broker jars but 'mvn' was not found: install the package maven"
-  mkdir -p "${LIB}"
+  local err
+  err="$(mkdir -p "${LIB}" 2>&1)" \
+    || die "cannot create the jar cache ${LIB} (DPROBE_BROKER_LIB_DIR, [broker] lib_dir): ${err%%$'\n'*}"
   echo "dprobe broker: fetching Apache Kafka jars from Maven Central into ${LIB}" >&2
   mvn -q -B -Dstyle.color=never -f "${HERE}/pom.xml" "${DEP_PLUGIN}" \
     -DincludeScope=runtime -DoutputDirectory="${LIB}" >&2 \
@@ -94,7 +96,9 @@ state() {
 }
 
 render_config() {
-  mkdir -p "${STATE}" "${LOGDIR}" "${DATADIR}"
+  local err
+  err="$(mkdir -p "${STATE}" "${LOGDIR}" "${DATADIR}" 2>&1)" \
+    || die "cannot create the state dir ${STATE} (--state-dir, DPROBE_BROKER_STATE_DIR, [broker] state_dir): ${err%%$'\n'*}"
   ( umask 077
     sed -e "s|@PORT@|${PORT}|g" -e "s|@CONTROLLER_PORT@|${CPORT}|g" -e "s|@LOG_DIRS@|${DATADIR}|g" \
       "${HERE}/server.properties.in" > "${CONF}" )

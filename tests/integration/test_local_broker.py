@@ -123,6 +123,25 @@ def test_a_start_timeout_below_a_whole_second_is_rounded_up_not_to_zero() -> Non
     )
 
 
+def test_a_state_dir_that_cannot_be_made_gives_one_clear_line() -> None:
+    state = Path("/proc/dprobe-no-such-dir/broker")  # under a folder nobody may write to
+    res = _cli(state, _free_port(), _free_port(), "start")
+    assert res.returncode == 2, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert f"cannot create the state dir {state}" in res.stderr
+
+
+def test_a_jar_cache_that_cannot_be_made_gives_one_clear_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lib = "/proc/dprobe-no-such-dir/kafka-lib"
+    monkeypatch.setenv("DPROBE_BROKER_LIB_DIR", lib)
+    res = _cli(tmp_path / "broker", _free_port(), _free_port(), "start")
+    assert res.returncode == 2, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert f"cannot create the jar cache {lib}" in res.stderr
+
+
 def _path_without(tmp_path: Path, *missing: str) -> str:
     """A PATH holding every program of /usr/bin and /bin except ``missing``."""
     bin_dir = tmp_path / "bin"
