@@ -95,13 +95,16 @@ state() {
   if port_open "$(running_port)" && log_says_started; then echo ready; else echo starting; fi
 }
 
+# TEXT as the replacement of sed's s|...|...|: a backslash, '&' and '|' taken as they are
+sed_escape() { printf '%s' "$1" | sed -e 's/[\\&|]/\\&/g'; }
+
 render_config() {
   local err
   err="$(mkdir -p "${STATE}" "${LOGDIR}" "${DATADIR}" 2>&1)" \
     || die "cannot create the state dir ${STATE} (--state-dir, DPROBE_BROKER_STATE_DIR, [broker] state_dir): ${err%%$'\n'*}"
   ( umask 077
-    sed -e "s|@PORT@|${PORT}|g" -e "s|@CONTROLLER_PORT@|${CPORT}|g" -e "s|@LOG_DIRS@|${DATADIR}|g" \
-      "${HERE}/server.properties.in" > "${CONF}" )
+    sed -e "s|@PORT@|${PORT}|g" -e "s|@CONTROLLER_PORT@|${CPORT}|g" \
+      -e "s|@LOG_DIRS@|$(sed_escape "${DATADIR}")|g" "${HERE}/server.properties.in" > "${CONF}" )
   if [[ -n "${SASL_USER}" ]]; then
     [[ -n "${SASL_PASSWORD}" ]] || die "DPROBE_KAFKA_SASL_USER needs DPROBE_KAFKA_SASL_PASSWORD"
     sed -i -e "s|^listeners=PLAINTEXT://|listeners=SASL_PLAINTEXT://|" \
