@@ -156,6 +156,8 @@ def lowest_quota(
     ...              current=48, node_gpus=8)
     24
     """
+    if s.scale_down_max_percent >= 100:  # all of it, every period: no history to read
+        return 0
     return _rate_limit(s, h, ts=ts, current=current, rec=0, node_gpus=node_gpus)
 
 

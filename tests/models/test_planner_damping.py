@@ -11,6 +11,7 @@ from dprobe.models.planner_damping import (
     MoveHistory,
     apply_tolerance,
     damp,
+    lowest_quota,
     record,
 )
 
@@ -80,3 +81,15 @@ def test_a_nan_tolerance_would_have_let_a_small_change_through() -> None:
 def test_scale_up_max_nodes_is_a_whole_number_of_nodes(nodes: object) -> None:
     with pytest.raises(ValueError, match=r"^scale_up_max_nodes must be a whole number >= 0"):
         DampingSettings(scale_up_max_nodes=nodes)  # type: ignore[arg-type]
+
+
+def test_lowest_quota_is_what_the_scale_down_limit_leaves_in_the_period() -> None:
+    h = MoveHistory()
+    record(h, ts=0.0, delta=-16)  # 64 -> 48 at t=0
+    half = DampingSettings(scale_down_max_percent=50.0)
+    # the period started at 64: at most 32 down in it, 16 of them taken
+    assert lowest_quota(half, h, ts=10.0, current=48, node_gpus=8) == 32
+    assert lowest_quota(half, h, ts=20.0, current=48, node_gpus=8) == 24  # a new period
+    assert lowest_quota(DampingSettings(), h, ts=10.0, current=48, node_gpus=8) == 0
+    frozen = DampingSettings(scale_down_max_percent=0.0)
+    assert lowest_quota(frozen, h, ts=10.0, current=48, node_gpus=8) == 48
