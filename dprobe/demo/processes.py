@@ -55,7 +55,9 @@ def broker_to_start(bootstrap: str, settings: BrokerSettings) -> LocalBroker | N
 
     A bootstrap on another machine that does not answer is an error: the demo starts
     brokers on this machine only. A port other than the configured broker's gets a broker
-    of its own (state in ``<state_dir>-<port>``).
+    of its own (state in ``<state_dir>-<port>``). A broker of the state dir that runs but
+    does not answer (another port, or starting) is an error naming its address: the demo
+    would stop at its end a broker it did not start.
     """
     host, port = parse_bootstrap(bootstrap)
     if answers(host, port):
@@ -69,7 +71,19 @@ def broker_to_start(bootstrap: str, settings: BrokerSettings) -> LocalBroker | N
             controller_port=free_port(settings.controller_port),
             state_dir=Path(f"{settings.state_dir}-{port}"),
         )
-    return LocalBroker(settings)
+    broker = LocalBroker(settings)
+    state, address = broker.status_and_address()
+    if state == "stopped":
+        return broker
+    # the state dir's broker runs, yet does not answer at the bootstrap (another port, or
+    # still starting): not the demo's to start, nor to stop at its end
+    where = f"no Kafka broker answers at {bootstrap}; the local broker of {settings.state_dir}"
+    if address == bootstrap:
+        raise DprobeError(f"{where} is still starting: run the demo again once it is ready")
+    raise UsageError(
+        f"{where} runs at {address}: run the demo with --bootstrap {address}, "
+        f"or stop that broker first ({stop_command(settings)})"
+    )
 
 
 def stop_command(settings: BrokerSettings) -> str:

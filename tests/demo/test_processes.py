@@ -123,3 +123,40 @@ def test_the_stop_command_it_prints_stops_the_broker_it_started(tmp_path: Path) 
     assert (parsed.port, parsed.controller_port, parsed.state_dir) == (
         broker.settings.port, broker.settings.controller_port, broker.settings.state_dir,
     )  # fmt: skip
+
+
+def test_a_broker_of_the_state_dir_running_on_another_port_is_named_not_started(
+    tmp_path: Path,
+) -> None:
+    """Nothing answers at the bootstrap, but the configured state dir's broker runs on
+    another port: the demo says where it runs instead of starting it (which fails) and
+    then stopping it at the end, a broker the demo did not start."""
+    import subprocess
+
+    import pytest
+
+    from dprobe.config import BrokerSettings
+    from dprobe.demo.processes import broker_to_start
+    from dprobe.errors import UsageError
+
+    state = tmp_path / "broker"
+    state.mkdir()
+    conf = state / "server.properties"
+    elsewhere = free_port(0)
+    conf.write_text(f"listeners=PLAINTEXT://127.0.0.1:{elsewhere},CONTROLLER://127.0.0.1:1\n")
+    # a process that the state dir's pid file names and whose command line is a broker's
+    fake = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "kafka.Kafka", str(conf)]
+    )
+    try:
+        (state / "broker.pid").write_text(f"{fake.pid}\n")
+        silent = free_port(0)
+        settings = BrokerSettings(port=silent, state_dir=state)
+        with pytest.raises(UsageError) as refused:  # exit 2: the settings disagree
+            broker_to_start(f"127.0.0.1:{silent}", settings)
+        message = str(refused.value)
+        assert f"127.0.0.1:{elsewhere}" in message and str(state) in message
+        assert fake.poll() is None  # left running
+    finally:
+        fake.kill()
+        fake.wait()
