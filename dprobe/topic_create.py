@@ -29,16 +29,18 @@ class TopicCreateError(UsageError):
 
 
 def refusals(response: Any) -> list[str]:
-    """``"topic: ErrorName (message)"`` for each topic the response says was refused."""
-    out = []
+    """``"topic, topic: ErrorName (message)"`` for each reason the response gives for
+    refusing topics, the topics refused for it in order (a broker with too few replicas
+    refuses every topic for the same reason: it is said once)."""
+    topics: dict[str, list[str]] = {}
     for entry in getattr(response, "topic_errors", []) or []:
         topic, code = entry[0], entry[1]
         if code in (0, _EXISTS):
             continue
         message = entry[2] if len(entry) > 2 and entry[2] else ""
-        name = for_code(code).__name__
-        out.append(f"{topic}: {name}" + (f" ({message})" if message else ""))
-    return out
+        reason = for_code(code).__name__ + (f" ({message})" if message else "")
+        topics.setdefault(reason, []).append(topic)
+    return [f"{', '.join(names)}: {reason}" for reason, names in topics.items()]
 
 
 async def create_topics(admin: Any, new: list[Any]) -> None:

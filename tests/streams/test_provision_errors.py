@@ -37,8 +37,9 @@ def _settings(kafka: KafkaHelper, tmp_path: Path, **kw) -> WorkerSettings:  # ty
 @pytest.mark.integration
 async def test_a_topic_the_broker_refuses_is_an_error_naming_it(kafka, tmp_path: Path) -> None:
     s = _settings(kafka, tmp_path, replication_factor=3)  # one broker here
-    with pytest.raises(TopicCreateError, match=r"samples: InvalidReplicationFactorError"):
+    with pytest.raises(TopicCreateError, match=r"samples(, [^:]+)?: InvalidReplicationFactor") as e:
         await ensure_topics(s)
+    assert str(e.value).count("InvalidReplicationFactorError") == 1  # one reason, said once
 
 
 @pytest.mark.integration
