@@ -105,11 +105,13 @@ async def replay(
     span_s: float = 0.0,
     await_every: int = 20_000,
     on_record: Callable[[ReplayRecord], None] | None = None,
+    on_delivered: Callable[[int], None] | None = None,
 ) -> ReplayStats:
     """Send ``records`` (event-time ordered) to ``topics[record.kind]`` paced by ``speed``.
 
     ``span_s`` is the event time from the first record to the last (or more), which
-    ``shift_to_now`` needs when the replay runs faster than real time."""
+    ``shift_to_now`` needs when the replay runs faster than real time. ``on_delivered``
+    is told how many records Kafka has confirmed so far, each time that grows."""
     clk = clock or SystemClock()
     pacer = Pacer(speed, clk)
     stats = ReplayStats()
@@ -141,12 +143,18 @@ async def replay(
                 await _delivered(pending)
                 pending = []
                 last_wait = clk.monotonic()
+                if on_delivered is not None:
+                    on_delivered(stats.records)
     except ReplayError:
         raise
     except BaseException as stop:  # an input error, Ctrl-C: what was sent is delivered
         await _delivered_before(stop, pending)
+        if on_delivered is not None:
+            on_delivered(stats.records)
         raise
     await _delivered(pending)
+    if on_delivered is not None:
+        on_delivered(stats.records)
     stats.wall_s = clk.monotonic() - started
     return stats
 

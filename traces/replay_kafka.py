@@ -74,10 +74,12 @@ async def replay_to_kafka(
     clock: Clock | None = None,
     on_record: Callable[[ReplayRecord], None] | None = None,
     on_existing: Callable[[list[str]], None] | None = None,
+    on_delivered: Callable[[int], None] | None = None,
 ) -> ReplayStats:
     """Replay ``records`` into Kafka; every record is delivered when this returns.
     ``on_existing`` is told, before the first record, which topics already hold records
-    (an empty one, such as a worker waiting for the replay creates, is not named)."""
+    (an empty one, such as a worker waiting for the replay creates, is not named);
+    ``on_delivered``, how many records Kafka has confirmed (:func:`replay`)."""
     from aiokafka import AIOKafkaProducer
     from aiokafka.errors import KafkaConnectionError
 
@@ -101,6 +103,7 @@ async def replay_to_kafka(
             span_s=span_s,
             await_every=settings.await_every,
             on_record=on_record,
+            on_delivered=on_delivered,
         )
         await producer.flush()
         return stats

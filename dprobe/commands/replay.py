@@ -220,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
 
     reached: list[float] = []
     sent = [0]  # records handed to the producer (the bar may be off: --no-progress)
+    delivered = [0]  # of them, those Kafka has confirmed
 
     def on_existing(existing: list[str]) -> None:
         others = [t for t in existing if t not in live]
@@ -253,15 +254,24 @@ def run(args: argparse.Namespace) -> int:
                     span_s=span_s,
                     on_record=on_record,
                     on_existing=on_existing,
+                    on_delivered=lambda n: delivered.__setitem__(0, n),
                 )
             )
         )
     except (KeyboardInterrupt, Terminated) as exc:
         bar.close()
         how = "stopped (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        # a second Ctrl-C or SIGTERM ends the wait for the last deliveries (Kafka gone)
+        if delivered[0] >= sent[0]:
+            fate = "those sent are delivered"
+        else:
+            fate = (
+                f"{delivered[0]} of them delivered, the last {sent[0] - delivered[0]} "
+                f"maybe not (Kafka at {s.kafka.bootstrap})"
+            )
         print(
             f"dprobe replay: {how} after {sent[0]} records sent (event time "
-            f"{_when(reached)} UTC); those sent are delivered",
+            f"{_when(reached)} UTC); {fate}",
             file=sys.stderr,
         )
         return 143 if isinstance(exc, Terminated) else 130

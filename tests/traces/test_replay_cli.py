@@ -435,3 +435,32 @@ def test_the_progress_bar_keeps_up_with_the_event_time_of_a_sparse_trace(
     assert len(bars) >= 3, done.stderr  # about one every half second
     for count, hh, mm in bars:
         assert abs(int(hh) * 60 + int(mm) - (int(count) - 2)) <= 1, (count, hh, mm)
+
+
+def test_an_interrupt_before_delivery_was_confirmed_does_not_say_everything_was_delivered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second Ctrl-C while the replay waits for Kafka to take what it sent (a broker
+    that went away) stops the wait: the replay then says how many records Kafka
+    confirmed, not that every record sent was delivered."""
+    from dprobe import cli
+    from dprobe.traces import replay_kafka
+
+    async def stuck(records, settings, topics, *, on_record, **kw):  # type: ignore[no-untyped-def]
+        for i, rec in enumerate(records):
+            on_record(rec)
+            if i == 1 and kw.get("on_delivered") is not None:
+                kw["on_delivered"](2)  # the first two are confirmed
+            if i == 2:
+                break
+        raise KeyboardInterrupt  # the wait for the third is interrupted
+
+    monkeypatch.setattr(replay_kafka, "replay_to_kafka", stuck)
+    f = tmp_path / "demand.csv"
+    f.write_text("ts,tenant,demand_gpus\n" + "".join(f"{60 * i},a,1\n" for i in range(5)))
+    args = ["--bootstrap", "127.0.0.1:1", "replay", str(f), "--format", "demand-csv"]
+    assert cli.main([*args, "--no-progress", "--prefix", "stuck."]) == 130
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said.startswith("dprobe replay: interrupted after 3 records sent"), said
+    assert "those sent are delivered" not in said
+    assert "2 of them delivered" in said and "127.0.0.1:1" in said
