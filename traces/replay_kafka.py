@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Sequence, Set
 from typing import Any
 
@@ -21,6 +22,9 @@ from dprobe.traces.replay import ReplayStats, replay
 from dprobe.traces.replay_record import ReplayRecord
 
 KINDS = ("samples", "jobs", "cluster")
+# How long a stopped replay's producer may take to close: what was sent has been awaited
+# (or the wait for it was given up by a second interrupt, Kafka being gone)
+STOP_WAIT_S = 5.0
 
 
 def topics_for(
@@ -92,6 +96,7 @@ async def replay_to_kafka(
         on_existing(await holding_records(settings, existing))
     producer = AIOKafkaProducer(**producer_config(settings))
     await start_client(producer.start, producer.stop, settings.kafka, KafkaConnectionError)
+    stopped = False
     try:
         stats = await replay(
             records,
@@ -107,8 +112,14 @@ async def replay_to_kafka(
         )
         await producer.flush()
         return stats
+    except asyncio.CancelledError:  # SIGTERM: the close must not wait for Kafka again
+        stopped = True
+        raise
     finally:
-        await producer.stop()
+        if stopped:
+            await asyncio.wait([asyncio.ensure_future(producer.stop())], timeout=STOP_WAIT_S)
+        else:
+            await producer.stop()
 
 
 async def ensure_topics(

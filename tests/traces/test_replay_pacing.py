@@ -173,3 +173,44 @@ async def test_an_interrupt_while_awaiting_delivery_leaves_what_was_sent_to_be_d
     with pytest.raises(asyncio.CancelledError):
         await task
     assert all(f.done() and not f.cancelled() for f in sink.futures)
+
+
+async def test_a_replay_stopped_while_kafka_is_gone_does_not_hang_closing_its_producer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # SIGTERM cancels the replay; a second one ends the wait for the last deliveries.
+    # Closing the producer must not then wait for them again, forever, while Kafka is gone
+    import aiokafka
+
+    from dprobe.config import ReplaySettings
+    from dprobe.traces import replay_kafka
+
+    class GoneProducer:  # takes records, never delivers them, and never closes
+        def __init__(self, **kw: Any) -> None:
+            self.futures: list[asyncio.Future[None]] = []
+
+        async def start(self) -> None: ...
+
+        async def send(self, topic: str, value: bytes, key: bytes | None = None) -> Any:
+            self.futures.append(asyncio.get_running_loop().create_future())
+            return self.futures[-1]
+
+        async def stop(self) -> None:
+            await asyncio.Event().wait()
+
+    async def no_topics(*args: Any, **kw: Any) -> list[str]:
+        return []
+
+    monkeypatch.setattr(aiokafka, "AIOKafkaProducer", GoneProducer)
+    monkeypatch.setattr(replay_kafka, "ensure_topics", no_topics)
+    monkeypatch.setattr(replay_kafka, "STOP_WAIT_S", 0.2)
+    topics = {"samples": "s", "jobs": "j", "cluster": "c"}
+    work = replay_kafka.replay_to_kafka(_jobs([0.0, 10.0]), ReplaySettings(speed=1), topics)
+    task = asyncio.create_task(work)
+    await asyncio.sleep(0.05)
+    task.cancel()  # SIGTERM: the replay waits for what it sent
+    await asyncio.sleep(0.05)
+    assert not task.done()
+    task.cancel()  # SIGTERM again: it stops waiting
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 2.0)
