@@ -17,6 +17,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -165,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
             return asyncio.run(_write_lines(s, out, args.output, args.max_ticks))
         finally:
             if out is not sys.stdout.buffer:
-                out.close()
+                with contextlib.suppress(OSError):  # a failed write was said already
+                    out.close()
     return asyncio.run(_serve(s, args))
 
 
@@ -212,10 +214,9 @@ async def _write_lines(
 ) -> int:
     """Read the backend every interval; one JSON line per snapshot to ``out``."""
     import asyncio
-    import contextlib
     import signal
 
-    from dprobe.collectors.errors import BackendError
+    from dprobe.collectors.errors import BackendError, CollectorError
     from dprobe.schema import encode
 
     host, clock, backend, build = _snapshot_source(s, lambda _field: None)
@@ -237,8 +238,13 @@ async def _write_lines(
                     print(f"dprobe collect: tick skipped: {exc}", file=sys.stderr)
                 else:
                     snap = build(reading, seq=seq, ts=clock.now(), interval_s=s.interval_s)
-                    out.write(encode(snap) + b"\n")
-                    out.flush()
+                    try:
+                        out.write(encode(snap) + b"\n")
+                        out.flush()
+                    except BrokenPipeError:
+                        raise  # stdout's reader has gone: dprobe ends quietly
+                    except OSError as exc:  # a full disk, a file system gone read-only
+                        raise CollectorError(f"--output {output}: {exc.strerror or exc}") from None
                     for err in reading.errors:
                         print(f"dprobe collect: {err}", file=sys.stderr)
                     seq += 1

@@ -38,6 +38,18 @@ def test_output_to_an_unwritable_path_is_one_line(
     assert capsys.readouterr().err.strip().count("\n") == 0
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_output_that_cannot_be_written_is_one_line_and_exit_1(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A full disk (here /dev/full) while writing --output: one line naming it, no traceback."""
+    argv = ["collect", "--backend", "synthetic", "--output", "/dev/full", "--max-ticks", "1"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    assert "--output /dev/full" in err and "No space left on device" in err
+
+
 def _cuda() -> bool:
     import torch
 
