@@ -1,9 +1,10 @@
 """A bounded, append-only disk spool: every snapshot is written here before it is sent.
 
 Records are appended to segment files (``<id>.spool``); each record is framed as
-``length (u32) | crc32 (u32) | seq (u64) | payload``, written with one ``write`` call and
-(by default) fsynced, so a crash loses at most the tick in progress and a torn tail is
-cut off on the next open. A ``cursor`` file holds the position up to which records have
+``length (u32) | crc32 (u32) | seq (u64) | payload``, written whole and (by default)
+fsynced, so a crash loses at most the tick in progress and a torn tail is
+cut off on the next open; a record the disk has no room for is taken back and the
+error raised. A ``cursor`` file holds the position up to which records have
 been delivered; the sender reads from the cursor, in order, and acks what Kafka
 confirmed. Fully delivered segments are deleted. When the spool grows past
 ``max_bytes``, the oldest segment is deleted and its undelivered records are counted as
@@ -29,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -182,9 +184,18 @@ class Spool:
             and self._sizes[self._active] + len(frame) > self.segment_bytes
         ):
             self._roll()
-        os.write(self._fd, frame)
-        if self.fsync:
-            os.fsync(self._fd)
+        start = self._sizes[self._active]
+        try:
+            view = memoryview(frame)
+            while view:  # a full disk may write part of it, then refuse the rest
+                view = view[os.write(self._fd, view) :]
+            if self.fsync:
+                os.fsync(self._fd)
+        except OSError:
+            # take back what was written: a torn record would cut off those after it
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)
+            raise
         self._sizes[self._active] += len(frame)
         self._counts[self._active] += 1
         self.last_seq = seq

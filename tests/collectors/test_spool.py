@@ -142,6 +142,42 @@ def test_append_reaches_the_file_before_return(tmp_path: Path) -> None:
     spool.close()
 
 
+def test_a_write_cut_short_by_a_full_disk_leaves_no_torn_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk writes part of a record (os.write returns less) and then refuses the
+    rest: append fails and the part is taken back, so records appended once there is
+    room again are not cut off behind a torn one."""
+    import errno
+
+    from dprobe.collectors import spool as spool_module
+
+    corrupt: list[int] = []
+    spool = Spool(tmp_path, max_bytes=1 << 20, on_corrupt=corrupt.append)
+    spool.open()
+    spool.append(0, payload(0))
+    real_write = os.write
+    room = [50]  # bytes left on the disk
+
+    def full_disk(fd: int, data: bytes) -> int:
+        if fd != spool._fd:
+            return real_write(fd, data)
+        if not room[0]:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written = real_write(fd, bytes(data[: room[0]]))
+        room[0] -= written
+        return written
+
+    monkeypatch.setattr(spool_module.os, "write", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        spool.append(1, payload(1))
+    monkeypatch.setattr(spool_module.os, "write", real_write)  # room again
+    spool.append(2, payload(2))
+    assert drain(spool) == [0, 2]
+    assert corrupt == [] and spool.dropped == 0
+    spool.close()
+
+
 def test_two_collectors_cannot_share_a_spool(tmp_path: Path) -> None:
     first = Spool(tmp_path)
     first.open()
