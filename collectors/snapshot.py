@@ -4,8 +4,9 @@ Readings are untrusted: a NaN or infinite value becomes 0, a negative value 0, a
 above its bound the bound (``mem_used`` at most ``mem_total``); each repair is reported
 to ``on_fault`` with its kind (``nan``, ``negative``, ``out_of_range``). Processes the
 backend did not attribute are resolved to a tenant and job from their pid; a process that
-ended in the meantime is left out (``proc_vanished``), as is a process on a GPU that is
-not in the reading (``orphan_proc``) and a repeated GPU (``duplicate_gpu``).
+ended in the meantime, or could not be attributed, is kept as ``unassigned``
+(``proc_vanished``); a process on a GPU that is not in the reading (``orphan_proc``) and
+a repeated GPU (``duplicate_gpu``) are left out.
 
 Example:
     >>> from dprobe.collectors.backend import GpuReading, ProcReading, Reading
