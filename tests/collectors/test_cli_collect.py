@@ -94,7 +94,11 @@ def test_bad_synthetic_and_port_settings_exit_2_naming_the_setting(
     assert out == ""
 
 
-@pytest.mark.parametrize("host", ["../escape", "..", ".", "a/b", "a\\b", "nul\0byte", "h" * 257])
+@pytest.mark.parametrize(
+    "host",
+    # the seq file seq-<host> is a file name too: at most 255 bytes, so the host id 251
+    ["../escape", "..", ".", "a/b", "a\\b", "nul\0byte", "h" * 257, "h" * 252, "\u00e9" * 200],
+)
 def test_a_host_id_that_is_no_single_folder_name_exits_2(
     host: str, capsys, tmp_path, monkeypatch
 ) -> None:
