@@ -17,6 +17,7 @@ Names and meanings (all prefixed ``dprobe_collector_``):
 - ``dropped_snapshots_total{reason}``: snapshots lost for good (``spool_full``,
   ``spool_corrupt``)
 - ``kafka_up``: 1 while the last delivery succeeded
+- ``kafka_auth_failed``: 1 while Kafka refuses the collector's SASL credentials
 - ``gpus`` / ``processes``: GPUs and processes in the last snapshot
 - ``tick_seconds``: wall time of one tick (read, attribute, encode, spool)
 
