@@ -30,6 +30,7 @@ from dprobe.collectors.tenant_map import load_tenant_map
 from dprobe.collectors.tenants import TenantResolver
 from dprobe.collectors.topic_create import NewTopicSpec
 from dprobe.config import CollectorSettings
+from dprobe.errors import UsageError
 from dprobe.schema import HostSnapshot
 
 
@@ -71,7 +72,8 @@ def make_resolver(settings: CollectorSettings) -> TenantResolver | None:
     whose processes carry their tenant and job already. A given tenant map is read and
     checked whatever the backend (:class:`UsageError` naming what is wrong), so a file
     that is missing or invalid fails as early with the synthetic backend as with NVML,
-    though the synthetic backend then does not use it.
+    though the synthetic backend then does not use it. A ``proc_root`` that is not a
+    procfs is refused (:class:`UsageError`) for the NVML backend.
 
     >>> make_resolver(CollectorSettings(backend="synthetic")) is None
     True
@@ -79,6 +81,12 @@ def make_resolver(settings: CollectorSettings) -> TenantResolver | None:
     tenant_map = load_tenant_map(settings.tenant_map) if settings.tenant_map else None
     if settings.backend != "nvml":
         return None
+    if not (settings.proc_root / "stat").is_file():  # every procfs has it, hidepid or not
+        raise UsageError(
+            f"collector.proc_root: {settings.proc_root} is not a procfs (no stat file in "
+            "it), so no GPU process could be attributed: /proc, or where the host's /proc "
+            "is mounted in a container"
+        )
     return TenantResolver(
         proc_root=settings.proc_root,
         tenant_map=tenant_map,

@@ -112,6 +112,20 @@ def test_a_host_id_that_is_no_single_folder_name_exits_2(
     assert list(tmp_path.iterdir()) == []  # nothing written, in spool_dir or beside it
 
 
+@pytest.mark.parametrize("once", [True, False])
+def test_a_proc_root_that_is_no_procfs_exits_2_naming_it(
+    once: bool, capsys, tmp_path, monkeypatch
+) -> None:
+    """A mistyped proc_root (a container's mount of the host's /proc) would leave every
+    process unassigned, tick after tick, counted as proc_vanished: refused at start."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    argv = ["collect", "--backend", "nvml", "--proc-root", str(tmp_path / "host-proc")]
+    run = ["--once"] if once else ["--no-send", "--max-ticks", "1", "--metrics-port", "0"]
+    assert main([*argv, *run]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dprobe collect: collector.proc_root: "), err
+
+
 def test_an_accelerated_clock_sent_to_kafka_is_warned_about(
     caplog: pytest.LogCaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
