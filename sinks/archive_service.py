@@ -81,6 +81,11 @@ from dprobe.sinks.parquet_archive import ArchiveWriter, list_files
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 30.0
+# At stop, how long the last commit and the consumer's close may wait for Kafka: past
+# them the archive ends anyway (its files are written; what was not committed is read
+# again at the next start), within the units' TimeoutStopSec of 60 s.
+STOP_COMMIT_S = 10.0
+STOP_CLIENT_S = 10.0
 
 
 # How often the consumer looks for a topic that appeared (Kafka's default: 5 minutes).
@@ -241,30 +246,38 @@ class Archiver(AsyncService):
             return True
         return bool(self._next) and self.clock.monotonic() - self._last_flush >= s.flush_interval_s
 
-    async def flush(self) -> None:
+    async def flush(self, *, commit_within_s: float | None = None) -> None:
         """Steps 2 and 3 of the commit order: write every buffer durably, then commit.
 
         A write that fails stops the archiver: the error is raised now and by every later
         :meth:`poll` and :meth:`flush`, and nothing is committed. A commit that fails for a
         passing reason (see the module's docstring) is tried again at the next flush; any
-        other commit error stops the archiver too."""
+        other commit error stops the archiver too. ``commit_within_s``: a commit Kafka has
+        not taken by then is given up (the stop's last flush: Kafka may be gone)."""
         async with self._lock:
             self._raise_failure()
             try:
-                await self._write_and_commit()
+                await self._write_and_commit(commit_within_s)
             except Exception as exc:
                 self._failure = exc
                 raise
             self._last_flush = self.clock.monotonic()
 
-    async def _write_and_commit(self) -> None:
+    async def _write_and_commit(self, commit_within_s: float | None = None) -> None:
         if self.writer.buffered_records:
             paths = await asyncio.to_thread(self.writer.flush)
             log.debug("archived %d file(s)", len(paths))
         if self._next and self.consumer is not None:
             offsets, self._next = dict(self._next), {}
             try:
-                await self.consumer.commit(offsets)
+                await asyncio.wait_for(self.consumer.commit(offsets), commit_within_s)
+            except TimeoutError:  # only with commit_within_s: the archive is stopping
+                log.warning(
+                    "offsets of %d partition(s) not committed: Kafka did not answer within "
+                    "%g s; the files are kept, and the next start reads those records "
+                    "again and writes their files anew",
+                    len(offsets), commit_within_s,
+                )  # fmt: skip
             except KafkaError as exc:
                 if not _commit_retriable(exc):
                     raise
@@ -371,10 +384,10 @@ class Archiver(AsyncService):
         self._stopped = True
         try:
             if self._failure is None:
-                await self.flush()
+                await self.flush(commit_within_s=STOP_COMMIT_S)
         finally:
             if self.consumer is not None:
-                await self.consumer.stop()
+                await _close_within(self.consumer, STOP_CLIENT_S)
         if self._failure is not None:
             log.info(
                 "archive stopped after a failed flush: %d records in %d file(s) before it; "
@@ -503,6 +516,22 @@ class Archiver(AsyncService):
                 "the same offsets. Give this archive a folder of its own (--out or "
                 "archive.out_dir), or move the folder's files away"
             )
+
+
+async def _close_within(consumer: AIOKafkaConsumer, timeout_s: float) -> None:
+    """Stop ``consumer``, giving up after ``timeout_s`` (leaving the group and closing its
+    fetches wait on a broker that may be gone). With Kafka gone, aiokafka's stop may end
+    in the CancelledError of its own fetch task: that is a client that closed, not this
+    task being cancelled."""
+    me = asyncio.current_task()
+    try:
+        await asyncio.wait_for(consumer.stop(), timeout_s)
+    except TimeoutError:
+        log.warning("the Kafka consumer did not close within %g s; stopping anyway", timeout_s)
+    except asyncio.CancelledError:
+        if me is not None and me.cancelling():
+            raise
+        log.debug("the Kafka consumer's fetch task ended cancelled while it closed")
 
 
 async def kafka_cluster_id(kafka: KafkaSettings) -> str:
