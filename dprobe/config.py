@@ -384,11 +384,15 @@ def _check_dir_path(name: str, path: Path) -> None:
             return
 
 
+# a file name holds at most 255 bytes (NAME_MAX): the seq file is seq-<host>
+HOST_ID_MAX_BYTES = 255 - len("seq-")
+
+
 def _check_host_id(host: str) -> None:
-    """A collector's host id: any name a snapshot's ``host`` may hold (1 to 256
-    characters: host names and FQDNs, dots and dashes included) that is also a single
-    folder name, since the spool lives in ``spool_dir/<host>`` and the seq in
-    ``state_dir/seq-<host>``. ``""`` stands for the machine's host name.
+    """A collector's host id: any name a snapshot's ``host`` may hold (host names and
+    FQDNs, dots and dashes included) that is also a single file name, since the spool
+    lives in ``spool_dir/<host>`` and the seq in ``state_dir/seq-<host>``: at most 251
+    bytes in UTF-8 (a file name holds 255). ``""`` stands for the machine's host name.
 
     >>> _check_host_id("gpu-01.rack-3.example.com")
     >>> _check_host_id("..")
@@ -396,8 +400,13 @@ def _check_host_id(host: str) -> None:
     ...
     dprobe.config.ConfigError: collector.host_id '..' is not a single folder name ...
     """
-    if len(host) > 256:
-        raise ConfigError("collector.host_id must be at most 256 characters")
+    size = len(host.encode("utf-8", errors="surrogatepass"))
+    if size > HOST_ID_MAX_BYTES:
+        raise ConfigError(
+            f"collector.host_id is {size} bytes long in UTF-8, at most {HOST_ID_MAX_BYTES}: "
+            "it names the host's spool folder and its seq file seq-<host>, and a file name "
+            "holds at most 255 bytes"
+        )
     if host in {".", ".."} or any(c in host for c in "/\\\0"):
         raise ConfigError(
             f"collector.host_id {host!r} is not a single folder name (it names the host's "

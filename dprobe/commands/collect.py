@@ -145,28 +145,11 @@ def check_tenant_map(s: CollectorSettings) -> None:
         load_tenant_map(s.tenant_map)
 
 
-# a file name holds at most 255 bytes (NAME_MAX): the seq file is seq-<host>
-_HOST_ID_MAX_BYTES = 255 - len("seq-")
-
-
-def check_host_id_length(s: CollectorSettings) -> None:
-    """Refuse a ``host_id`` too long for the file names it gives: the spool folder
-    ``<host>`` and the seq file ``seq-<host>``."""
-    size = len(s.host_id.encode("utf-8", errors="surrogatepass"))
-    if size > _HOST_ID_MAX_BYTES:
-        raise UsageError(
-            f"collector.host_id is {size} bytes long in UTF-8, at most {_HOST_ID_MAX_BYTES}: "
-            "it names the host's spool folder and its seq file seq-<host>, and a file name "
-            "holds at most 255 bytes"
-        )
-
-
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
     cli: dict[str, Any] = {name: getattr(args, name, None) for name in _SETTING_FLAGS}
     s = settings(CollectorSettings, args, **cli)
-    check_host_id_length(s)
     check_tenant_map(s)  # whatever the backend, before --output or a spool is touched
     if args.max_ticks is not None and args.max_ticks < 1:
         raise UsageError("--max-ticks must be >= 1")

@@ -332,3 +332,22 @@ def test_show_says_what_an_empty_host_id_stands_for(capsys: pytest.CaptureFixtur
     [line] = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("host_id")]
     assert re.fullmatch(r'host_id = ""\s+# default: the host name, here (.+)', line)
     assert line.endswith(f"here {socket.gethostname()}")
+
+
+@pytest.mark.parametrize(("host", "size"), [("h" * 252, 252), ("\u00e9" * 126, 252)])
+def test_config_check_refuses_a_host_id_too_long_for_its_seq_file(
+    host: str, size: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The collector's seq file is seq-<host>, and a file name holds 255 bytes: config
+    check refuses what the collector would, before it is deployed."""
+    out, err = _refused(tmp_path / "c.toml", f'[collector]\nhost_id = "{host}"\n', capsys)
+    assert "[collector] ok" not in out
+    assert f"collector.host_id is {size} bytes long in UTF-8, at most 251" in "\n".join(err)
+
+
+def test_config_check_takes_a_host_id_of_251_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = tmp_path / "c.toml"
+    good.write_text(f'[collector]\nhost_id = "{"h" * 251}"\n')
+    assert main(["config", "check", "--config", str(good)]) == 0
