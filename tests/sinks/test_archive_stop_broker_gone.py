@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
 import uuid
 from pathlib import Path
@@ -20,6 +19,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from dprobe import schema
 from dprobe.broker import LocalBroker
 from dprobe.config import ArchiveSettings, BrokerSettings, KafkaSettings
+from dprobe.demo.processes import free_port
 from dprobe.sinks import archive_service
 from dprobe.sinks.archive_service import Archiver
 from dprobe.traces.archive_reader import read_archive
@@ -29,12 +29,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 T0 = 1_700_000_000.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_a_stop_while_kafka_is_gone_ends_in_time_and_loses_nothing(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest
 ) -> None:
@@ -42,7 +36,7 @@ async def test_a_stop_while_kafka_is_gone_ends_in_time_and_loses_nothing(
     request.addfinalizer(lambda level=quiet.level: quiet.setLevel(level))
     quiet.setLevel(logging.CRITICAL)  # its reconnect errors while the broker is away
     broker = LocalBroker(
-        BrokerSettings(port=_free_port(), controller_port=_free_port(), state_dir=tmp_path / "b")
+        BrokerSettings(port=free_port(0), controller_port=free_port(0), state_dir=tmp_path / "b")
     )
     await asyncio.to_thread(broker.start)
     request.addfinalizer(broker.stop)
