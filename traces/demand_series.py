@@ -336,6 +336,18 @@ def read_trace(
     return heapq.merge(*streams, key=lambda pt: pt.ts)
 
 
+def _when(ts: float) -> str:
+    """A row's time as UTC and as the epoch seconds it was read as.
+
+    >>> _when(1585699800.0)
+    '2020-04-01T00:10:00Z (1585699800 s)'
+    """
+    try:
+        return f"{datetime.fromtimestamp(ts, UTC):%Y-%m-%dT%H:%M:%SZ} ({ts:.0f} s)"
+    except (OverflowError, ValueError, OSError):  # beyond the years a datetime holds
+        return f"{ts:g} s"
+
+
 def _in_time_order(points: Iterator[DemandPoint], on_bad: OnBad | None) -> Iterator[DemandPoint]:
     last = -math.inf
     then = "row skipped" if on_bad else "sort the file by time"
@@ -344,7 +356,9 @@ def _in_time_order(points: Iterator[DemandPoint], on_bad: OnBad | None) -> Itera
         nonlocal last
         if pt.ts < last:
             raise TraceFormatError(
-                f"time goes backwards ({pt.ts} after {last}); {then}", path=pt.path, line=line
+                f"time goes backwards ({_when(pt.ts)} after {_when(last)}); {then}",
+                path=pt.path,
+                line=line,
             )
         last = pt.ts
         return pt

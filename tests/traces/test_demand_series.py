@@ -154,8 +154,10 @@ def test_folder_is_merged_in_time_order_and_skips_non_vc_files(tmp_path: Path) -
 def test_time_going_backwards_is_an_error(tmp_path: Path) -> None:
     f = tmp_path / "d.csv"
     f.write_text("ts,tenant,demand_gpus\n120,a,1\n60,a,1\n")
-    with pytest.raises(TraceFormatError, match=r"d.csv:3: time goes backwards"):
+    with pytest.raises(TraceFormatError, match=r"d.csv:3: time goes backwards") as e:
         list(read_trace(f, "demand-csv"))
+    # the times read, in UTC and as the epoch seconds the file gave
+    assert "(1970-01-01T00:01:00Z (60 s) after 1970-01-01T00:02:00Z (120 s))" in str(e.value)
 
 
 def test_missing_path_and_empty_folder(tmp_path: Path) -> None:
