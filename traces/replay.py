@@ -145,6 +145,7 @@ async def replay(
                 last_wait = clk.monotonic()
                 if on_delivered is not None:
                     on_delivered(stats.records)
+        await _delivered(pending)  # the last ones: a Ctrl-C here waits for them too
     except ReplayError:
         raise
     except BaseException as stop:  # an input error, Ctrl-C: what was sent is delivered
@@ -152,7 +153,6 @@ async def replay(
         if on_delivered is not None:
             on_delivered(stats.records)
         raise
-    await _delivered(pending)
     if on_delivered is not None:
         on_delivered(stats.records)
     stats.wall_s = clk.monotonic() - started
@@ -197,9 +197,10 @@ async def _delivered(futures: list[asyncio.Future[Any]]) -> None:
     if not futures:
         return
     # asyncio.wait, not gather: an interrupt (Ctrl-C, SIGTERM) that cancels this wait
-    # leaves the deliveries themselves pending, for _delivered_before to wait for
-    await asyncio.wait(futures)
-    for fut in futures:
+    # leaves the deliveries themselves pending, for _delivered_before to wait for; the
+    # first failure ends the wait, without waiting for the slowest delivery
+    done, _ = await asyncio.wait(futures, return_when=asyncio.FIRST_EXCEPTION)
+    for fut in (f for f in futures if f in done):
         exc = asyncio.CancelledError() if fut.cancelled() else fut.exception()
         if exc is not None:  # any Kafka error: the replay cannot go on
             raise ReplayError(f"delivery failed: {exc!r}") from exc

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Iterator
 from typing import Any
 
 import pytest
+from aiokafka.errors import KafkaTimeoutError
 
 from dprobe import schema
 from dprobe.clock import ManualClock
@@ -173,6 +174,39 @@ async def test_an_interrupt_while_awaiting_delivery_leaves_what_was_sent_to_be_d
     with pytest.raises(asyncio.CancelledError):
         await task
     assert all(f.done() and not f.cancelled() for f in sink.futures)
+
+
+async def test_an_interrupt_during_the_last_wait_for_delivery_still_waits_for_it() -> None:
+    # the wait for the last records after the loop is a wait like the periodic ones: a
+    # first Ctrl-C there waits for what was sent and says how much Kafka confirmed
+    sink = LateSink()
+    told: list[int] = []
+    work = replay(_jobs([0.0, 1.0, 2.0]), sink, TOPICS, on_delivered=told.append)
+    task = asyncio.create_task(work)
+    await asyncio.sleep(0.01)  # all three sent, their delivery awaited at the end
+    assert len(sink.futures) == 3 and not any(f.done() for f in sink.futures)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert all(f.done() and not f.cancelled() for f in sink.futures)
+    assert told == [3]
+
+
+async def test_a_failed_delivery_is_told_without_waiting_for_the_slowest() -> None:
+    class OneFailsAtOnce(MemorySink):  # the first record fails, the others never answer
+        def __init__(self) -> None:
+            super().__init__()
+            self.futures: list[asyncio.Future[None]] = []
+
+        async def send(self, topic: str, value: bytes, key: bytes | None = None) -> Any:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            if not self.futures:
+                fut.set_exception(KafkaTimeoutError())
+            self.futures.append(fut)
+            return fut
+
+    with pytest.raises(ReplayError, match="delivery failed"):
+        await asyncio.wait_for(replay(_jobs([0.0, 1.0, 2.0]), OneFailsAtOnce(), TOPICS), 5)
 
 
 async def test_a_replay_stopped_while_kafka_is_gone_does_not_hang_closing_its_producer(
