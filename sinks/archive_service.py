@@ -271,7 +271,9 @@ class Archiver(AsyncService):
             offsets, self._next = dict(self._next), {}
             try:
                 await asyncio.wait_for(self.consumer.commit(offsets), commit_within_s)
-            except TimeoutError:  # only with commit_within_s: the archive is stopping
+            except TimeoutError:
+                if commit_within_s is None:  # not this wait's deadline: a failed commit
+                    raise
                 log.warning(
                     "offsets of %d partition(s) not committed: Kafka did not answer within "
                     "%g s; the files are kept, and the next start reads those records "

@@ -78,7 +78,7 @@ def broker_to_start(bootstrap: str, settings: BrokerSettings) -> LocalBroker | N
     # the state dir's broker runs, yet does not answer at the bootstrap (another port, or
     # still starting): not the demo's to start, nor to stop at its end
     where = f"no Kafka broker answers at {bootstrap}; the local broker of {settings.state_dir}"
-    if address == bootstrap:
+    if parse_bootstrap(address)[1] == port:
         raise DprobeError(f"{where} is still starting: run the demo again once it is ready")
     raise UsageError(
         f"{where} runs at {address}: run the demo with --bootstrap {address}, "

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from dprobe.demo.processes import WorkerProcess, free_port
+from dprobe.errors import DprobeError, UsageError
 
 
 def test_a_failed_worker_is_described_with_its_log_tail(tmp_path: Path) -> None:
@@ -125,31 +131,37 @@ def test_the_stop_command_it_prints_stops_the_broker_it_started(tmp_path: Path) 
     )  # fmt: skip
 
 
+@contextlib.contextmanager
+def _running_broker_of(state: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """A process that ``state``'s pid file names, whose command line is a broker's and
+    whose rendered config listens on ``port`` (where nothing listens: a broker that is
+    still starting, for the broker script)."""
+    state.mkdir()
+    conf = state / "server.properties"
+    conf.write_text(f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:1\n")
+    fake = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "kafka.Kafka", str(conf)]
+    )
+    try:
+        (state / "broker.pid").write_text(f"{fake.pid}\n")
+        yield fake
+    finally:
+        fake.kill()
+        fake.wait()
+
+
 def test_a_broker_of_the_state_dir_running_on_another_port_is_named_not_started(
     tmp_path: Path,
 ) -> None:
     """Nothing answers at the bootstrap, but the configured state dir's broker runs on
     another port: the demo says where it runs instead of starting it (which fails) and
     then stopping it at the end, a broker the demo did not start."""
-    import subprocess
-
-    import pytest
-
     from dprobe.config import BrokerSettings
     from dprobe.demo.processes import broker_to_start
-    from dprobe.errors import UsageError
 
     state = tmp_path / "broker"
-    state.mkdir()
-    conf = state / "server.properties"
     elsewhere = free_port(0)
-    conf.write_text(f"listeners=PLAINTEXT://127.0.0.1:{elsewhere},CONTROLLER://127.0.0.1:1\n")
-    # a process that the state dir's pid file names and whose command line is a broker's
-    fake = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)", "kafka.Kafka", str(conf)]
-    )
-    try:
-        (state / "broker.pid").write_text(f"{fake.pid}\n")
+    with _running_broker_of(state, elsewhere) as fake:
         silent = free_port(0)
         settings = BrokerSettings(port=silent, state_dir=state)
         with pytest.raises(UsageError) as refused:  # exit 2: the settings disagree
@@ -157,6 +169,18 @@ def test_a_broker_of_the_state_dir_running_on_another_port_is_named_not_started(
         message = str(refused.value)
         assert f"127.0.0.1:{elsewhere}" in message and str(state) in message
         assert fake.poll() is None  # left running
-    finally:
-        fake.kill()
-        fake.wait()
+
+
+def test_a_broker_of_the_state_dir_still_starting_on_the_port_is_waited_for_by_hand(
+    tmp_path: Path,
+) -> None:
+    """The same port spelled another way (localhost) is the same broker, still starting."""
+    from dprobe.config import BrokerSettings
+    from dprobe.demo.processes import broker_to_start
+
+    state = tmp_path / "broker"
+    silent = free_port(0)
+    with _running_broker_of(state, silent):
+        settings = BrokerSettings(port=silent, state_dir=state)
+        with pytest.raises(DprobeError, match="is still starting: run the demo again"):
+            broker_to_start(f"localhost:{silent}", settings)
