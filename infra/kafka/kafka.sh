@@ -98,13 +98,16 @@ state() {
 # TEXT as the replacement of sed's s|...|...|: a backslash, '&' and '|' taken as they are
 sed_escape() { printf '%s' "$1" | sed -e 's/[\\&|]/\\&/g'; }
 
+# TEXT as a value of a Java properties file, which reads a backslash as an escape
+props_escape() { printf '%s' "$1" | sed -e 's/\\/\\\\/g'; }
+
 render_config() {
   local err
   err="$(mkdir -p "${STATE}" "${LOGDIR}" "${DATADIR}" 2>&1)" \
     || die "cannot create the state dir ${STATE} (--state-dir, DPROBE_BROKER_STATE_DIR, [broker] state_dir): ${err%%$'\n'*}"
   ( umask 077
     sed -e "s|@PORT@|${PORT}|g" -e "s|@CONTROLLER_PORT@|${CPORT}|g" \
-      -e "s|@LOG_DIRS@|$(sed_escape "${DATADIR}")|g" "${HERE}/server.properties.in" > "${CONF}" )
+      -e "s|@LOG_DIRS@|$(sed_escape "$(props_escape "${DATADIR}")")|g" "${HERE}/server.properties.in" > "${CONF}" )
   if [[ -n "${SASL_USER}" ]]; then
     [[ -n "${SASL_PASSWORD}" ]] || die "DPROBE_KAFKA_SASL_USER needs DPROBE_KAFKA_SASL_PASSWORD"
     sed -i -e "s|^listeners=PLAINTEXT://|listeners=SASL_PLAINTEXT://|" \

@@ -100,9 +100,10 @@ def test_broker_lifecycle_and_status(tmp_path: Path) -> None:
 def test_a_state_dir_whose_name_holds_pattern_characters_is_its_brokers(tmp_path: Path) -> None:
     """The broker's command line is matched as text: a state dir such as ``broker[1]``
     (a pattern to grep) is still recognised, so start sees it ready and stop stops it; and
-    its name goes into the broker's config as it is (``&`` and ``|`` mean nothing to sed)."""
+    its name goes into the broker's config as it is (``&`` and ``|`` mean nothing to sed,
+    a backslash is escaped for the properties file): the broker keeps its data there."""
     port, cport = _free_port(), _free_port()
-    state = tmp_path / "broker[1]&|"
+    state = tmp_path / "broker[1]&|\\b"
     broker = LocalBroker(BrokerSettings(port=port, controller_port=cport, state_dir=state))
     try:
         res = _cli(state, port, cport, "start")
@@ -110,7 +111,9 @@ def test_a_state_dir_whose_name_holds_pattern_characters_is_its_brokers(tmp_path
         pid = int((state / "broker.pid").read_text())
         assert broker.status() == "ready"
         config = (state / "server.properties").read_text().splitlines()
-        assert f"log.dirs={state / 'data'}" in config
+        data = str(state / "data")
+        assert f"log.dirs={data.replace(chr(92), chr(92) * 2)}" in config
+        assert (state / "data" / "meta.properties").is_file()  # formatted where it was told
     finally:
         broker.stop()
     assert not Path(f"/proc/{pid}").exists() and broker.status() == "stopped"
