@@ -276,6 +276,21 @@ def test_the_shipped_worker_settings_are_what_its_unit_expects() -> None:
     assert s.shutdown_timeout_s + 5 <= stop_s  # the worker's own deadline comes first
 
 
+def test_the_shipped_collector_settings_stop_within_its_unit_s_timeout() -> None:
+    import inspect
+
+    from dprobe.collectors.sender import KafkaSender
+
+    s = load(CollectorSettings, env={}, file=ROOT / "infra" / "systemd" / "collector.toml")
+    unit = (ROOT / "infra" / "systemd" / "dprobe-collector.service").read_text()
+    stop_s = float(unit.split("TimeoutStopSec=", 1)[1].split()[0])
+    client_close_s = inspect.signature(KafkaSender.stop).parameters["timeout_s"].default
+    # the slowest stop docs/collector.md gives (neither Kafka nor NVML answering), with
+    # time to spare for the process to start stopping and exit before systemd kills it
+    slowest = s.shutdown_timeout_s + client_close_s + 2 * s.nvml_timeout_s
+    assert slowest + 5 <= stop_s
+
+
 def test_an_invalid_value_s_error_says_where_it_was_given(tmp_path: Path) -> None:
     f = _toml(tmp_path, "[worker]\nwindow_s = 0\n")
     with pytest.raises(ConfigError) as err:
