@@ -31,7 +31,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from dprobe.models.levels import LEVELS, Level, LevelSettings, classify
+from dprobe.models.levels import LEVELS, Level, LevelSettings, check_metrics, classify
 from dprobe.models.profiler import JobProfiler
 from dprobe.models.profiles import shipped_profiles
 from dprobe.schema import JobEvent
@@ -157,12 +157,13 @@ def estimate_demand(
     running_eff = 0.0
     n_running = 0
     for inst in running:
-        for name in ("gpu_util", "sm_util", "mem_used_bytes", "mem_total_bytes"):
-            value = getattr(inst, name)  # NaN failed every threshold: levelled L2, unsaid
-            if value is not None and not math.isfinite(value):
-                raise ValueError(
-                    f"a running instance's {name} must be a finite number, not {value!r}"
-                )
+        check_metrics(
+            "a running instance's ",
+            gpu_util=inst.gpu_util,
+            sm_util=inst.sm_util,
+            mem_used_bytes=inst.mem_used_bytes,
+            mem_total_bytes=inst.mem_total_bytes,
+        )
         level = classify(
             s,
             gpu_util=inst.gpu_util,

@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields
 
 from dprobe.schema import LEVELS, Level
 
-__all__ = ["LEVELS", "Level", "LevelSettings", "classify"]
+__all__ = ["LEVELS", "Level", "LevelSettings", "check_metrics", "classify"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,22 @@ class LevelSettings:
             "L3": self.weight_l3,
             "EX": self.weight_ex,
         }[level]
+
+
+def check_metrics(whose: str = "", **metrics: float | None) -> None:
+    """Refuse a NaN or infinite live metric with a ``ValueError`` naming it (``None``:
+    not measured). NaN fails every threshold of :func:`classify`, so an instance with
+    one would be levelled L2 without a word.
+
+    >>> check_metrics("a running instance's ", gpu_util=40.0, sm_util=None)
+    >>> check_metrics(gpu_util=float("nan"))
+    Traceback (most recent call last):
+    ...
+    ValueError: gpu_util must be a finite number, not nan
+    """
+    for name, value in metrics.items():
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{whose}{name} must be a finite number, not {value!r}")
 
 
 def classify(

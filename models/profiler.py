@@ -47,7 +47,7 @@ from typing import Literal
 
 import numpy as np
 
-from dprobe.models.levels import LEVELS, Level, LevelSettings, classify
+from dprobe.models.levels import LEVELS, Level, LevelSettings, check_metrics, classify
 from dprobe.models.planner_damping import whole_number
 from dprobe.models.profiles import Profile
 
@@ -201,15 +201,12 @@ class JobProfiler:
         >>> JobProfiler().profile(gpu_util=10.0, mem_used_bytes=1e9).level
         'L1'
         """
-        for name, value in (
-            ("gpu_util", gpu_util),
-            ("sm_util", sm_util),
-            ("mem_used_bytes", mem_used_bytes),
-            ("mem_total_bytes", mem_total_bytes),
-        ):
-            # NaN failed every threshold: levelled L2 "from live metrics", util NaN
-            if value is not None and not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, not {value!r}")
+        check_metrics(
+            gpu_util=gpu_util,
+            sm_util=sm_util,
+            mem_used_bytes=mem_used_bytes,
+            mem_total_bytes=mem_total_bytes,
+        )
         if gpu_util is not None and mem_used_bytes is not None:
             level = classify(
                 self._settings,
