@@ -71,6 +71,7 @@ from aiokafka.errors import (
 
 from dprobe.clock import Clock, SystemClock
 from dprobe.config import ArchiveSettings, KafkaSettings
+from dprobe.consumer_stop import stop_consumer
 from dprobe.errors import DprobeError, UsageError
 from dprobe.kafka_auth import start_client
 from dprobe.lifecycle import AsyncService
@@ -388,8 +389,12 @@ class Archiver(AsyncService):
             if self._failure is None:
                 await self.flush(commit_within_s=STOP_COMMIT_S)
         finally:
-            if self.consumer is not None:
-                await _close_within(self.consumer, STOP_CLIENT_S)
+            if self.consumer is not None and not await stop_consumer(self.consumer, STOP_CLIENT_S):
+                log.warning(
+                    "the Kafka consumer did not close cleanly within %g s (Kafka "
+                    "unreachable); its connections are closed",
+                    STOP_CLIENT_S,
+                )
         if self._failure is not None:
             log.info(
                 "archive stopped after a failed flush: %d records in %d file(s) before it; "
@@ -518,22 +523,6 @@ class Archiver(AsyncService):
                 "the same offsets. Give this archive a folder of its own (--out or "
                 "archive.out_dir), or move the folder's files away"
             )
-
-
-async def _close_within(consumer: AIOKafkaConsumer, timeout_s: float) -> None:
-    """Stop ``consumer``, giving up after ``timeout_s`` (leaving the group and closing its
-    fetches wait on a broker that may be gone). With Kafka gone, aiokafka's stop may end
-    in the CancelledError of its own fetch task: that is a client that closed, not this
-    task being cancelled."""
-    me = asyncio.current_task()
-    try:
-        await asyncio.wait_for(consumer.stop(), timeout_s)
-    except TimeoutError:
-        log.warning("the Kafka consumer did not close within %g s; stopping anyway", timeout_s)
-    except asyncio.CancelledError:
-        if me is not None and me.cancelling():
-            raise
-        log.debug("the Kafka consumer's fetch task ended cancelled while it closed")
 
 
 async def kafka_cluster_id(kafka: KafkaSettings) -> str:

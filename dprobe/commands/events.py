@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
+from dprobe.consumer_stop import stop_consumer
 from dprobe.errors import DprobeError, UsageError
 from dprobe.event_line import format_line
 from dprobe.kafka_auth import connect_error, watching_auth
@@ -379,20 +380,7 @@ async def _stop(consumer: Any, *, joined_already: bool) -> None:
     first (until a frozen member's session times out): it is given :data:`LEAVE_WAIT_S`,
     then its connections are closed without leaving (it never had partitions). A stop
     while the broker is away ends quietly too."""
-    try:
-        if joined_already:
-            await consumer.stop()
-        else:
-            await asyncio.wait_for(consumer.stop(), LEAVE_WAIT_S)
-    except TimeoutError:
-        await consumer._client.close()  # what stop() would close last
-    except asyncio.CancelledError:
-        # aiokafka's fetcher re-raises the cancel of a fetch that waits to retry (a broker
-        # that went away); this task itself was not cancelled unless it says so
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise
-        await consumer._client.close()
+    await stop_consumer(consumer, None if joined_already else LEAVE_WAIT_S)
 
 
 async def _announce(consumer: Any, topic: str, args: argparse.Namespace) -> None:
