@@ -391,9 +391,8 @@ class Archiver(AsyncService):
         finally:
             if self.consumer is not None and not await stop_consumer(self.consumer, STOP_CLIENT_S):
                 log.warning(
-                    "the Kafka consumer did not close cleanly within %g s (Kafka "
-                    "unreachable); its connections are closed",
-                    STOP_CLIENT_S,
+                    "the Kafka consumer did not stop cleanly (Kafka unreachable); its "
+                    "connections are closed"
                 )
         if self._failure is not None:
             log.info(
