@@ -50,13 +50,18 @@ need_java() {
     || die "Java 17 or newer is required but found '${v}': install the package openjdk-17-jre-headless"
 }
 
+make_dirs() {
+  # mkdir -p DIR...; on failure, one line naming WHAT (the setting) and the first reason.
+  local what="$1" err
+  shift
+  err="$(mkdir -p "$@" 2>&1)" || die "cannot create ${what}: ${err%%$'\n'*}"
+}
+
 fetch() {
   if [[ -f "${LIB}/.complete" ]]; then return 0; fi
   command -v mvn >/dev/null 2>&1 \
     || die "Maven is required to fetch the Kafka broker jars but 'mvn' was not found: install the package maven"
-  local err
-  err="$(mkdir -p "${LIB}" 2>&1)" \
-    || die "cannot create the jar cache ${LIB} (DPROBE_BROKER_LIB_DIR, [broker] lib_dir): ${err%%$'\n'*}"
+  make_dirs "the jar cache ${LIB} (DPROBE_BROKER_LIB_DIR, [broker] lib_dir)" "${LIB}"
   echo "dprobe broker: fetching Apache Kafka jars from Maven Central into ${LIB}" >&2
   mvn -q -B -Dstyle.color=never -f "${HERE}/pom.xml" "${DEP_PLUGIN}" \
     -DincludeScope=runtime -DoutputDirectory="${LIB}" >&2 \
@@ -64,13 +69,18 @@ fetch() {
   touch "${LIB}/.complete"
 }
 
+runs_this_broker() {
+  # Whether process PID's command line is the broker of this state dir's config (matched
+  # as text: the state dir may hold characters a pattern would read otherwise).
+  tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -qF -- "kafka.Kafka ${CONF}"
+}
+
 broker_pid() {
   # Prints the pid of a live broker started from this state dir; removes a stale pid file.
   [[ -f "${PIDFILE}" ]] || return 1
   local pid
   pid="$(cat "${PIDFILE}" 2>/dev/null || true)"
-  if [[ "${pid}" =~ ^[0-9]+$ ]] && kill -0 "${pid}" 2>/dev/null \
-     && tr '\0' ' ' < "/proc/${pid}/cmdline" 2>/dev/null | grep -qF -- "kafka.Kafka ${CONF}"; then
+  if [[ "${pid}" =~ ^[0-9]+$ ]] && kill -0 "${pid}" 2>/dev/null && runs_this_broker "${pid}"; then
     echo "${pid}"
     return 0
   fi
@@ -102,9 +112,8 @@ sed_escape() { printf '%s' "$1" | sed -e 's/[\\&|]/\\&/g'; }
 props_escape() { printf '%s' "$1" | sed -e 's/\\/\\\\/g'; }
 
 render_config() {
-  local err
-  err="$(mkdir -p "${STATE}" "${LOGDIR}" "${DATADIR}" 2>&1)" \
-    || die "cannot create the state dir ${STATE} (--state-dir, DPROBE_BROKER_STATE_DIR, [broker] state_dir): ${err%%$'\n'*}"
+  make_dirs "the state dir ${STATE} (--state-dir, DPROBE_BROKER_STATE_DIR, [broker] state_dir)" \
+    "${STATE}" "${LOGDIR}" "${DATADIR}"
   ( umask 077
     sed -e "s|@PORT@|${PORT}|g" -e "s|@CONTROLLER_PORT@|${CPORT}|g" \
       -e "s|@LOG_DIRS@|$(sed_escape "$(props_escape "${DATADIR}")")|g" "${HERE}/server.properties.in" > "${CONF}" )
@@ -170,7 +179,7 @@ start() {
     # Until the forked shell has exec'd java, its command line is not the broker's yet.
     local i
     for (( i = 0; i < 100; i++ )); do
-      tr '\0' ' ' < "/proc/${pid}/cmdline" 2>/dev/null | grep -qF -- "kafka.Kafka ${CONF}" && break
+      runs_this_broker "${pid}" && break
       kill -0 "${pid}" 2>/dev/null || break
       sleep 0.05
     done
