@@ -22,3 +22,12 @@ def run_benchmark(script: str, *args: str) -> subprocess.CompletedProcess[str]:
         check=False,
         timeout=300,
     )
+
+
+def refused_with(done: subprocess.CompletedProcess[str]) -> str:
+    """The one line a script that refused its input (exit 2) wrote on stderr; fails the
+    test when it exited otherwise or wrote more or less than one line."""
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
