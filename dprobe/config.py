@@ -1253,7 +1253,8 @@ def _convert(raw: Any, hint: Any) -> Any:
     origin = typing.get_origin(hint)
     kind = _kind(raw)
     expected = _SCALARS.get(hint)
-    if expected and kind not in (None, "a boolean", "a number"):  # a list, table or date
+    # text settings take text only; number and boolean ones also text, read below
+    if expected and kind and (hint in (Path, Secret, str) or kind not in ("a boolean", "a number")):
         raise ValueError(f"expected {expected}, got {kind}")
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -1299,8 +1300,6 @@ def _convert(raw: Any, hint: Any) -> Any:
         if not math.isfinite(value):
             raise ValueError(f"expected a finite number, got {_shown(raw)}")
         return value
-    if kind and hint in (Path, Secret, str):
-        raise ValueError(f"expected a string, got {kind}")
     if hint is Path:
         if not str(raw).strip():  # Path("") is the current folder: never what was meant
             raise ValueError("expected a path, got an empty string")
