@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import logging
 import os
 from pathlib import Path
 from typing import IO, Any
@@ -28,8 +27,6 @@ from dprobe.streams.app import WorkerApp, build_app
 from dprobe.streams.provision import ensure_topics
 from dprobe.streams.shutdown_deadline import ShutdownDeadline
 from dprobe.streams.topics import TopicNames
-
-log = logging.getLogger(__name__)
 
 
 class _Worker(ShutdownDeadline, faust.Worker):
@@ -139,8 +136,7 @@ def _serve_metrics(
     """/metrics of this worker, serving ``registry``, and /healthz (503 once the event
     loop has been silent for ``health_stale_s``)."""
     server = MetricsServer(registry, s.metrics_addr, s.metrics_port, health=heartbeat.problem)
-    port = server.serve()
-    log.info("serving /metrics on http://%s:%s/metrics", s.metrics_addr, port)
+    server.serve()  # which logs the scrape URL, with the bound port
     return server
 
 
