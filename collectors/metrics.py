@@ -15,7 +15,7 @@ Names and meanings (all prefixed ``dprobe_collector_``):
 - ``send_latency_seconds``: time from sending a batch to Kafka's confirmation
 - ``spool_bytes`` / ``spool_pending_snapshots``: undelivered data on disk (read at scrape)
 - ``dropped_snapshots_total{reason}``: snapshots lost for good (``spool_full``,
-  ``spool_corrupt``)
+  ``spool_corrupt``, ``disk_full``: the disk had no room to spool one)
 - ``kafka_up``: 1 while the last delivery succeeded
 - ``kafka_auth_failed``: 1 while Kafka refuses the collector's SASL credentials
 - ``gpus`` / ``processes``: GPUs and processes in the last snapshot
@@ -57,6 +57,7 @@ SAMPLE_FAULT_KINDS = (
     "spool_corrupt",
 )
 SEND_ERROR_KINDS = ("connect", "auth", "timeout")
+DROP_REASONS = ("spool_full", "spool_corrupt", "disk_full")
 BACKEND_ERROR_KINDS = (
     "timeout",
     "gpu_lost",
@@ -114,7 +115,7 @@ class CollectorMetrics:
             self.sample_faults.labels(kind=kind)
         for kind in SEND_ERROR_KINDS:
             self.send_errors.labels(kind=kind)
-        for reason in ("spool_full", "spool_corrupt"):
+        for reason in DROP_REASONS:
             self.dropped.labels(reason=reason)
 
     def known_backend(self, backend: str) -> None:

@@ -7,7 +7,10 @@ and appends it to the spool, so a tick that fails before uses no seq; the sender
 end the service: they are counted by kind and the tick is skipped (no seq is used); after
 a fatal one the backend is reopened at the next tick. A process that cannot be attributed
 (ended, hidden by a ``hidepid`` ``/proc``) is reported ``unassigned`` and counted as
-``proc_vanished``. ``stop()`` finishes the tick in progress, flushes the spool to Kafka
+``proc_vanished``. A snapshot the full disk has no room for (``ENOSPC``, ``EDQUOT``, in
+the spool or the seq file) is lost and counted in ``dropped_snapshots_total{reason=
+"disk_full"}``, and ticking goes on: the spool still sends what it holds, which frees
+room. ``stop()`` finishes the tick in progress, flushes the spool to Kafka
 for up to ``shutdown_timeout_s`` (whatever is left stays spooled for the next run) and
 closes everything; it is idempotent.
 
@@ -33,7 +36,7 @@ from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.sender import KafkaSender
 from dprobe.collectors.seq import SeqCounter
 from dprobe.collectors.snapshot import SnapshotBuilder
-from dprobe.collectors.spool import Spool
+from dprobe.collectors.spool import DISK_FULL, Spool
 from dprobe.collectors.tenants import TenantResolver
 from dprobe.lifecycle import AsyncService
 from dprobe.schema import HostSnapshot, encode
@@ -80,6 +83,7 @@ class Collector(AsyncService):
         self.build = SnapshotBuilder(host, resolver, self._fault)
         self.ticks = 0
         self._backend_ok = False
+        self._disk_full = False
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._started = False
@@ -166,7 +170,8 @@ class Collector(AsyncService):
             raise RuntimeError("the Kafka sender stopped") from self.sender.failed
 
     async def tick(self) -> HostSnapshot | None:
-        """Take, spool and announce one snapshot; None when the backend gave nothing."""
+        """Take, spool and announce one snapshot; None when the backend gave nothing or
+        the disk had no room for it."""
         t0 = time.perf_counter()
         ts = self.clock.now()
         reading = await self._read()
@@ -180,8 +185,8 @@ class Collector(AsyncService):
             self._backend_error(err)
         snap = self.build(reading, seq=self.seq.peek(), ts=ts, interval_s=self.interval_s)
         payload = encode(snap)
-        seq = self.seq.next()  # persisted before the record is spooled
-        self.spool.append(seq, payload)
+        if not self._spool(payload):
+            return None
         self.ticks += 1
         self.metrics.snapshots.inc()
         self.metrics.fleet.observe(snap, {g.uuid: g.name for g in reading.gpus})
@@ -193,6 +198,31 @@ class Collector(AsyncService):
             self.on_snapshot(snap)
         self.metrics.tick_seconds.observe(time.perf_counter() - t0)
         return snap
+
+    def _spool(self, payload: bytes) -> bool:
+        """Take a seq (persisted before the record is spooled) and spool ``payload``;
+        False when the disk is full (the snapshot is counted as dropped: a seq taken is
+        left unused, a gap that tells the worker a snapshot was lost)."""
+        try:
+            seq = self.seq.next()
+            self.spool.append(seq, payload)
+        except OSError as exc:
+            if exc.errno not in DISK_FULL:
+                raise
+            self.metrics.dropped.labels(reason="disk_full").inc()
+            if not self._disk_full:
+                log.warning(
+                    "no room on disk for snapshots (%s): they are dropped and counted until "
+                    "there is room (spool %s)",
+                    exc.strerror,
+                    self.spool.directory,
+                )
+            self._disk_full = True
+            return False
+        if self._disk_full:
+            log.warning("room on disk again: snapshots are spooled again")
+            self._disk_full = False
+        return True
 
     async def _read(self) -> Reading | None:
         if not self._backend_ok:

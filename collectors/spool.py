@@ -6,7 +6,8 @@ fsynced, so a crash loses at most the tick in progress and a torn tail is
 cut off on the next open; a record the disk has no room for is taken back and the
 error raised. A ``cursor`` file holds the position up to which records have
 been delivered; the sender reads from the cursor, in order, and acks what Kafka
-confirmed. Fully delivered segments are deleted. When the spool grows past
+confirmed. Fully delivered segments are deleted, even when a full disk has no room to
+save the cursor (it is kept in memory and saved by a later ack). When the spool grows past
 ``max_bytes``, the oldest segment is deleted and its undelivered records are counted as
 dropped (``on_drop``); those of the batch being sent are settled by Kafka's answer:
 delivered when they are acked, dropped at the next :meth:`~Spool.read` (the batch failed)
@@ -31,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -47,6 +49,8 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct(">IIQ")  # payload length, crc32 of payload, seq
 _SUFFIX = ".spool"
 _MAX_RECORD = 64 * 1024 * 1024
+#: The errors of a write that a full disk (or a user's exhausted quota) refuses.
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 Position = tuple[int, int]  # (segment id, byte offset)
 
@@ -96,6 +100,7 @@ class Spool:
         self._counts: dict[int, int] = {}  # segment id -> records (delivered ones included)
         self._cursor: Position = (0, 0)
         self._cursor_index = 0  # records of the cursor's segment before the cursor
+        self._cursor_unsaved = False  # the disk had no room for the last one
         self._in_flight: dict[Position, int] = {}  # last read: end -> records in its segment to it
         self._gone_in_flight: set[Position] = set()  # of those, deleted by the bound
         self._fd: int | None = None
@@ -220,7 +225,7 @@ class Spool:
             self._path(oldest).unlink(missing_ok=True)
             self._cursor = (next(iter(self._sizes)), 0)
             self._cursor_index = 0
-            self._save_cursor()
+            self._try_save_cursor()
             # the batch in flight may still be confirmed: counted when Kafka answers
             sending = [end for end in self._in_flight if end[0] == oldest]
             for end in sending:
@@ -304,7 +309,7 @@ class Spool:
         self._cursor = position
         self._cursor_index = self._index(*position) if index is None else index
         self._in_flight = {end: i for end, i in self._in_flight.items() if end > position}
-        self._save_cursor()
+        self._try_save_cursor()
         for sid in [i for i in self._sizes if i < position[0]]:
             del self._sizes[sid]
             del self._counts[sid]
@@ -371,6 +376,22 @@ class Spool:
         except ValueError:
             log.error("spool cursor unreadable: resending everything spooled")  # noqa: TRY400
             return None
+
+    def _try_save_cursor(self) -> None:
+        """Save the cursor; on a full disk keep it in memory only (the next ack saves it),
+        so the segments it finished are still deleted, which frees room. If the collector
+        stops before then, the next run resends from the saved cursor (duplicates, which
+        consumers drop by ``(host, seq)``; nothing is lost)."""
+        try:
+            self._save_cursor()
+        except OSError as exc:
+            if exc.errno not in DISK_FULL:
+                raise
+            if not self._cursor_unsaved:
+                log.warning("no room on disk to save the spool's cursor (%s)", exc.strerror)
+            self._cursor_unsaved = True
+        else:
+            self._cursor_unsaved = False
 
     def _save_cursor(self) -> None:
         tmp = self.directory / "cursor.tmp"

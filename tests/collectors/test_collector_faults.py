@@ -308,3 +308,63 @@ def test_every_fault_kind_the_collector_counts_exists_at_zero() -> None:
     CollectorMetrics(reg)
     for kind in ("orphan_proc", "duplicate_gpu", "proc_vanished", "spool_corrupt"):
         assert reg.get_sample_value("dprobe_collector_sample_faults_total", {"kind": kind}) == 0
+
+
+@pytest.mark.parametrize("code", ["ENOSPC", "EDQUOT"])
+async def test_a_full_disk_drops_snapshots_and_ticking_goes_on(
+    tmp_path, monkeypatch, caplog, code
+) -> None:
+    """A snapshot the full disk (or an exhausted quota) has no room for is lost, counted
+    and logged once; the collector ticks on and spools again once there is room."""
+    import errno
+    import logging
+    import os
+
+    from dprobe.collectors import spool as spool_module
+
+    c, reg = collector_for(
+        ScriptedBackend([Reading(gpus=[gpu()]) for _ in range(6)]), tmp_path, ticks=3
+    )
+    real_write = os.write
+    attempts = [0]
+
+    def filling_disk(fd: int, data: bytes) -> int:  # the 2nd to 4th snapshot find no room
+        if fd == c.spool._fd:
+            attempts[0] += 1
+            if 2 <= attempts[0] <= 4:
+                raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(spool_module.os, "write", filling_disk)
+    with caplog.at_level(logging.WARNING, logger="dprobe.collectors.service"):
+        async with c:
+            await c.wait()
+    # three snapshots were lost: their seqs are gaps that tell the worker so
+    assert [s.seq for s in spooled(c.spool)] == [0, 4, 5]
+    assert value(reg, "dprobe_collector_dropped_snapshots_total", reason="disk_full") == 3
+    assert value(reg, "dprobe_collector_snapshots_total") == 3
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2, warnings  # one when the disk fills, one when it has room
+    assert "no room on disk" in warnings[0] and str(c.spool.directory) in warnings[0]
+    assert "room on disk again" in warnings[1]
+
+
+async def test_another_spool_write_error_still_stops_the_collector(tmp_path, monkeypatch) -> None:
+    """Only a full disk is survived: an I/O error (a failing disk) ends the tick loop."""
+    import errno
+    import os
+
+    from dprobe.collectors import spool as spool_module
+
+    c, _ = collector_for(ScriptedBackend([Reading(gpus=[gpu()]) for _ in range(3)]), tmp_path, 3)
+    real_write = os.write
+
+    def failing_disk(fd: int, data: bytes) -> int:
+        if fd == c.spool._fd:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(spool_module.os, "write", failing_disk)
+    with pytest.raises(OSError, match="Input/output error"):
+        async with c:
+            await c.wait()

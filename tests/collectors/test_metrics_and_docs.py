@@ -75,6 +75,7 @@ async def test_per_gpu_and_per_tenant_gauges_follow_the_last_snapshot(tmp_path) 
         ("dprobe_collector_send_errors_total", (("kind", "connect"),)),
         ("dprobe_collector_dropped_snapshots_total", (("reason", "spool_full"),)),
         ("dprobe_collector_dropped_snapshots_total", (("reason", "spool_corrupt"),)),
+        ("dprobe_collector_dropped_snapshots_total", (("reason", "disk_full"),)),
         ("dprobe_collector_sample_faults_total", (("kind", "nan"),)),
         ("dprobe_collector_backend_errors_total", (("backend", "synthetic"), ("kind", "timeout"))),
         (

@@ -394,3 +394,54 @@ def test_every_record_is_delivered_or_dropped_exactly_once(script) -> None:
         again.open()
         assert again.pending_records == 0 and again.read() == []
         again.close()
+
+
+def _no_room() -> None:
+    import errno
+
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _thirty_in_segments(folder: Path) -> Spool:
+    spool = Spool(folder, max_bytes=1 << 20, segment_bytes=1000, fsync=False)
+    spool.open()
+    for seq in range(30):
+        spool.append(seq, payload(seq))
+    return spool
+
+
+def test_acks_free_room_when_the_disk_cannot_save_the_cursor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a full disk the sender's acks are what frees room: the delivered segments are
+    deleted though the cursor cannot be saved, and a later ack saves it."""
+    spool = _thirty_in_segments(tmp_path)
+    segments = len(list(tmp_path.glob("*.spool")))
+    monkeypatch.setattr(spool, "_save_cursor", _no_room)
+    batch = spool.read(max_records=20)
+    spool.ack(batch[-1].end, len(batch))  # no room for the cursor: no error either
+    assert len(list(tmp_path.glob("*.spool"))) < segments  # delivered segments deleted
+    assert spool.pending_records == 10
+    monkeypatch.undo()  # room again: the next ack saves the cursor
+    batch = spool.read(max_records=5)
+    spool.ack(batch[-1].end, len(batch))
+    spool.close()
+    again = Spool(tmp_path, max_bytes=1 << 20, segment_bytes=1000, fsync=False)
+    again.open()
+    assert drain(again) == list(range(25, 30))
+    again.close()
+
+
+def test_a_restart_before_the_cursor_is_saved_resends_and_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spool = _thirty_in_segments(tmp_path)
+    monkeypatch.setattr(spool, "_save_cursor", _no_room)
+    batch = spool.read(max_records=20)
+    spool.ack(batch[-1].end, len(batch))
+    spool.close()
+    again = Spool(tmp_path, max_bytes=1 << 20, segment_bytes=1000, fsync=False)
+    again.open()  # the saved cursor's segment is gone: resent from the oldest one left
+    resent = drain(again)
+    assert resent == list(range(resent[0], 30)) and resent[0] <= 20
+    again.close()
