@@ -7,7 +7,8 @@ offset), since dprobe's worker starts at ``earliest``. Every ``interval_s`` the 
 asks Kafka (admin ``describe_topics`` and ``list_consumer_group_offsets``, a group-less
 consumer's ``beginning_offsets``/``end_offsets``) and replaces :attr:`ConsumerLag.lags`; the
 Prometheus exporter only reads that mapping. A failed refresh is logged, counted in
-:attr:`ConsumerLag.errors` and retried at the next tick; the last values stay.
+:attr:`ConsumerLag.errors` and retried at the next tick; the last values stay. A group
+coordinator that is not ready yet (as on a new cluster) is waited for a few seconds first.
 
 Each refresh also keeps the group's committed offsets (:attr:`ConsumerLag.committed`),
 the log-end offsets (:attr:`ConsumerLag.ends`) and, with ``members=True``, the number of
@@ -30,7 +31,15 @@ from collections.abc import Iterable, Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import GroupIdNotFound, KafkaError, NoError, for_code
+from aiokafka.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    GroupIdNotFound,
+    KafkaError,
+    NoError,
+    NotCoordinatorError,
+    for_code,
+)
 
 from dprobe.config import KafkaSettings
 from dprobe.kafka_auth import auth_refused, watching_auth
@@ -39,6 +48,15 @@ from dprobe.lifecycle import AsyncService, cancel_and_wait
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 5.0
+#: Answers of a group coordinator being elected or loading its offsets (a new cluster
+#: creating its offsets topic, a broker restarting): a refresh is retried after each of
+#: :data:`SETTLE_WAITS_S` before it counts as failed.
+COORDINATOR_SETTLING = (
+    CoordinatorNotAvailableError,
+    CoordinatorLoadInProgressError,
+    NotCoordinatorError,
+)
+SETTLE_WAITS_S = (0.5, 1.0, 2.0)
 
 
 class ConsumerLag(AsyncService):
@@ -167,7 +185,7 @@ class ConsumerLag(AsyncService):
         while True:
             try:
                 with watching_auth() as watch:
-                    await self.refresh()
+                    await self._refresh_settling()
             except asyncio.CancelledError:
                 raise
             except (KafkaError, OSError) as exc:
@@ -188,6 +206,19 @@ class ConsumerLag(AsyncService):
                     )  # fmt: skip
                 self._failing = 0
             await asyncio.sleep(self.interval_s)
+
+    async def _refresh_settling(self) -> None:
+        """:meth:`refresh`, tried again after each of :data:`SETTLE_WAITS_S` while the
+        group's coordinator is not ready (the last such error is raised)."""
+        for wait in SETTLE_WAITS_S:
+            try:
+                await self.refresh()
+            except COORDINATOR_SETTLING as exc:
+                log.debug("consumer lag of group %s: %r; retrying in %g s", self.group, exc, wait)
+                await asyncio.sleep(wait)
+            else:
+                return
+        await self.refresh()
 
     async def _connect(self) -> tuple[AIOKafkaAdminClient, AIOKafkaConsumer]:
         """The connected clients, connecting them first if needed (raises ``KafkaError``)."""

@@ -4,6 +4,7 @@ service restarts) instead of serving the last values as if they were fresh."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -45,3 +46,51 @@ def test_dprobe_lag_exits_1_when_polling_fails(monkeypatch, capsys) -> None:
     code = cli.main(["lag", "--group", "g", "--interval", "0.05", "--metrics-port", "0"])
     assert code == 1
     assert "dprobe lag: stopped: consumer lag poller of g failed" in capsys.readouterr().err
+
+
+def _coordinator_not_ready(
+    times: int, calls: list[float]
+) -> Callable[[ConsumerLag], Awaitable[dict[tuple[str, int], int]]]:
+    """A refresh that answers as a group coordinator still loading, ``times`` times."""
+    from aiokafka.errors import GroupCoordinatorNotAvailableError
+
+    async def refresh(self: ConsumerLag) -> dict[tuple[str, int], int]:
+        calls.append(asyncio.get_running_loop().time())
+        if len(calls) <= times:
+            raise GroupCoordinatorNotAvailableError("Unable to get coordinator id for g")
+        return {}
+
+    return refresh
+
+
+async def test_a_coordinator_not_ready_yet_is_waited_for_not_counted(monkeypatch, caplog) -> None:
+    """A new cluster creates its offsets topic when a group is first asked about: the
+    first answers say the coordinator is not available. That is waited for (a few
+    seconds), not reported as a failed refresh."""
+    calls: list[float] = []
+    monkeypatch.setattr(ConsumerLag, "refresh", _coordinator_not_ready(2, calls))
+    lag = ConsumerLag(LagSettings().kafka, "g", [], interval_s=60)
+    with caplog.at_level("INFO", logger="dprobe.sinks.consumer_lag"):
+        async with lag:
+            for _ in range(100):
+                if len(calls) == 3:
+                    break
+                await asyncio.sleep(0.05)
+    assert len(calls) == 3  # retried within the tick, not 60 s later
+    assert lag.errors == 0
+    assert [r for r in caplog.records if r.levelname != "DEBUG"] == []
+
+
+async def test_a_coordinator_that_stays_away_is_a_failed_refresh(monkeypatch, caplog) -> None:
+    calls: list[float] = []
+    monkeypatch.setattr(ConsumerLag, "refresh", _coordinator_not_ready(100, calls))
+    monkeypatch.setattr("dprobe.sinks.consumer_lag.SETTLE_WAITS_S", (0.01, 0.01))
+    lag = ConsumerLag(LagSettings().kafka, "g", [], interval_s=60)
+    with caplog.at_level("WARNING", logger="dprobe.sinks.consumer_lag"):
+        async with lag:
+            for _ in range(100):
+                if lag.errors:
+                    break
+                await asyncio.sleep(0.05)
+    assert len(calls) == 3 and lag.errors == 1
+    assert "refresh failed: GroupCoordinatorNotAvailableError" in caplog.records[0].getMessage()
