@@ -14,9 +14,9 @@ reason=forecast_above_quota plan=p7 id=e1 "p90 above quota"
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 
 from dprobe.schema import ScalingEvent
+from dprobe.time_text import utc_text
 
 
 def format_line(ev: ScalingEvent) -> str:
@@ -24,7 +24,7 @@ def format_line(ev: ScalingEvent) -> str:
     horizon, reason, plan id (with its sequence number and size when known), event id and
     the message (JSON-quoted), on one line. A tenant name that is not one printable word
     (a space, a quote, a control character) is JSON-quoted too, so it reads back whole."""
-    when = datetime.fromtimestamp(ev.ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    when = utc_text(ev.ts)
     f = ev.forecast
     tenant = _word(ev.tenant)
     line = (

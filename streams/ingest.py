@@ -53,6 +53,7 @@ from dprobe.streams.delivery import delivered
 from dprobe.streams.ranked_table import RANK_KEY
 from dprobe.streams.state import seq_tracker
 from dprobe.streams.state.window_agg import Partial, WindowSettings, split_snapshot
+from dprobe.time_text import utc_text
 
 log = logging.getLogger(__name__)
 CONFLICT_WARN_EVERY_S = 600.0  # a host's conflicting snapshots are logged this seldom
@@ -349,7 +350,7 @@ class Ingest:
             "collector sends under this host id, or one restarted with a fresh state_dir (taken "
             "again once %.0f s newer than the newest taken); "
             "dprobe_conflicting_snapshots_total{host} counts them",
-            snap.host, snap.seq, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(snap.ts)),
+            snap.host, snap.seq, utc_text(snap.ts),
             state["seq"], self.reset_after_s,
         )  # fmt: skip
 

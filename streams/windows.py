@@ -83,13 +83,10 @@ from dprobe.streams.state.window_agg import (
     merge,
     result,
 )
+from dprobe.time_text import utc_text
 
 log = logging.getLogger(__name__)
 LATE_LOG_INTERVAL_S = 60.0
-
-
-def _utc(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts)) if math.isfinite(ts) else "-"
 
 
 def _wkey(tenant: str, start: float, shard: int = 0) -> bytes:
@@ -348,8 +345,8 @@ class Windows:
             "than the watermark minus grace: a replay into live topics, a host far behind; "
             "or, right after a worker was killed, partials of a batch it had sent and not "
             "yet recorded, sent again: the closed window already held those)",
-            self._late_unlogged, part.host, part.tenant, _utc(part.window_start),
-            _utc(ps.out_before),
+            self._late_unlogged, part.host, part.tenant, utc_text(part.window_start),
+            utc_text(ps.out_before),
         )  # fmt: skip
         self._late_logged_at, self._late_unlogged = now, 0
 

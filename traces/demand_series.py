@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Literal
 
 from dprobe.errors import UsageError
+from dprobe.time_text import utc_text
 from dprobe.traces.row_input import (
     CSV_SUFFIXES,
     MAX_EPOCH_S,
@@ -342,10 +343,8 @@ def _when(ts: float) -> str:
     >>> _when(1585699800.0)
     '2020-04-01T00:10:00Z (1585699800 s)'
     """
-    try:
-        return f"{datetime.fromtimestamp(ts, UTC):%Y-%m-%dT%H:%M:%SZ} ({ts:.0f} s)"
-    except (OverflowError, ValueError, OSError):  # beyond the years a datetime holds
-        return f"{ts:g} s"
+    when = utc_text(ts)
+    return when if when.endswith(" s") else f"{when} ({ts:.0f} s)"
 
 
 def _in_time_order(points: Iterator[DemandPoint], on_bad: OnBad | None) -> Iterator[DemandPoint]:
