@@ -99,9 +99,12 @@ class LocalBroker:
         self._raise_for(proc, "start")
         return proc.stdout.strip().splitlines()[-1]
 
-    def stop(self) -> None:
-        """Stop the broker (SIGTERM, then SIGKILL after 30 s). No-op when stopped."""
-        self._raise_for(self._run("stop"), "stop")
+    def stop(self) -> list[str]:
+        """Stop the broker (SIGTERM, then SIGKILL after 30 s); no-op when stopped. Returns
+        what the stop has to say besides (that it had to send SIGKILL), one line each."""
+        proc = self._run("stop")
+        self._raise_for(proc, "stop")
+        return [line.removeprefix("dprobe broker: ") for line in proc.stderr.splitlines()]
 
     def status(self) -> BrokerState:
         """``stopped`` (no live process), ``starting`` (process, not ready) or ``ready``."""

@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
         print(broker.start())
         return 0
     if args.action == "stop":
-        broker.stop()
+        for note in broker.stop():
+            print(f"dprobe broker: {note}", file=sys.stderr)
         print("stopped")
         return 0
     if args.action == "fetch":

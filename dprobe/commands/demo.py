@@ -116,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if broker is not None and not args.keep_broker:
             say("stopping the broker the demo started (--keep-broker leaves it running)")
-            broker.stop()
+            for note in broker.stop():
+                say(note)
         elif broker is not None:
             say(f"the broker the demo started keeps running at {broker.bootstrap} "
                 f"({stop_command(broker.settings)} stops it)")  # fmt: skip

@@ -14,6 +14,7 @@
 #   DPROBE_KAFKA_LIB_DIR          broker jars              (default ~/.cache/dprobe/kafka-lib)
 #   DPROBE_KAFKA_HEAP             JVM heap                 (default 512m)
 #   DPROBE_KAFKA_START_TIMEOUT_S  readiness wait           (default 120)
+#   DPROBE_KAFKA_STOP_TIMEOUT_S   SIGTERM wait before SIGKILL, whole seconds (default 30)
 #   DPROBE_KAFKA_SASL_USER        with DPROBE_KAFKA_SASL_PASSWORD: the client port speaks
 #                                 SASL_PLAINTEXT with SCRAM-SHA-512 and this one user
 #                                 (created when the data dir is first formatted)
@@ -30,7 +31,7 @@ HEAP="${DPROBE_KAFKA_HEAP:-512m}"
 START_TIMEOUT="${DPROBE_KAFKA_START_TIMEOUT_S:-120}"
 SASL_USER="${DPROBE_KAFKA_SASL_USER:-}"
 SASL_PASSWORD="${DPROBE_KAFKA_SASL_PASSWORD:-}"
-STOP_TIMEOUT=30
+STOP_TIMEOUT="${DPROBE_KAFKA_STOP_TIMEOUT_S:-30}"
 DEP_PLUGIN="org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies"
 
 PIDFILE="${STATE}/broker.pid"
@@ -202,6 +203,8 @@ start() {
 
 stop() {
   local pid
+  [[ "${STOP_TIMEOUT}" =~ ^[0-9]+$ ]] \
+    || die "DPROBE_KAFKA_STOP_TIMEOUT_S must be whole seconds, not '${STOP_TIMEOUT}'"
   if ! pid="$(broker_pid)"; then echo stopped; return 0; fi
   kill -TERM "${pid}" 2>/dev/null || true
   local deadline=$(( SECONDS + STOP_TIMEOUT ))
