@@ -159,8 +159,9 @@ def _models(args: argparse.Namespace) -> list[Any]:
         raise UsageError(
             f"--models: unknown {', '.join(unknown)} (choose from {', '.join(FORECASTERS)})"
         )
-    names = [canonical_name(m) for m in wanted]
-    multitask = [n for n in dict.fromkeys(names) if n in (MMOE, MMOE_JOBS)]
+    # a model named twice (or by an alias and its name) runs and is scored once
+    names = list(dict.fromkeys(canonical_name(m) for m in wanted))
+    multitask = [n for n in names if n in (MMOE, MMOE_JOBS)]
     for flag, given in (
         ("--warm-start", args.warm_start),
         ("--save-checkpoint", args.save_checkpoint),

@@ -3,6 +3,7 @@ exit 2, one line on stderr naming the flag, nothing run and no file written."""
 
 from __future__ import annotations
 
+import json
 import math
 import pathlib
 from pathlib import Path
@@ -178,6 +179,26 @@ def test_evaluate_five_windows_are_enough_as_the_one_window_message_says(cwd: Pa
     trace.write_text("ts,tenant,demand_gpus\n" + "\n".join(rows) + "\n")
     assert main(_evaluate(trace, "--no-plots", "--models", "last-value")) == 0
     capsys.readouterr()
+
+
+def _json_rows(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    assert main([*argv, "--json"]) == 0
+    rows: list[dict[str, Any]] = json.loads(capsys.readouterr().out)
+    return rows
+
+
+def test_evaluate_a_model_named_twice_is_scored_once(cwd: Path, capsys) -> None:
+    trace = _demand_csv(cwd / "d.csv")
+    once = _json_rows(_evaluate(trace, "--no-plots", "--models", "moving-average"), capsys)
+    argv = _evaluate(trace, "--no-plots", "--models", "moving-average,last-value,moving-average")
+    twice = _json_rows(argv, capsys)
+    assert [(r["model"], r["horizon_s"]) for r in once] == [
+        ("last-value", 600.0),
+        ("moving-average", 600.0),
+        ("last-value", 3600.0),
+        ("moving-average", 3600.0),
+    ]
+    assert twice == once
 
 
 # simulate: --chart
