@@ -207,12 +207,15 @@ class Spool:
         self._enforce_bound()
 
     def _roll(self) -> None:
+        """Start the next segment. One that cannot be created (no room for a file) leaves
+        the active one active and raises: the record that needed it is not written."""
         assert self._fd is not None
+        fd = self._open_segment(self._active + 1)
         os.close(self._fd)
+        self._fd = fd
         self._active += 1
         self._sizes[self._active] = 0
         self._counts[self._active] = 0
-        self._open_active()
         if self.fsync:
             self._fsync_dir()
 
@@ -340,7 +343,10 @@ class Spool:
         return self.directory / f"{sid:012d}{_SUFFIX}"
 
     def _open_active(self) -> None:
-        self._fd = os.open(self._path(self._active), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fd = self._open_segment(self._active)
+
+    def _open_segment(self, sid: int) -> int:
+        return os.open(self._path(sid), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
     def _scan(self, sid: int, offset: int, truncate: bool = False) -> tuple[int, int, int | None]:
         """(valid size, records from ``offset``, last seq) of a segment; cut a torn tail."""

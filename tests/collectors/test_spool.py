@@ -445,3 +445,39 @@ def test_a_restart_before_the_cursor_is_saved_resends_and_loses_nothing(
     resent = drain(again)
     assert resent == list(range(resent[0], 30)) and resent[0] <= 20
     again.close()
+
+
+def test_a_segment_the_disk_cannot_create_leaves_the_spool_writable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Starting a new segment needs a new file; where the disk (or an inode quota) has no
+    room for one, the record is refused and the active segment stays open: the records
+    after it, once there is room, are written and read back, none lost or misplaced."""
+    import errno
+
+    from dprobe.collectors import spool as spool_module
+
+    spool = Spool(tmp_path, max_bytes=1 << 20, segment_bytes=1000, fsync=False)
+    spool.open()
+    real_open = os.open
+
+    def no_new_files(path: str, flags: int, mode: int = 0o777) -> int:
+        if flags & os.O_CREAT and not os.path.exists(path):
+            raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT), path)
+        return real_open(path, flags, mode)
+
+    appended = []
+    monkeypatch.setattr(spool_module.os, "open", no_new_files)
+    for seq in range(20):  # 100-byte payloads: the first segment holds 8
+        try:
+            spool.append(seq, payload(seq))
+        except OSError as exc:
+            assert exc.errno == errno.EDQUOT
+        else:
+            appended.append(seq)
+    assert appended == list(range(8))
+    monkeypatch.undo()
+    for seq in range(20, 30):
+        spool.append(seq, payload(seq))
+    assert drain(spool) == [*range(8), *range(20, 30)]
+    spool.close()
