@@ -140,7 +140,7 @@ def test_dashboard_loads_with_the_panels_operators_need() -> None:
     dash = _dashboard()
     titles = {p["title"]: p for p in dash["panels"]}
     needed = {
-        "Demand vs forecast vs quota",
+        "Demand vs forecast vs quota: $tenant",
         "Effective demand",
         "Level instances",
         "Consumer lag",
@@ -151,8 +151,8 @@ def test_dashboard_loads_with_the_panels_operators_need() -> None:
     assert needed <= set(titles)
     variables = {v["name"]: v for v in dash["templating"]["list"]}
     assert "dprobe_tenant_demand_gpus" in variables["tenant"]["query"]["query"]
-    assert titles["Demand vs forecast vs quota"]["repeat"] == "tenant"
-    demand = " ".join(t["expr"] for t in titles["Demand vs forecast vs quota"]["targets"])
+    assert titles["Demand vs forecast vs quota: $tenant"]["repeat"] == "tenant"
+    demand = " ".join(t["expr"] for t in titles["Demand vs forecast vs quota: $tenant"]["targets"])
     for part in ('quantile="0.5"', 'quantile="0.9"', "dprobe_tenant_quota_gpus", "$tenant"):
         assert part in demand
     assert "histogram_quantile(0.99" in titles["Processing latency p99"]["targets"][0]["expr"]
@@ -165,6 +165,19 @@ def test_dashboard_loads_with_the_panels_operators_need() -> None:
             assert all(t["datasource"]["uid"] == "prometheus" for t in p["targets"])
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids))
+
+
+def test_a_repeated_panel_names_its_copy_in_its_title() -> None:
+    """Grafana draws one copy of a repeated panel per value of its variable, every copy
+    under the panel's title: without the variable in it, no copy says which it is."""
+    dash = _dashboard()
+    defined = {v["name"] for v in dash["templating"]["list"]}
+    repeated = [p for p in dash["panels"] if p.get("repeat")]
+    assert repeated
+    for p in repeated:
+        var = p["repeat"]
+        assert var in defined, p["title"]
+        assert re.search(rf"\$(\{{{var}\b|{var}\b)", p["title"]), p["title"]
 
 
 @dataclass
