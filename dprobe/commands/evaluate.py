@@ -159,6 +159,8 @@ def _models(args: argparse.Namespace) -> list[Any]:
         raise UsageError(
             f"--models: unknown {', '.join(unknown)} (choose from {', '.join(FORECASTERS)})"
         )
+    if not wanted:
+        raise UsageError("--models: need one or more model names")
     # a model named twice (or by an alias and its name) runs and is scored once
     names = list(dict.fromkeys(canonical_name(m) for m in wanted))
     multitask = [n for n in names if n in (MMOE, MMOE_JOBS)]

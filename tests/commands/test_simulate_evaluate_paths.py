@@ -201,6 +201,13 @@ def test_evaluate_a_model_named_twice_is_scored_once(cwd: Path, capsys) -> None:
     assert twice == once
 
 
+@pytest.mark.parametrize("value", ["", ",", " , "])
+def test_evaluate_models_without_a_name_is_refused(cwd: Path, capsys, value: str) -> None:
+    trace = _demand_csv(cwd / "d.csv")
+    line = _refused(_evaluate(trace, "--no-plots", f"--models={value}"), cwd, capsys)
+    assert line == "dprobe evaluate: --models: need one or more model names"
+
+
 # simulate: --chart
 
 
