@@ -1,8 +1,12 @@
 """Operations files parse and pass their own tools' checks where those tools exist; the
-dashboard and the alerts only use metric names that the exporters really expose."""
+dashboard and the alerts only use metric names and labels that the exporters really
+expose, under the scrape job that exports them, with functions that fit each metric's
+type; panel units fit the metrics, variables resolve, and Grafana's provisioning finds
+the dashboard and its datasource."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -17,6 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "infra/grafana/dashboards/dprobe.json"
 ALERTS = ROOT / "infra/prometheus/alerts.yml"
+PROMETHEUS_CONFIG = "infra/prometheus/prometheus.yml"
 # Grafana variables, replaced by a value of each so the queries are plain PromQL
 GRAFANA_VARS = {"${horizon}": "3600", "$horizon": "3600", "$tenant": ".*", "$__rate_interval": "5m"}
 PROMETHEUS_OWN = {"up"}  # written by Prometheus itself for every target
@@ -202,6 +207,18 @@ def _exposed_names() -> set[str]:
 def _exposed_labels() -> dict[str, set[str]]:
     """``sample name -> its label names`` of a real scrape of the worker's, the
     collector's and the lag exporter's metrics."""
+    labels: dict[str, set[str]] = {}
+    for families in _scrapes().values():
+        for fam in families:
+            for sample in fam.samples:
+                labels.setdefault(sample.name, set()).update(sample.labels)
+    return labels
+
+
+@functools.cache
+def _scrapes() -> dict[str, list[Any]]:
+    """``scrape job -> metric families`` of a real scrape of each exporter, under the job
+    name prometheus.yml gives it."""
     from prometheus_client import CollectorRegistry
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -221,21 +238,27 @@ def _exposed_labels() -> dict[str, set[str]]:
         demand_gpus=4, level_counts={"L2": 1}, forecast={3600.0: (3, 5)}, quota_gpus=8,
         abs_error={3600.0: 1},
     )  # fmt: skip
-    registry = CollectorRegistry()
-    WorkerCollector(stats, registry=registry, lag=_Lag())
-    LagCollector([_Lag()], registry=registry)  # type: ignore[list-item]
-    collector = CollectorMetrics(registry)
-    collector.backend_errors.labels(backend="nvml", kind="timeout").inc()
-    collector.sample_faults.labels(kind="nan").inc()
-    collector.send_errors.labels(kind="connect").inc()
-    collector.dropped.labels(reason="spool_full").inc()
-    with MetricsServer(registry, port=0) as server:
-        text = urllib.request.urlopen(server.url, timeout=5).read().decode()
-    labels: dict[str, set[str]] = {}
-    for fam in text_string_to_metric_families(text):
-        for sample in fam.samples:
-            labels.setdefault(sample.name, set()).update(sample.labels)
-    return labels
+    worker, lag, collector = CollectorRegistry(), CollectorRegistry(), CollectorRegistry()
+    WorkerCollector(stats, registry=worker, lag=_Lag())
+    LagCollector([_Lag()], registry=lag)  # type: ignore[list-item]
+    metrics = CollectorMetrics(collector)
+    metrics.backend_errors.labels(backend="nvml", kind="timeout").inc()
+    metrics.sample_faults.labels(kind="nan").inc()
+    metrics.send_errors.labels(kind="connect").inc()
+    metrics.dropped.labels(reason="spool_full").inc()
+    scrapes = {}
+    for job, registry in (
+        ("dprobe-worker", worker), ("dprobe-collector", collector), ("dprobe-lag", lag)
+    ):  # fmt: skip
+        with MetricsServer(registry, port=0) as server:
+            text = urllib.request.urlopen(server.url, timeout=5).read().decode()
+        scrapes[job] = list(text_string_to_metric_families(text))
+    return scrapes
+
+
+def _scrape_jobs() -> set[str]:
+    """The job names of prometheus.yml."""
+    return set(re.findall(r"job_name:\s*(\S+)", (ROOT / PROMETHEUS_CONFIG).read_text()))
 
 
 def test_every_alert_expression_is_read() -> None:
@@ -317,6 +340,200 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
         [promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False
     )
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+# Grafana's own variables, set by Grafana in every query
+GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range", "__range_s", "__range_ms"}
+TIME_UNITS = {"s", "ms", "µs", "ns", "dtdurations", "dtdurationms"}
+BYTE_UNITS = {"bytes", "decbytes", "bits", "decbits"}
+
+
+def _queries() -> list[tuple[str, str]]:
+    """``(where, PromQL)`` of every dashboard query (variables replaced) and alert."""
+    queries = [
+        (f"panel {p['title']!r}", _plain(t["expr"]))
+        for p in _dashboard()["panels"]
+        for t in p.get("targets", [])
+    ]
+    return queries + [(f"alert {a}", e) for a, e in _alert_exprs().items()]
+
+
+def _selector_matchers(expr: str) -> list[tuple[str, dict[str, str]]]:
+    """``(metric, {label: value})`` of each ``metric{...}`` selector of ``expr``.
+
+    >>> _selector_matchers('rate(a_total{job="w", k=~"x|y"}[5m]) / b{job="l"}')
+    [('a_total', {'job': 'w', 'k': 'x|y'}), ('b', {'job': 'l'})]
+    """
+    return [
+        (m[1], dict(re.findall(r'(\w+)\s*(?:=~|!~|!=|=)\s*"([^"]*)"', m[2])))
+        for m in re.finditer(r"([a-zA-Z_:][\w:]*)\{([^}]*)\}", expr)
+    ]
+
+
+def _sample_types() -> dict[str, dict[str, str]]:
+    """``scrape job -> {sample name -> counter, gauge or bucket}``: what rate() may read
+    (a counter, a histogram's _count and _sum) and what histogram_quantile() may read."""
+    types: dict[str, dict[str, str]] = {}
+    for job, families in _scrapes().items():
+        kinds = types.setdefault(job, {"up": "gauge"})
+        for fam in families:
+            for sample in fam.samples:
+                if fam.type == "histogram" and sample.name.endswith("_bucket"):
+                    kinds[sample.name] = "bucket"
+                elif fam.type in {"counter", "histogram", "summary"}:
+                    kinds[sample.name] = "counter"
+                else:
+                    kinds[sample.name] = "gauge"
+    return types
+
+
+def test_each_query_reads_its_metrics_from_the_job_that_exports_them() -> None:
+    """Every selector names a job of prometheus.yml, and that job's exporter has the
+    metric: a collector metric under job="dprobe-worker" matches nothing."""
+    jobs = _scrape_jobs()
+    assert jobs == set(_scrapes()), "prometheus.yml and the exporters tested differ"
+    types = _sample_types()
+    wrong = []
+    for where, expr in _queries():
+        selected = {name for name, _ in _selector_matchers(expr)}
+        wrong += [(where, name, "no job") for name in metric_names(expr) - selected]
+        for name, matchers in _selector_matchers(expr):
+            job = matchers.get("job")
+            if job not in jobs:
+                wrong.append((where, name, f"job {job!r} is not scraped"))
+            elif name not in types[job]:
+                wrong.append((where, name, f"not exported by {job}"))
+    assert wrong == []
+
+
+def _call_args(expr: str, function: str) -> list[str]:
+    """The argument text of each call of ``function`` in ``expr``.
+
+    >>> _call_args("histogram_quantile(0.9, sum by (le) (rate(a[5m]))) + 1", "histogram_quantile")
+    ['0.9, sum by (le) (rate(a[5m]))']
+    """
+    found = []
+    for m in re.finditer(rf"\b{function}\s*\(", expr):
+        depth, start = 1, m.end()
+        for i in range(start, len(expr)):
+            depth += {"(": 1, ")": -1}.get(expr[i], 0)
+            if depth == 0:
+                found.append(expr[start:i])
+                break
+    return found
+
+
+def test_functions_fit_the_type_of_the_metric_they_read() -> None:
+    """rate() and increase() read counters (a gauge's dips read as resets), deriv() and
+    delta() gauges, histogram_quantile() a histogram's buckets aggregated by le."""
+    types = _sample_types()
+    wrong = []
+    for where, expr in _queries():
+        kind = {name: types[m.get("job", "")].get(name) for name, m in _selector_matchers(expr)
+                if m.get("job") in types}  # fmt: skip
+        for function, wanted in (
+            ("rate", {"counter", "bucket"}), ("irate", {"counter", "bucket"}),
+            ("increase", {"counter", "bucket"}), ("resets", {"counter", "bucket"}),
+            ("deriv", {"gauge"}), ("delta", {"gauge"}), ("idelta", {"gauge"}),
+            ("predict_linear", {"gauge"}),
+        ):  # fmt: skip
+            for args in _call_args(expr, function):
+                wrong += [(where, function, n) for n in metric_names(args)
+                          if kind.get(n) not in wanted]  # fmt: skip
+        for args in _call_args(expr, "histogram_quantile"):
+            wrong += [(where, "histogram_quantile", n) for n in metric_names(args)
+                      if kind.get(n) != "bucket"]  # fmt: skip
+            for group in re.findall(r"\bby\s*\(([^)]*)\)", args):
+                if "le" not in {label.strip() for label in group.split(",")}:
+                    wrong.append((where, "histogram_quantile", f"by ({group}) drops le"))
+            if re.search(r"\bwithout\s*\([^)]*\ble\b", args):
+                wrong.append((where, "histogram_quantile", "without (le)"))
+    assert wrong == []
+
+
+def _dimension(name: str) -> str:
+    """What one sample of ``name`` measures, by Prometheus' naming rules.
+
+    >>> [_dimension(n) for n in ("a_seconds_bucket", "a_seconds_count", "b_bytes", "c_gpus")]
+    ['seconds', 'count', 'bytes', 'other']
+    """
+    if name.endswith(("_count", "_total")):
+        return "count"
+    base = re.sub(r"_(bucket|sum|total)$", "", name)
+    if base.endswith("_timestamp_seconds"):
+        return "timestamp"
+    return {"seconds": "seconds", "bytes": "bytes"}.get(base.rsplit("_", 1)[-1], "other")
+
+
+def test_panel_units_fit_the_metrics_they_plot() -> None:
+    """A panel of durations is in seconds (what the metrics hold), one of bytes in
+    bytes, and no other panel claims a time or a size."""
+    wrong = []
+    for p in _dashboard()["panels"]:
+        if p["type"] == "row":
+            continue
+        unit = p["fieldConfig"]["defaults"].get("unit", "none")
+        names = {n for t in p["targets"] for n in metric_names(_plain(t["expr"]))}
+        dims = {_dimension(n) for n in names} - {"count"} or {"count"}
+        if any("histogram_quantile" in t["expr"] for t in p["targets"]):
+            dims -= {"other"}
+        if dims == {"seconds"}:
+            ok = unit == "s"
+        elif dims == {"bytes"}:
+            ok = unit in {"bytes", "decbytes"}
+        else:
+            ok = unit not in TIME_UNITS | BYTE_UNITS
+        if not ok:
+            wrong.append((p["title"], unit, sorted(names)))
+    assert wrong == []
+
+
+def test_dashboard_variables_and_legend_labels_resolve() -> None:
+    """Every $variable a panel uses is defined (or Grafana's own), and a legend's
+    {{label}} is one the query keeps (else the legend shows nothing there)."""
+    dash = _dashboard()
+    defined = {v["name"] for v in dash["templating"]["list"]} | GRAFANA_BUILTINS
+    wrong = []
+    for p in dash["panels"]:
+        texts = [p["title"], p.get("description", "")]
+        texts += [t[k] for t in p.get("targets", []) for k in ("expr", "legendFormat") if k in t]
+        used = {
+            m[0] or m[1] for text in texts for m in re.findall(r"\$\{(\w+)[^}]*\}|\$(\w+)", text)
+        }
+        wrong += [(p["title"], f"${name} is not defined") for name in used - defined]
+        for t in p.get("targets", []):
+            kept = re.match(r"\s*\w+\s+by\s*\(([^)]*)\)", t["expr"])
+            if kept is None:
+                continue
+            labels = {label.strip() for label in kept[1].split(",")}
+            for label in re.findall(r"\{\{\s*(\w+)\s*\}\}", t.get("legendFormat", "")):
+                if label not in labels:
+                    wrong.append((p["title"], f"legend {{{{{label}}}}} is not kept by the query"))
+    assert wrong == []
+
+
+def test_grafana_provisioning_loads_the_dashboard_with_its_datasource() -> None:
+    """docker compose mounts the dashboards where the provider reads them, and the
+    provisioned datasource has the uid the panels name and the compose Prometheus' URL."""
+    compose = (ROOT / "docker-compose.yml").read_text()
+    mounts = dict(
+        re.findall(r"-\s*\./(infra/grafana/[\w/]+?)/?:([\w/]+?)/?(?::ro)?\s*$", compose, re.M)
+    )
+    provider = (ROOT / "infra/grafana/provisioning/dashboards/dprobe.yml").read_text()
+    path = re.search(r"path:\s*(\S+)", provider)
+    assert path and mounts.get("infra/grafana/dashboards") == path[1].rstrip("/"), mounts
+    assert mounts.get("infra/grafana/provisioning") == "/etc/grafana/provisioning", mounts
+    sources = (ROOT / "infra/grafana/provisioning/datasources/prometheus.yml").read_text()
+    uids = set(re.findall(r"uid:\s*(\S+)", sources))
+    dash = _dashboard()
+    used = {p["datasource"]["uid"] for p in dash["panels"] if "datasource" in p}
+    used |= {v["datasource"]["uid"] for v in dash["templating"]["list"]}
+    assert used <= uids, (used, uids)
+    url = re.search(r"url:\s*http://([\w.-]+):(\d+)", sources)
+    assert url, sources
+    assert re.search(rf"^  {url[1]}:\s*$", compose, re.M), f"no compose service {url[1]}"
+    # Prometheus listens on 9090 unless its command says otherwise
+    assert url[2] == "9090" and "--web.listen-address" not in compose, url[0]
 
 
 @pytest.mark.parametrize(
