@@ -55,8 +55,10 @@ MAX_NODE_SCALE = 100.0
 MAX_NODES = 100_000
 
 
-def _names(values: list[str], allowed: tuple[str, ...], what: str) -> list[str]:
+def _names(values: list[str], allowed: tuple[str, ...], what: str, flag: str) -> list[str]:
     out = [v.strip().lower() for item in values for v in item.split(",") if v.strip()]
+    if not out:
+        raise UsageError(f"{flag}: need one or more of {', '.join(allowed)}")
     bad = [v for v in out if v not in allowed]
     if bad:
         raise UsageError(f"unknown {what} {', '.join(bad)}; choose from {', '.join(allowed)}")
@@ -290,7 +292,7 @@ def _modes(args: argparse.Namespace) -> list[str]:
     (one VC of every node has nothing to move)."""
     if args.modes is None:
         return ["static"] if args.pool else list(MODES)
-    modes = _names(args.modes, MODES, "mode")
+    modes = _names(args.modes, MODES, "mode", "--modes")
     if args.pool and set(modes) != {"static"}:
         moving = ", ".join(m for m in modes if m != "static")
         raise UsageError(
@@ -386,7 +388,7 @@ def run(args: argparse.Namespace) -> int:
     costs = [(flag, attr) for flag, attr, _ in _NOT_WITH_SWEEP] + [_CHECKPOINT]
     costs_given = [flag for flag, attr in costs if getattr(args, attr) is not None]
     _check_combinations(args)
-    policies = _names(args.policies, POLICIES, "policy")
+    policies = _names(args.policies, POLICIES, "policy", "--policies")
     modes = _modes(args)
     if args.worker_planner and not {"predictive", "oracle"} & set(modes):
         raise UsageError("--worker-planner applies only with --modes predictive or oracle")

@@ -429,3 +429,19 @@ def test_evaluate_a_missing_warm_start_checkpoint_is_named_in_one_line(cwd: Path
     )  # fmt: skip
     line = _refused(argv, cwd, capsys)
     assert line == f"dprobe evaluate: --warm-start {missing}: No such file or directory"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "choices"),
+    [
+        ("--policies", "", "fifo, sjf, srtf, qssf, las"),
+        ("--policies", ",", "fifo, sjf, srtf, qssf, las"),
+        ("--modes", " , ", "static, reactive, predictive, oracle"),
+    ],
+)
+def test_simulate_policies_or_modes_without_a_name_are_refused(
+    cwd: Path, capsys, flag: str, value: str, choices: str
+) -> None:
+    argv = [*_jobs(cwd), "--policies", "fifo", "--modes", "static", "--chart", "c.png"]
+    line = _refused([*argv, flag, value], cwd, capsys)
+    assert line == f"dprobe simulate: {flag}: need one or more of {choices}"
