@@ -147,7 +147,7 @@ def test_dashboard_loads_with_the_panels_operators_need() -> None:
     needed = {
         "Demand vs forecast vs quota: $tenant",
         "Effective demand",
-        "Level instances",
+        "Level mix",
         "Consumer lag",
         "Scaling events",
         "Dead letters and lost snapshots",
@@ -161,6 +161,10 @@ def test_dashboard_loads_with_the_panels_operators_need() -> None:
     for part in ('quantile="0.5"', 'quantile="0.9"', "dprobe_tenant_quota_gpus", "$tenant"):
         assert part in demand
     assert "histogram_quantile(0.99" in titles["Processing latency p99"]["targets"][0]["expr"]
+    # level_instances counts samples (window_s / interval_s per instance): shares only
+    mix = titles["Level mix"]
+    assert "/ ignoring (level) group_left" in mix["targets"][0]["expr"]
+    assert mix["fieldConfig"]["defaults"]["unit"] == "percentunit"
     assert "kafka_consumergroup_lag" in titles["Consumer lag"]["targets"][0]["expr"]
     events = titles["Scaling events"]["targets"][0]["expr"]
     assert "increase(dprobe_scaling_events_total" in events and "by (action)" in events
