@@ -63,7 +63,8 @@ COLUMNS = (
 
 
 def _pct(base: float | None, value: float) -> float | None:
-    return None if not base else round(100.0 * (base - value) / base, 2)
+    # + 0.0: a change that rounds to nothing is 0.0, never -0.0
+    return None if not base else round(100.0 * (base - value) / base, 2) + 0.0
 
 
 def rows(results: Sequence[CellResult]) -> list[dict[str, Any]]:
@@ -181,7 +182,8 @@ def sweep_table(results: Sequence[CellResult]) -> str:
 
 
 def _neg(pct: float | None) -> float | None:
-    return None if pct is None else -pct
+    # 0.0 - pct, not -pct: no change reads +0.00 %, not -0.00 % (waits less)
+    return None if pct is None else 0.0 - pct
 
 
 def _signed(pct: float | None) -> str:

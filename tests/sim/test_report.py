@@ -68,3 +68,15 @@ def test_the_sweep_chart_says_where_it_draws_a_wait_of_zero(tmp_path, monkeypatc
     cells = [_cell("static", 0.0), _cell("reactive", 0.0)]  # drawn at 0.1 on the log axis
     assert report.sweep_chart(cells, tmp_path / "s.png").stat().st_size > 1000
     assert any("0 drawn at 0.1" in label for label in labels)
+
+
+def test_a_mode_that_waits_as_long_reads_no_change_not_a_negative_one() -> None:
+    # the same wait, and one a hair longer that rounds to no change
+    cells = [_cell("static", 1000.0), _cell("reactive", 100.0), _cell("predictive", 100.0),
+             _cell("oracle", 100.00001)]  # fmt: skip
+    per_cell = _column(table(cells), "wait vs reactive")
+    assert per_cell == {"static": "+900.00 %", "reactive": "-", "predictive": "+0.00 %",
+                        "oracle": "+0.00 %"}  # fmt: skip
+    assert _column(sweep_table(cells), "pred wait vs reactive") == {"fifo": "+0.00 %"}
+    reductions = {r["mode"]: r["reduction_vs_reactive"] for r in rows(cells)}
+    assert str(reductions["predictive"]) == "0.0" and str(reductions["oracle"]) == "0.0"
