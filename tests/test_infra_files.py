@@ -346,6 +346,51 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+def test_lost_and_conflict_panels_show_a_hosts_first_snapshots(tmp_path: Path) -> None:
+    """A host's lost and conflict counters are born at their first count (3, not 0), which
+    increase() alone never sees: the panel shows that first loss, but not the old counts
+    of a worker Prometheus only starts to scrape (promtool evaluates the panel's queries)."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed")
+    titles = {p["title"]: p for p in _dashboard()["panels"]}
+    targets = {t["refId"]: t["expr"] for t in titles["Dead letters and lost snapshots"]["targets"]}
+    w = 'job="dprobe-worker"'
+    tests = []
+    for ref, metric in (("B", "dprobe_lost_snapshots_total"),
+                        ("C", "dprobe_conflicting_snapshots_total")):  # fmt: skip
+        assert metric in targets[ref]
+        series = [
+            (f'up{{{w},instance="w1:9402"}}', "1x30"),
+            (f'{metric}{{{w},instance="w1:9402",host="gpu-9"}}', "_x14 3x15"),
+            # a worker first scraped at 14m: its counts are older than that
+            (f'up{{{w},instance="w2:9402"}}', "_x14 1x15"),
+            (f'{metric}{{{w},instance="w2:9402",host="gpu-10"}}', "_x14 5x15"),
+        ]
+        tests.append({
+            "interval": "1m",
+            "input_series": [{"series": s, "values": v} for s, v in series],
+            "promql_expr_test": [{
+                "expr": f"panel:{ref}",
+                "eval_time": "16m",
+                "exp_samples": [
+                    {"labels": f'panel:{ref}{{host="gpu-10"}}', "value": 0},
+                    {"labels": f'panel:{ref}{{host="gpu-9"}}', "value": 3},
+                ],
+            }],
+        })  # fmt: skip
+    rules = [{"record": f"panel:{ref}", "expr": _plain(targets[ref])} for ref in ("B", "C")]
+    (tmp_path / "rules.yml").write_text(json.dumps({"groups": [{"name": "p", "rules": rules}]}))
+    (tmp_path / "test.yml").write_text(
+        json.dumps({"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": tests})
+    )
+    res = subprocess.run(
+        [promtool, "test", "rules", "test.yml"],
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
 # Grafana's own variables, set by Grafana in every query
 GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range", "__range_s", "__range_ms"}
 TIME_UNITS = {"s", "ms", "µs", "ns", "dtdurations", "dtdurationms"}
