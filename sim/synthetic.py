@@ -38,6 +38,15 @@ from dprobe.traces.jobs_csv import JobRecord
 from dprobe.traces.row_input import at_line, csv_rows, shown
 
 
+def days_text(days: float) -> str:
+    """A span in days for a message, singular for exactly one.
+
+    >>> days_text(1), days_text(0.5), days_text(7)
+    ('1 day', '0.5 days', '7 days')
+    """
+    return f"{days:g} day" if days == 1 else f"{days:g} days"
+
+
 @dataclass(frozen=True)
 class SyntheticSettings:
     """Assumptions of the generator (see module doc)."""
@@ -184,8 +193,8 @@ def generate(
     longest = max(len(series.hourly_demand) for _, series in every)
     if not s.days * 24 < longest + 1:  # whole hours, as the slice below takes them
         raise UsageError(
-            f"{folder}: {s.days:g} days asked for, but the Helios series cover only "
-            f"{longest / 24:g} days"
+            f"{folder}: {days_text(s.days)} asked for, but the Helios series cover only "
+            f"{days_text(longest / 24)}"
         )
     hours = int(s.days * 24)
     jobs: list[JobRecord] = []

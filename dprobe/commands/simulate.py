@@ -473,7 +473,7 @@ def run(args: argparse.Namespace) -> int:
         source = args.jobs.name
         streams = dict.fromkeys(seeds, records)
     else:
-        from dprobe.sim.synthetic import SyntheticSettings, generate
+        from dprobe.sim.synthetic import SyntheticSettings, days_text, generate
 
         streams = {}
         for seed in seeds:
@@ -481,7 +481,7 @@ def run(args: argparse.Namespace) -> int:
                 args.helios, SyntheticSettings(days=args.days, seed=seed)
             )
         origin = "VC sizes from the Helios series"
-        source = f"synthetic, Helios {args.helios.name}, {args.days:g} days"
+        source = f"synthetic, Helios {args.helios.name}, {days_text(args.days)}"
     if args.node_scale != 1.0:
         from dprobe.sim.inputs import scale_nodes
 

@@ -195,6 +195,18 @@ def test_more_days_than_the_series_holds_exit_2_saying_how_many_it_has(
     assert "Helios helios, 2 days" in capsys.readouterr().err
 
 
+def test_one_day_reads_day_not_days(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    one = _helios(tmp_path, 1)
+    assert main(["simulate", "--helios", str(one), "--days", "1.5", "--chart", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"dprobe simulate: {one}: 1.5 days asked for, but the Helios series cover only 1 day"
+    ]
+    args = ["--modes", "static", "--policies", "fifo", "--chart", "", "--json"]
+    assert main(["simulate", "--helios", str(one), "--days", "1", *args]) == 0
+    assert "Helios helios, 1 day);" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("nodes", ["0", "-4"])
 def test_nodes_must_be_at_least_one(
     nodes: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
