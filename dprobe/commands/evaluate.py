@@ -312,6 +312,13 @@ def run(args: argparse.Namespace) -> int:
     )
     if not result.rows:
         raise UsageError("no forecast could be scored: the test span is shorter than the horizons")
+    unscored = [h for h in horizons if all(r.horizon_s != h for r in result.rows)]
+    if unscored:  # asked for, but absent from the table and the JSON: say why
+        print(
+            f"horizons with no forecast to score (the test span is {last - test_start:g} s): "
+            f"{', '.join(f'{h:g}' for h in unscored)} s",
+            file=err,
+        )
     print(
         f"evaluated {count_of(len(windows), 'window')} in {time.monotonic() - t0:.1f} s", file=err
     )

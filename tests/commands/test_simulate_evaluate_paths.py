@@ -343,6 +343,19 @@ def test_evaluate_test_span_shorter_than_every_horizon_is_one_line(cwd: Path, ca
     capsys.readouterr()
 
 
+def test_evaluate_names_a_horizon_it_could_not_score(cwd: Path, capsys) -> None:
+    trace = _demand_csv(cwd / "d.csv")  # a test span of 10,620 s
+    argv = _evaluate(trace, "--no-plots", "--models", "last-value", "--json")
+    assert main([*argv, "--horizons", "600,3600,21600,86400"]) == 0
+    captured = capsys.readouterr()
+    assert sorted({r["horizon_s"] for r in json.loads(captured.out)}) == [600.0, 3600.0]
+    note = "horizons with no forecast to score (the test span is 10620 s): 21600, 86400 s"
+    assert note in captured.err.splitlines()
+    # every horizon scored: no such line
+    assert main([*argv, "--horizons", "600,3600"]) == 0
+    assert "no forecast to score" not in capsys.readouterr().err
+
+
 def test_evaluate_counts_a_horizon_as_the_windows_it_scores_against(cwd: Path, capsys) -> None:
     trace = _demand_csv(cwd / "d.csv")  # the last 600-s window ends at 1,590,036,000
     span = ["--test-start", "1590034800"]  # a 1,200-s test span: two windows
