@@ -227,6 +227,7 @@ def _scrapes() -> dict[str, list[Any]]:
     from prometheus_client.parser import text_string_to_metric_families
 
     from dprobe.collectors.metrics import CollectorMetrics
+    from dprobe.schema import Gpu, HostSnapshot, Proc
     from dprobe.sinks.lag_exporter import LagCollector
     from dprobe.sinks.metrics_server import MetricsServer
     from dprobe.sinks.worker_metrics import WorkerCollector
@@ -250,6 +251,11 @@ def _scrapes() -> dict[str, list[Any]]:
     metrics.sample_faults.labels(kind="nan").inc()
     metrics.send_errors.labels(kind="connect").inc()
     metrics.dropped.labels(reason="spool_full").inc()
+    # the per-GPU and per-tenant gauges exist once a snapshot was taken
+    gpu = Gpu(uuid="GPU-1", index=0, util=80, mem_util=40, mem_used=10, mem_total=80, power_w=3)
+    proc = Proc(pid=7, gpu="GPU-1", tenant="vc-a", job="j", sm_util=60, mem_util=30, mem_used=10)
+    snapshot = HostSnapshot(host="n1", ts=1.0, interval_s=1.0, seq=0, gpus=(gpu,), procs=(proc,))
+    metrics.fleet.observe(snapshot, names={"GPU-1": "NVIDIA H200"})
     scrapes = {}
     for job, registry in (
         ("dprobe-worker", worker), ("dprobe-collector", collector), ("dprobe-lag", lag)
@@ -505,18 +511,22 @@ def _dimension(name: str) -> str:
 
     >>> [_dimension(n) for n in ("a_seconds_bucket", "a_seconds_count", "b_bytes", "c_gpus")]
     ['seconds', 'count', 'bytes', 'other']
+    >>> [_dimension(n) for n in ("d_utilization_percent", "e_power_watts", "f_timestamp_seconds")]
+    ['percent', 'watts', 'timestamp']
     """
     if name.endswith(("_count", "_total")):
         return "count"
     base = re.sub(r"_(bucket|sum|total)$", "", name)
     if base.endswith("_timestamp_seconds"):
         return "timestamp"
-    return {"seconds": "seconds", "bytes": "bytes"}.get(base.rsplit("_", 1)[-1], "other")
+    suffix = base.rsplit("_", 1)[-1]
+    return suffix if suffix in {"seconds", "bytes", "percent", "watts"} else "other"
 
 
 def test_panel_units_fit_the_metrics_they_plot() -> None:
     """A panel of durations is in seconds (what the metrics hold), one of bytes in
-    bytes, and no other panel claims a time or a size."""
+    bytes, of percentages in percent (0-100), of power in watts, and no other panel
+    claims one of those units."""
     wrong = []
     for p in _dashboard()["panels"]:
         if p["type"] == "row":
@@ -530,8 +540,12 @@ def test_panel_units_fit_the_metrics_they_plot() -> None:
             ok = unit == "s"
         elif dims == {"bytes"}:
             ok = unit in {"bytes", "decbytes"}
+        elif dims == {"percent"}:
+            ok = unit == "percent"  # 0-100 ("percentunit" is 0-1)
+        elif dims == {"watts"}:
+            ok = unit == "watt"
         else:
-            ok = unit not in TIME_UNITS | BYTE_UNITS
+            ok = unit not in TIME_UNITS | BYTE_UNITS | {"percent", "watt"}
         if not ok:
             wrong.append((p["title"], unit, sorted(names)))
     assert wrong == []
