@@ -149,7 +149,8 @@ class JobEvent(_Msg, frozen=True, kw_only=True):
 
 
 class LevelCounts(_Part, frozen=True, kw_only=True):
-    """Instances per utilisation level (DProbe's multi-level demand)."""
+    """Process samples per utilisation level in a window (DProbe's multi-level demand): an
+    instance running all window counts once per collector tick."""
 
     L1: Count = 0
     L2: Count = 0

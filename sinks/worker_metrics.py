@@ -10,7 +10,8 @@ Names (dashboards and alerts depend on them):
 
 - ``dprobe_tenant_demand_gpus{tenant}``: running + pending GPUs of the last closed window
 - ``dprobe_tenant_effective_demand_gpus{tenant}``: level-weighted demand (DProbe)
-- ``dprobe_tenant_level_instances{tenant,level}``: instances per level L1/L2/L3/EX
+- ``dprobe_tenant_level_instances{tenant,level}``: process samples per level L1/L2/L3/EX
+  (an instance sampled all window counts ``window_s / interval_s`` times: read shares)
 - ``dprobe_tenant_forecast_gpus{tenant,horizon,quantile}``: horizon in seconds ("3600"),
   quantile "0.5" or "0.9"
 - ``dprobe_tenant_quota_gpus{tenant}``: current quota (absent while unknown)
@@ -161,7 +162,8 @@ def _tenant_families() -> list[GaugeMetricFamily]:
         ),
         GaugeMetricFamily(
             "dprobe_tenant_level_instances",
-            "Instances per utilisation level in the last closed window",
+            "Process samples per utilisation level in the last closed window (an instance "
+            "running all window counts once per collector tick)",
             labels=["tenant", "level"],
         ),
         GaugeMetricFamily(
