@@ -8,9 +8,10 @@ Columns (header required, extra columns ignored; every row has as many fields as
 Philly/Chronus MIX traces do not document their unit; dprobe reads them as **minutes**
 (``time_unit_s=60``, the default; see ``docs/simulation.md`` for why). A file whose
 header says ``submit_time_s`` / ``duration_s`` instead is read in seconds whatever the
-setting. Any bad row raises :class:`~dprobe.errors.UsageError` naming file and line,
-among them a job that would end after the schema's last time (1e11 s) and names longer
-than the schema allows (:mod:`dprobe.traces.row_input`).
+setting (a time unit a user gave on the command line, named by ``time_unit_flag``, is
+then refused rather than ignored). Any bad row raises :class:`~dprobe.errors.UsageError`
+naming file and line, among them a job that would end after the schema's last time
+(1e11 s) and names longer than the schema allows (:mod:`dprobe.traces.row_input`).
 
 Example:
     >>> import io
@@ -77,11 +78,14 @@ def iter_jobs(
     *,
     time_unit_s: float = DEFAULT_TIME_UNIT_S,
     on_bad: OnBad | None = None,
+    time_unit_flag: str | None = None,
 ) -> Iterator[JobRecord]:
     """Yield the jobs of ``source`` (a path or an open text file) in file order.
 
     A bad row raises; with ``on_bad`` it is passed to it (``FILE:LINE: why``) and skipped,
     and the rows after it are still checked against the jobs read (a duplicate job id).
+    ``time_unit_flag``: the flag that gave ``time_unit_s``, when a user gave it; a header
+    in seconds, which the time unit does not apply to, then raises naming it.
     """
     if isinstance(source, str | Path):
         path = Path(source)
@@ -93,11 +97,12 @@ def iter_jobs(
             raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
         with fh:
             try:
-                yield from _iter(fh, str(path), time_unit_s, on_bad)
+                yield from _iter(fh, str(path), time_unit_s, on_bad, time_unit_flag)
             except OSError as exc:
                 raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
     else:
-        yield from _iter(source, getattr(source, "name", "<jobs-csv>"), time_unit_s, on_bad)
+        name = getattr(source, "name", "<jobs-csv>")
+        yield from _iter(source, name, time_unit_s, on_bad, time_unit_flag)
 
 
 def _folder_given(path: Path) -> str:
@@ -111,13 +116,20 @@ def _folder_given(path: Path) -> str:
 
 
 def read_jobs(
-    source: str | Path | IO[str], *, time_unit_s: float = DEFAULT_TIME_UNIT_S
+    source: str | Path | IO[str],
+    *,
+    time_unit_s: float = DEFAULT_TIME_UNIT_S,
+    time_unit_flag: str | None = None,
 ) -> list[JobRecord]:
-    """All jobs of ``source``, sorted by submit time (stable)."""
-    return sorted(iter_jobs(source, time_unit_s=time_unit_s), key=lambda j: j.submit_s)
+    """All jobs of ``source``, sorted by submit time (stable); ``time_unit_flag`` as for
+    :func:`iter_jobs`."""
+    jobs = iter_jobs(source, time_unit_s=time_unit_s, time_unit_flag=time_unit_flag)
+    return sorted(jobs, key=lambda j: j.submit_s)
 
 
-def _iter(fh: IO[str], name: str, unit: float, on_bad: OnBad | None) -> Iterator[JobRecord]:
+def _iter(
+    fh: IO[str], name: str, unit: float, on_bad: OnBad | None, unit_flag: str | None = None
+) -> Iterator[JobRecord]:
     if not (unit > 0 and math.isfinite(unit)):
         raise UsageError(f"time unit must be > 0 seconds, got {unit}")
     rows = csv_rows(fh, name=name, on_bad=on_bad)
@@ -129,6 +141,11 @@ def _iter(fh: IO[str], name: str, unit: float, on_bad: OnBad | None) -> Iterator
     t_col, d_col, scale = "submit_time", "duration", unit
     if "submit_time_s" in cols and "duration_s" in cols:
         t_col, d_col, scale = "submit_time_s", "duration_s", 1.0
+        if unit_flag is not None:  # given, but it would change nothing
+            raise UsageError(
+                f"{name}:1: {unit_flag} does not apply: the header names submit_time_s and "
+                "duration_s, which are read in seconds"
+            )
     missing += [c for c in (t_col, d_col) if c not in cols]
     if missing:
         raise UsageError(f"{name}:1: missing column(s) {', '.join(missing)} (jobs-csv header)")

@@ -220,10 +220,12 @@ def run(args: argparse.Namespace) -> int:
     positive(args.window_s, "--window-s")
     # a bad value is named before whether it applies; a flag that would be ignored is
     # refused, not dropped
+    args.time_unit_flag = None
     if args.time_unit is not None:
         positive(args.time_unit, "--time-unit")
         if args.fmt != "jobs-csv":
             raise UsageError("--time-unit applies only with --format jobs-csv")
+        args.time_unit_flag = "--time-unit"  # refused by a header in seconds
     else:
         args.time_unit = 60.0
     checked_seed(args.seed, "--seed")
@@ -368,7 +370,11 @@ def _counted_windows(args: argparse.Namespace, test_end: float) -> tuple[list[An
         from dprobe.traces.job_windows import job_windows
         from dprobe.traces.jobs_csv import read_jobs
 
-        jobs = read_jobs(args.trace, time_unit_s=args.time_unit)
+        jobs = read_jobs(
+            args.trace,
+            time_unit_s=args.time_unit,
+            time_unit_flag=getattr(args, "time_unit_flag", None),
+        )
         kept = [w for w in job_windows(jobs, args.window_s) if w.window_end <= test_end]
         return kept, len(jobs)
     from dprobe.traces.demand_series import read_trace

@@ -387,6 +387,7 @@ def run(args: argparse.Namespace) -> int:
 
     costs = [(flag, attr) for flag, attr, _ in _NOT_WITH_SWEEP] + [_CHECKPOINT]
     costs_given = [flag for flag, attr in costs if getattr(args, attr) is not None]
+    unit_flag = "--time-unit" if args.time_unit is not None else None  # given, not defaulted
     _check_combinations(args)
     policies = _names(args.policies, POLICIES, "policy", "--policies")
     modes = _modes(args)
@@ -466,7 +467,7 @@ def run(args: argparse.Namespace) -> int:
         )
     seeds = _seeds(args.seeds) if args.seeds is not None else [checked_seed(args.seed, "--seed")]
     if args.jobs is not None:
-        records = read_jobs(args.jobs, time_unit_s=args.time_unit)
+        records = read_jobs(args.jobs, time_unit_s=args.time_unit, time_unit_flag=unit_flag)
         if not records:
             raise UsageError(f"{args.jobs}: no jobs")
         vc_nodes, origin = resolve_vc_nodes(records, args.jobs, args.vcs, args.nodes, node_gpus=8)

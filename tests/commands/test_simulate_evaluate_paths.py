@@ -458,3 +458,35 @@ def test_simulate_policies_or_modes_without_a_name_are_refused(
     argv = [*_jobs(cwd), "--policies", "fifo", "--modes", "static", "--chart", "c.png"]
     line = _refused([*argv, flag, value], cwd, capsys)
     assert line == f"dprobe simulate: {flag}: need one or more of {choices}"
+
+
+# --time-unit and a header in seconds
+
+
+def _seconds_jobs(tmp_path: Path) -> Path:
+    jobs = tmp_path / "sec.csv"
+    rows = "".join(f"{i},a,1,{600 * i},300,vgg16\n" for i in range(12))
+    jobs.write_text("job_id,user,num_gpu,submit_time_s,duration_s,model_name\n" + rows)
+    return jobs
+
+
+@pytest.mark.parametrize("unit", ["60", "1"])
+def test_time_unit_with_a_header_in_seconds_is_refused(cwd: Path, capsys, unit: str) -> None:
+    jobs = _seconds_jobs(cwd)
+    (cwd / "vcs.csv").write_text("vc,node num\na,1\n")
+    message = (
+        f"{jobs}:1: --time-unit does not apply: the header names submit_time_s and duration_s, "
+        "which are read in seconds"
+    )
+    simulate = ["simulate", "--jobs", str(jobs), "--vcs", str(cwd / "vcs.csv")]
+    simulate += ["--policies", "fifo", "--modes", "static", "--chart", "c.png"]
+    line = _refused([*simulate, "--time-unit", unit], cwd, capsys)
+    assert line == f"dprobe simulate: {message}"
+    evaluate = ["evaluate", "--trace", str(jobs), "--format", "jobs-csv"]
+    evaluate += ["--no-plots", "--models", "last-value", "--horizons", "600"]
+    line = _refused([*evaluate, "--time-unit", unit], cwd, capsys)
+    assert line == f"dprobe evaluate: {message}"
+    # without the flag the file is read, in seconds
+    assert main(simulate) == 0
+    assert main(evaluate) == 0
+    capsys.readouterr()
