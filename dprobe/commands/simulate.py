@@ -316,6 +316,11 @@ def _check_combinations(args: argparse.Namespace) -> None:
             setattr(args, attr, default)
         elif not getattr(args, needs):
             raise UsageError(f"{flag} applies only with --{needs.replace('_', '-')}")
+    if args.colocate is not None and args.helios is not None:
+        raise UsageError(
+            "--colocate does not apply with --helios: its synthetic jobs have no model name, "
+            "so none would share a GPU"
+        )
     for flag, attr, default in _NOT_WITH_SWEEP:
         if getattr(args, attr) is None:
             setattr(args, attr, default)

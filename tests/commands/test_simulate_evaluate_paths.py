@@ -490,3 +490,26 @@ def test_time_unit_with_a_header_in_seconds_is_refused(cwd: Path, capsys, unit: 
     assert main(simulate) == 0
     assert main(evaluate) == 0
     capsys.readouterr()
+
+
+def test_simulate_colocate_with_helios_is_refused(cwd: Path, capsys) -> None:
+    # the synthetic stream's jobs have no model name: no job could ever share a GPU
+    helios = cwd / "helios"
+    helios.mkdir()
+    head = "time,running_gpu_num,pending_gpu_num,total_gpu_num,"
+    head += "running_gpu_num_noless_8,pending_gpu_num_noless_8\n"
+    rows = "".join(
+        f"2020-05-01 {h:02d}:{m:02d}:00,2,0,8,0,0\n" for h in range(24) for m in range(60)
+    )
+    (helios / "vcA.csv").write_text(head + rows)
+    colocate = cwd / "colocate.csv"
+    colocate.write_text("model1,speed1,model2,speed2\nvgg16,0.9,vgg16,0.9\n")
+    argv = ["simulate", "--helios", str(helios), "--days", "1", "--policies", "fifo"]
+    argv += ["--modes", "static", "--chart", "c.png"]
+    line = _refused([*argv, "--colocate", str(colocate)], cwd, capsys)
+    assert line == (
+        "dprobe simulate: --colocate does not apply with --helios: its synthetic jobs have no "
+        "model name, so none would share a GPU"
+    )
+    assert main([*argv, "--chart", ""]) == 0  # the same run without it
+    capsys.readouterr()
