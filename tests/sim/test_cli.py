@@ -324,15 +324,16 @@ def test_sweep_prints_one_line_per_latency_reclaim_and_policy(
     assert "--latencies" in capsys.readouterr().err
 
 
-def test_an_empty_grid_prints_an_empty_table(
+def test_an_empty_grid_is_refused_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = _argv(tmp_path, "--chart", "")
-    assert main([*args, "--policies", ","]) == 0
+    assert main([*args, "--policies", ","]) == 2
     out, err = capsys.readouterr()
-    assert out.strip().splitlines()[0].startswith("| policy | mode |")
-    assert len(out.strip().splitlines()) == 2
-    assert "0 runs" in err and "0 jobs left out" in err
+    assert out == ""
+    assert err.splitlines() == [
+        "dprobe simulate: --policies: need one or more of fifo, sjf, srtf, qssf, las"
+    ]
 
 
 def test_jobs_that_never_run_are_reported_not_hidden_in_the_averages(
