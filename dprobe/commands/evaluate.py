@@ -245,6 +245,8 @@ def run(args: argparse.Namespace) -> int:
     if args.save_checkpoint:
         _check_checkpoint_path(args.save_checkpoint)
     if not args.no_plots:
+        if args.out == "":  # Path("") is the current folder: plots strewn there
+            raise UsageError("--out '' names no folder: give one, or --no-plots to write nothing")
         out = output_folder(args.out, "--out")
         for name in ("summary.json", "error_by_horizon.png"):
             if (out / name).is_dir():

@@ -513,3 +513,15 @@ def test_simulate_colocate_with_helios_is_refused(cwd: Path, capsys) -> None:
     )
     assert main([*argv, "--chart", ""]) == 0  # the same run without it
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("out", [""])
+def test_evaluate_an_empty_out_is_refused_not_the_current_folder(
+    cwd: Path, capsys, out: str
+) -> None:
+    trace = _demand_csv(cwd / "d.csv")
+    line = _refused(_evaluate(trace, "--models", "last-value", "--out", out), cwd, capsys)
+    assert line == (
+        "dprobe evaluate: --out '' names no folder: give one, or --no-plots to write nothing"
+    )
+    assert not (cwd / "summary.json").exists()
