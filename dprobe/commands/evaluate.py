@@ -39,9 +39,27 @@ MODEL_NAMES = ("last-value", "seasonal-naive", "moving-average", "holt-winters",
 DEFAULT_HORIZONS = "600,3600,21600"
 
 
+def _path(text: str) -> str:
+    """A path flag's value; an empty one (an unset shell variable, say) is refused rather
+    than read as the current folder or taken as not given.
+
+    >>> _path("")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: an empty path
+    """
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path")
+    return text
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--trace", required=True, metavar="PATH", help="a trace file or a folder of them"
+        "--trace",
+        required=True,
+        type=_path,
+        metavar="PATH",
+        help="a trace file or a folder of them",
     )
     p.add_argument(
         "--format", required=True, choices=["demand-csv", "helios-vc", "jobs-csv"], dest="fmt"
@@ -99,9 +117,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="score the models' own p90 only (default: p90 calibrated online, before/after)",
     )
-    p.add_argument("--warm-start", metavar="FILE", help="multi-task model checkpoint to start from")
     p.add_argument(
-        "--save-checkpoint", metavar="FILE", help="write the multi-task model at the end"
+        "--warm-start",
+        type=_path,
+        metavar="FILE",
+        help="multi-task model checkpoint to start from",
+    )
+    p.add_argument(
+        "--save-checkpoint",
+        type=_path,
+        metavar="FILE",
+        help="write the multi-task model at the end",
     )
     p.add_argument(
         "--plot-tenants", type=int, default=3, help="tenants to plot, largest first, >= 0 (3)"

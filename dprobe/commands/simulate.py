@@ -87,18 +87,32 @@ def _seeds(text: str) -> list[int]:
     return list(dict.fromkeys(out))
 
 
+def _path(text: str) -> Path:
+    """A path flag's value; an empty one (an unset shell variable, say) is refused rather
+    than read as the current folder.
+
+    >>> _path("")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: an empty path
+    """
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path")
+    return Path(text)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--jobs", type=Path, metavar="PATH", help="a jobs-csv trace")
+    src.add_argument("--jobs", type=_path, metavar="PATH", help="a jobs-csv trace")
     src.add_argument(
         "--helios",
-        type=Path,
+        type=_path,
         metavar="DIR",
         help="synthetic jobs calibrated to the Helios Earth VC series in DIR",
     )
     p.add_argument(
         "--vcs",
-        type=Path,
+        type=_path,
         metavar="FILE",
         help="VC sizes, 'vc,node num' (default: philly_vc.csv beside --jobs)",
     )
@@ -231,7 +245,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--colocate",
-        type=Path,
+        type=_path,
         metavar="CSV",
         help="enable GPU sharing with co-location speeds from this CSV (colocate_info.csv style)",
     )

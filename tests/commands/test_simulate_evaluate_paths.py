@@ -525,3 +525,37 @@ def test_evaluate_an_empty_out_is_refused_not_the_current_folder(
         "dprobe evaluate: --out '' names no folder: give one, or --no-plots to write nothing"
     )
     assert not (cwd / "summary.json").exists()
+
+
+# empty paths (an unset shell variable): refused, not read as the current folder or dropped
+
+
+def _refused_by_parser(argv: list[str], root: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """As :func:`_refused`, for a value the argument parser refuses (it exits 2)."""
+    before = _files(root)
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert _files(root) == before
+    return lines[0]
+
+
+@pytest.mark.parametrize("flag", ["--trace", "--warm-start", "--save-checkpoint"])
+def test_evaluate_an_empty_path_is_refused(cwd: Path, capsys, flag: str) -> None:
+    trace = _demand_csv(cwd / "d.csv")
+    argv = _evaluate(trace, "--no-plots", "--models", "dprobe-mmoe", flag, "")
+    line = _refused_by_parser(argv, cwd, capsys)
+    assert line == f"dprobe evaluate: argument {flag}: an empty path (see: dprobe evaluate --help)"
+
+
+@pytest.mark.parametrize("flag", ["--jobs", "--helios", "--vcs", "--colocate"])
+def test_simulate_an_empty_path_is_refused(cwd: Path, capsys, flag: str) -> None:
+    argv = [*_jobs(cwd), "--policies", "fifo", "--modes", "static", "--chart", "c.png"]
+    if flag in ("--jobs", "--helios"):  # in place of the jobs file
+        argv = [argv[0], *argv[3:]]
+    line = _refused_by_parser([*argv, flag, ""], cwd, capsys)
+    assert line == f"dprobe simulate: argument {flag}: an empty path (see: dprobe simulate --help)"
