@@ -526,6 +526,13 @@ def run(args: argparse.Namespace) -> int:
         streams = {seed: records for seed, (records, _) in pooled.items()}
         vc_nodes = pooled[seeds[0]][1]
         origin += ", pooled into one VC"
+    cluster_gpus = sum(vc_nodes.values()) * SimSettings.node_gpus
+    if not any(0 < r.num_gpu <= cluster_gpus for records in streams.values() for r in records):
+        # every job would be left out: a table of zeros says nothing
+        raise UsageError(
+            f"{args.jobs or args.helios}: no job to simulate: every job asks for 0 GPUs or "
+            f"more than the cluster's {cluster_gpus:,} GPUs"
+        )
     sharing = None
     if args.colocate is not None:
         from dprobe.sim.sharing import load_colocation

@@ -559,3 +559,24 @@ def test_simulate_an_empty_path_is_refused(cwd: Path, capsys, flag: str) -> None
         argv = [argv[0], *argv[3:]]
     line = _refused_by_parser([*argv, flag, ""], cwd, capsys)
     assert line == f"dprobe simulate: argument {flag}: an empty path (see: dprobe simulate --help)"
+
+
+@pytest.mark.parametrize("gpus", ["0", "32"])  # no GPU; more than the 3 nodes' 24 GPUs
+def test_simulate_a_trace_whose_every_job_is_left_out_is_refused(
+    cwd: Path, capsys, gpus: str
+) -> None:
+    argv = _jobs(cwd)
+    jobs = Path(argv[2])
+    jobs.write_text(
+        "job_id,user,num_gpu,submit_time,duration\n" + f"1,a,{gpus},0,20\n2,b,{gpus},5,20\n"
+    )
+    line = _refused(
+        [*argv, "--policies", "fifo", "--modes", "static", "--chart", "c.png"], cwd, capsys
+    )
+    assert line == (
+        f"dprobe simulate: {jobs}: no job to simulate: every job asks for 0 GPUs or more than "
+        "the cluster's 24 GPUs"
+    )
+    jobs.write_text(jobs.read_text() + "3,b,8,9,20\n")  # one job that fits: it runs
+    assert main([*argv, "--policies", "fifo", "--modes", "static", "--chart", ""]) == 0
+    assert "2 jobs left out" in capsys.readouterr().err
