@@ -300,6 +300,11 @@ def run(args: argparse.Namespace) -> int:
         test_start = given_start
     else:
         test_start = first + 0.7 * (last - first)
+    if test_start == first:  # inside the trace, but nothing before it to fit on
+        raise UsageError(
+            f"--test-start {_iso(test_start)} is the end of the trace's first window: give a "
+            "later one, so that the models have at least one window to fit on"
+        )
     if not first < test_start <= last:
         raise UsageError(
             f"--test-start {_iso(test_start)} is outside the trace ({_iso(first)} .. {_iso(last)})"

@@ -580,3 +580,17 @@ def test_simulate_a_trace_whose_every_job_is_left_out_is_refused(
     jobs.write_text(jobs.read_text() + "3,b,8,9,20\n")  # one job that fits: it runs
     assert main([*argv, "--policies", "fifo", "--modes", "static", "--chart", ""]) == 0
     assert "2 jobs left out" in capsys.readouterr().err
+
+
+def test_evaluate_test_start_at_the_first_window_says_why_it_is_refused(cwd: Path, capsys) -> None:
+    trace = _demand_csv(cwd / "d.csv")  # the first 600-s window ends at 1,590,000,600
+    argv = _evaluate(trace, "--no-plots", "--models", "last-value", "--test-start", "1590000600")
+    line = _refused(argv, cwd, capsys)
+    assert line == (
+        "dprobe evaluate: --test-start 2020-05-20 18:50 is the end of the trace's first window: "
+        "give a later one, so that the models have at least one window to fit on"
+    )
+    # one window later there is one to fit on
+    argv = _evaluate(trace, "--no-plots", "--models", "last-value", "--test-start", "1590001200")
+    assert main(argv) == 0
+    capsys.readouterr()
