@@ -537,7 +537,7 @@ def run(args: argparse.Namespace) -> int:
     if args.colocate is not None:
         from dprobe.sim.sharing import load_colocation
 
-        names = [m for m in args.share_models.split(",") if m]
+        names = list(dict.fromkeys(m.strip() for m in args.share_models.split(",") if m.strip()))
         sharing = load_colocation(args.colocate, names or None)
     planner = _worker_planner(args, SimSettings.node_gpus) if args.worker_planner else None
     settings = SimSettings(

@@ -594,3 +594,27 @@ def test_evaluate_test_start_at_the_first_window_says_why_it_is_refused(cwd: Pat
     argv = _evaluate(trace, "--no-plots", "--models", "last-value", "--test-start", "1590001200")
     assert main(argv) == 0
     capsys.readouterr()
+
+
+# simulate: --share-models
+
+
+def _sharing(cwd: Path) -> list[str]:
+    """One node of 8 GPUs and ten 1-GPU jobs at once: two wait unless they share a GPU."""
+    jobs = cwd / "share.csv"
+    rows = "".join(f"{i},a,1,0,100,m2\n" for i in range(9)) + "9,a,1,0,100,vgg16\n"
+    jobs.write_text("job_id,user,num_gpu,submit_time,duration,model_name\n" + rows)
+    (cwd / "vcs.csv").write_text("vc,node num\na,1\n")
+    (cwd / "colocate.csv").write_text("model1,speed1,model2,speed2\nm2,0.5,m2,0.5\n")
+    argv = ["simulate", "--jobs", str(jobs), "--vcs", str(cwd / "vcs.csv")]
+    argv += ["--colocate", str(cwd / "colocate.csv"), "--policies", "fifo", "--modes", "static"]
+    return [*argv, "--chart", ""]
+
+
+@pytest.mark.parametrize("names", ["vgg16, m2", " vgg16 ,m2,", "m2,vgg16,m2"])
+def test_simulate_share_models_are_read_as_policies_are(cwd: Path, capsys, names: str) -> None:
+    # a space after a comma (or a name twice) names the same models
+    rows = _json_rows([*_sharing(cwd), "--share-models", names], capsys)
+    assert [r["avg_queue_s"] for r in rows] == [0.0]  # both waiting jobs share a GPU
+    alone = _json_rows([*_sharing(cwd), "--share-models", "m2"], capsys)
+    assert [r["avg_queue_s"] for r in alone] == [600.0]  # vgg16 waits 100 minutes
