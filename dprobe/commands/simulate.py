@@ -538,6 +538,16 @@ def run(args: argparse.Namespace) -> int:
         from dprobe.sim.sharing import load_colocation
 
         names = list(dict.fromkeys(m.strip() for m in args.share_models.split(",") if m.strip()))
+        # a job shares only if its model is named exactly: a name no job has changes nothing
+        known = {r.model_name for records in streams.values() for r in records}
+        unknown = [m for m in names if m not in known]
+        if unknown:
+            have = sorted(known - {""})
+            shown = ", ".join(have[:8]) + (f" and {len(have) - 8} more" if len(have) > 8 else "")
+            raise UsageError(
+                f"--share-models: no job of the trace has model {', '.join(unknown)} "
+                f"(names are matched exactly; its models: {shown or 'none'})"
+            )
         sharing = load_colocation(args.colocate, names or None)
     planner = _worker_planner(args, SimSettings.node_gpus) if args.worker_planner else None
     settings = SimSettings(

@@ -618,3 +618,10 @@ def test_simulate_share_models_are_read_as_policies_are(cwd: Path, capsys, names
     assert [r["avg_queue_s"] for r in rows] == [0.0]  # both waiting jobs share a GPU
     alone = _json_rows([*_sharing(cwd), "--share-models", "m2"], capsys)
     assert [r["avg_queue_s"] for r in alone] == [600.0]  # vgg16 waits 100 minutes
+
+
+@pytest.mark.parametrize("names", ["VGG16", "m2,resnet"])
+def test_simulate_share_models_no_job_has_are_refused(cwd: Path, capsys, names: str) -> None:
+    argv = [*_sharing(cwd), "--share-models", names]
+    line = _refused(argv, cwd, capsys, "--share-models: no job of the trace has model")
+    assert line.endswith("(names are matched exactly; its models: m2, vgg16)")
