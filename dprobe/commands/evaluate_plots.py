@@ -118,7 +118,7 @@ def forecasts_vs_actual(
                     label=f"{name} p50-p90",
                 )
         ax.set(
-            title=f"{tenant}: forecast {horizon_s / 3600:g} h ahead vs actual (test span)",
+            title=f"{tenant}: forecast {_label(horizon_s)} ahead vs actual (test span)",
             ylabel="demand (GPUs)",
         )
         ax.legend(fontsize=8, loc="upper left")

@@ -625,3 +625,34 @@ def test_simulate_share_models_no_job_has_are_refused(cwd: Path, capsys, names: 
     argv = [*_sharing(cwd), "--share-models", names]
     line = _refused(argv, cwd, capsys, "--share-models: no job of the trace has model")
     assert line.endswith("(names are matched exactly; its models: m2, vgg16)")
+
+
+# evaluate: plots
+
+
+@pytest.mark.parametrize(
+    ("horizon_s", "said"), [(600.0, "10 min"), (3600.0, "1 h"), (5400.0, "90 min")]
+)
+def test_evaluate_forecast_plot_titles_say_the_horizon_as_the_error_plot_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, horizon_s: float, said: str
+) -> None:
+    import matplotlib.pyplot as plt
+
+    from dprobe.commands.evaluate_plots import forecasts_vs_actual
+    from dprobe.models.forecast.evaluation import EvalResult
+
+    titles: list[str] = []
+    close = plt.close
+
+    def seen(fig: Any) -> None:
+        titles.append(fig.axes[0].get_title())
+        close(fig)
+
+    monkeypatch.setattr(plt, "close", seen)
+    pts = [(1_590_000_000.0 + 600 * i, 2.0, 3.0, 2.5) for i in range(3)]
+    result = EvalResult(rows=[], series={("last-value", "vc-a", horizon_s): pts})
+    paths = forecasts_vs_actual(
+        result, tmp_path, tenants=["vc-a"], horizon_s=horizon_s, models=["last-value"]
+    )
+    assert [p.name for p in paths] == [f"forecast_vc-a_{int(horizon_s)}s.png"]
+    assert titles == [f"vc-a: forecast {said} ahead vs actual (test span)"]
