@@ -615,7 +615,9 @@ def _write_plots(
         size[w.tenant] = size.get(w.tenant, 0.0) + w.running_gpus + w.pending_gpus
     top = sorted(size, key=lambda t: -size[t])[: max(args.plot_tenants, 0)]
     shown = [n for n in names if n in ("last-value", "holt-winters", "dprobe-mmoe")] or names
-    h_plot = min(horizons, key=lambda h: abs(h - 3600.0))
+    # the scored horizon nearest 1 h: one with no forecast to score would draw empty plots
+    scored = sorted({r.horizon_s for r in result.rows}) or horizons
+    h_plot = min(scored, key=lambda h: abs(h - 3600.0))
     paths = plots.error_by_horizon(result, out)
     paths += plots.forecasts_vs_actual(result, out, tenants=top, horizon_s=h_plot, models=shown)
     summary = {

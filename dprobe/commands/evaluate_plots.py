@@ -97,6 +97,8 @@ def forecasts_vs_actual(
     out.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
     for tenant in tenants:
+        if not any(result.series.get((name, tenant, horizon_s)) for name in models):
+            continue  # nothing of it was forecast at this horizon: no empty plot
         fig, ax = plt.subplots(figsize=(11, 4))
         actual_drawn = False
         for name in models:

@@ -656,3 +656,30 @@ def test_evaluate_forecast_plot_titles_say_the_horizon_as_the_error_plot_does(
     )
     assert [p.name for p in paths] == [f"forecast_vc-a_{int(horizon_s)}s.png"]
     assert titles == [f"vc-a: forecast {said} ahead vs actual (test span)"]
+
+
+def test_evaluate_plots_forecasts_at_a_horizon_it_scored(cwd: Path, capsys) -> None:
+    trace = _demand_csv(cwd / "d.csv")  # the last window ends at 2020-05-21 04:40
+    span = ["--test-start", "2020-05-21T03:20", "--horizons", "600,6000"]  # 4,800 s
+    argv = _evaluate(trace, "--models", "last-value", "--out", str(cwd / "r"), *span)
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    # 6,000 s is nearer 1 h than 600 s is, but nothing could be scored that far ahead
+    assert "(the test span is 4800 s): 6000 s" in err
+    assert sorted(p.name for p in (cwd / "r").glob("forecast_*")) == [
+        "forecast_vc-a_600s.png",
+        "forecast_vc-b_600s.png",
+    ]
+
+
+def test_evaluate_draws_no_empty_forecast_plot(tmp_path: Path) -> None:
+    from dprobe.commands.evaluate_plots import forecasts_vs_actual
+    from dprobe.models.forecast.evaluation import EvalResult
+
+    pts = [(1_590_000_000.0 + 600 * i, 2.0, 3.0, 2.5) for i in range(3)]
+    result = EvalResult(rows=[], series={("last-value", "vc-a", 600.0): pts})
+    paths = forecasts_vs_actual(
+        result, tmp_path, tenants=["vc-a", "vc-b"], horizon_s=600.0, models=["last-value"]
+    )
+    assert [p.name for p in paths] == ["forecast_vc-a_600s.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["forecast_vc-a_600s.png"]
