@@ -171,21 +171,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--interval",
         type=float,
-        default=300.0,
+        default=None,
         metavar="S",
         help="planning interval in seconds (300)",
     )
     p.add_argument(
         "--horizon",
         type=float,
-        default=600.0,
+        default=None,
         metavar="S",
         help="forecast horizon in seconds (600)",
     )
     p.add_argument(
         "--guarantee",
         type=float,
-        default=0.5,
+        default=None,
         metavar="F",
         help="share of each VC's static quota it never lends (0.5)",
     )
@@ -406,6 +406,16 @@ def run(args: argparse.Namespace) -> int:
 
     costs = [(flag, attr) for flag, attr, _ in _NOT_WITH_SWEEP] + [_CHECKPOINT]
     costs_given = [flag for flag, attr in costs if getattr(args, attr) is not None]
+    # what the quota modes plan with: given, they apply only where quotas move
+    for flag, attr, default in (
+        ("--interval", "interval", SimSettings.interval_s),
+        ("--horizon", "horizon", SimSettings.horizon_s),
+        ("--guarantee", "guarantee", SimSettings.guarantee_fraction),
+    ):
+        if getattr(args, attr) is None:
+            setattr(args, attr, default)
+        else:
+            costs_given.append(flag)
     unit_flag = "--time-unit" if args.time_unit is not None else None  # given, not defaulted
     _check_combinations(args)
     policies = _names(args.policies, POLICIES, "policy", "--policies")

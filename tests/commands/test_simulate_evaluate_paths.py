@@ -683,3 +683,25 @@ def test_evaluate_draws_no_empty_forecast_plot(tmp_path: Path) -> None:
     )
     assert [p.name for p in paths] == ["forecast_vc-a_600s.png"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["forecast_vc-a_600s.png"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--interval", "600"], "--interval does"),
+        (["--horizon", "1200", "--guarantee", "0.2"], "--horizon and --guarantee do"),
+        (["--move-latency", "0", "--guarantee", "0.5"], "--move-latency and --guarantee do"),
+    ],
+)
+def test_simulate_quota_settings_with_static_quotas_alone_are_refused(
+    cwd: Path, capsys, flags: list[str], named: str
+) -> None:
+    argv = [*_jobs(cwd), "--policies", "fifo", "--modes", "static", "--chart", "c.png"]
+    line = _refused([*argv, *flags], cwd, capsys)
+    assert line == (
+        f"dprobe simulate: {named} not apply with --modes static (static quotas never move a node)"
+    )
+    # with a mode that moves quotas they apply, and say so
+    argv = [*_jobs(cwd), "--policies", "fifo", "--modes", "static,reactive", "--chart", ""]
+    assert main([*argv, "--interval", "600", "--guarantee", "0.25"]) == 0
+    assert "planning every 600 s, guarantee 0.25 of each quota" in capsys.readouterr().err
