@@ -461,6 +461,8 @@ def run(args: argparse.Namespace) -> int:
             f"--sweep does not apply with {static_by}: it varies the move latency and the "
             "reclaim rule, and static quotas never move a node"
         )
+    if "--horizon" in costs_given and not {"predictive", "oracle"} & set(modes):
+        raise UsageError("--horizon applies only with --modes predictive or oracle")
     if args.checkpoint_interval is None:
         args.checkpoint_interval = SimSettings.checkpoint_interval_s
     elif args.reclaim == "wait" and not args.sweep:

@@ -396,6 +396,8 @@ def test_evaluate_a_negative_seed_is_named_before_the_run(cwd: Path, capsys) -> 
          "--no-gate applies only with --modes predictive"),
         (["--modes", "static,reactive", "--lend-horizon", "600"],
          "--lend-horizon applies only with --modes predictive or oracle"),
+        (["--modes", "static,reactive", "--horizon", "1200"],
+         "--horizon applies only with --modes predictive or oracle"),
     ],
 )  # fmt: skip
 def test_simulate_flags_of_modes_not_run_are_refused(
