@@ -100,8 +100,9 @@ class LocalBroker:
         return proc.stdout.strip().splitlines()[-1]
 
     def stop(self) -> list[str]:
-        """Stop the broker (SIGTERM, then SIGKILL after 30 s); no-op when stopped. Returns
-        what the stop has to say besides (that it had to send SIGKILL), one line each."""
+        """Stop the broker (SIGTERM, then SIGKILL after ``DPROBE_KAFKA_STOP_TIMEOUT_S``, 30 s
+        by default); no-op when stopped. Returns what the stop has to say besides (that it
+        had to send SIGKILL), one line each."""
         proc = self._run("stop")
         self._raise_for(proc, "stop")
         return [line.removeprefix("dprobe broker: ") for line in proc.stderr.splitlines()]
@@ -114,7 +115,10 @@ class LocalBroker:
         """The state and the address of the broker of the state dir: a running one's own
         (it may have been started with another port than these settings'), else
         :attr:`bootstrap`."""
-        out = self._run("status").stdout.split()
+        proc = self._run("status")
+        if proc.returncode == 2:  # a setting the script refuses
+            self._raise_for(proc, "status")
+        out = proc.stdout.split()
         state = out[0] if out else "stopped"
         if state not in ("stopped", "starting", "ready"):
             raise BrokerError(f"unexpected status output: {out!r}")

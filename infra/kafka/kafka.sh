@@ -41,6 +41,10 @@ CONF="${STATE}/server.properties"
 
 die() { echo "dprobe broker: $*" >&2; exit 2; }
 
+# whole seconds, read as decimal (bash arithmetic would read a leading 0 as octal)
+[[ "${STOP_TIMEOUT}" =~ ^(0|[1-9][0-9]*)$ ]] \
+  || die "DPROBE_KAFKA_STOP_TIMEOUT_S must be whole seconds, not '${STOP_TIMEOUT}'"
+
 need_java() {
   command -v java >/dev/null 2>&1 \
     || die "Java 17 or newer is required but 'java' was not found: install the package openjdk-17-jre-headless"
@@ -76,12 +80,22 @@ runs_this_broker() {
   tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -qF -- "kafka.Kafka ${CONF}"
 }
 
+alive() {
+  # The process runs: one that has exited but is not yet reaped by its parent (a zombie)
+  # does not, though kill -0 still finds it.
+  local stat
+  kill -0 "$1" 2>/dev/null || return 1
+  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+  stat="${stat##*) }"
+  [[ "${stat:0:1}" != Z ]]
+}
+
 broker_pid() {
   # Prints the pid of a live broker started from this state dir; removes a stale pid file.
   [[ -f "${PIDFILE}" ]] || return 1
   local pid
   pid="$(cat "${PIDFILE}" 2>/dev/null || true)"
-  if [[ "${pid}" =~ ^[0-9]+$ ]] && kill -0 "${pid}" 2>/dev/null && runs_this_broker "${pid}"; then
+  if [[ "${pid}" =~ ^[0-9]+$ ]] && alive "${pid}" && runs_this_broker "${pid}"; then
     echo "${pid}"
     return 0
   fi
@@ -203,16 +217,19 @@ start() {
 
 stop() {
   local pid
-  [[ "${STOP_TIMEOUT}" =~ ^[0-9]+$ ]] \
-    || die "DPROBE_KAFKA_STOP_TIMEOUT_S must be whole seconds, not '${STOP_TIMEOUT}'"
   if ! pid="$(broker_pid)"; then echo stopped; return 0; fi
   kill -TERM "${pid}" 2>/dev/null || true
   local deadline=$(( SECONDS + STOP_TIMEOUT ))
-  while kill -0 "${pid}" 2>/dev/null && (( SECONDS < deadline )); do sleep 0.2; done
-  if kill -0 "${pid}" 2>/dev/null; then
+  while alive "${pid}" && (( SECONDS < deadline )); do sleep 0.2; done
+  if alive "${pid}"; then
     echo "dprobe broker: no exit after ${STOP_TIMEOUT}s of SIGTERM, sending SIGKILL" >&2
     kill -KILL "${pid}" 2>/dev/null || true
-    while kill -0 "${pid}" 2>/dev/null; do sleep 0.1; done
+    deadline=$(( SECONDS + 10 ))
+    while alive "${pid}" && (( SECONDS < deadline )); do sleep 0.1; done
+    if alive "${pid}"; then
+      echo "dprobe broker: pid ${pid} still runs 10s after SIGKILL (stuck in the kernel?)" >&2
+      exit 1
+    fi
   fi
   rm -f "${PIDFILE}"
   echo stopped

@@ -190,36 +190,30 @@ def test_missing_java_or_maven_gives_one_clear_line(
 
 
 _DEAF = (
-    "import pathlib, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-    "pathlib.Path(sys.argv[3]).touch(); time.sleep(120)"
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print(1, flush=True); time.sleep(120)"
 )
 
 
 def test_a_broker_that_ignores_sigterm_is_killed_and_the_stop_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A broker still running after the SIGTERM wait is sent SIGKILL; `dprobe broker stop`
-    says so on stderr (a killed broker recovers its logs at the next start, which takes
-    longer) instead of printing only "stopped"."""
+    """A broker still running after the SIGTERM wait is sent SIGKILL, and `dprobe broker
+    stop` says so on stderr (a killed broker recovers its logs at the next start, which
+    takes longer). The stop does not wait for the killed process to be reaped: here it is
+    this test's child, a zombie until the test waits for it."""
     state = tmp_path / "broker"
     state.mkdir()
-    ready = tmp_path / "deaf-ready"
     # a process this state dir's stop takes for its broker (by its command line), deaf
-    # to SIGTERM as a broker stuck in a long flush would be; started as kafka.sh starts
-    # a broker (setsid, from a shell that exits), so it is not this test's child
-    started = subprocess.run(
-        ["bash", "-c", 'setsid "$@" > /dev/null 2>&1 & echo $!', "deaf", sys.executable,
-         "-c", _DEAF, "kafka.Kafka", str(state / "server.properties"), str(ready)],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    pid = int(started.stdout)
+    # to SIGTERM as a broker stuck in a long flush would be
+    deaf = subprocess.Popen(
+        [sys.executable, "-c", _DEAF, "kafka.Kafka", str(state / "server.properties")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        for _ in range(100):
-            if ready.exists():
-                break
-            time.sleep(0.05)
-        assert ready.exists()
-        (state / "broker.pid").write_text(f"{pid}\n")
+        assert deaf.stdout is not None and deaf.stdout.readline().strip() == "1"
+        (state / "broker.pid").write_text(f"{deaf.pid}\n")
         monkeypatch.setenv("DPROBE_KAFKA_STOP_TIMEOUT_S", "1")
         res = _cli(state, _free_port(), _free_port(), "stop")
         assert res.returncode == 0, res.stderr
@@ -227,17 +221,26 @@ def test_a_broker_that_ignores_sigterm_is_killed_and_the_stop_says_so(
         assert res.stderr.strip() == (
             "dprobe broker: no exit after 1s of SIGTERM, sending SIGKILL"
         ), res.stderr
-        assert not Path(f"/proc/{pid}").exists()
+        assert deaf.wait(timeout=10) == -9
+        assert not (state / "broker.pid").exists()
     finally:
-        subprocess.run(["kill", "-KILL", str(pid)], capture_output=True, check=False)
+        deaf.kill()
+        deaf.wait()
+        if deaf.stdout is not None:
+            deaf.stdout.close()
 
 
-def test_a_stop_timeout_that_is_not_whole_seconds_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("action", ["start", "stop", "status"])
+@pytest.mark.parametrize("value", ["0.5", "08", "-1", "30s"])
+def test_a_stop_timeout_that_is_not_whole_seconds_is_refused_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, action: str, value: str
 ) -> None:
-    monkeypatch.setenv("DPROBE_KAFKA_STOP_TIMEOUT_S", "0.5")
-    res = _cli(tmp_path, _free_port(), _free_port(), "stop")
-    assert res.returncode == 2
+    """Refused by every action, so a demo is not run to its end before its broker's stop
+    refuses it; "08" would be read as octal by the script's arithmetic."""
+    monkeypatch.setenv("DPROBE_KAFKA_STOP_TIMEOUT_S", value)
+    res = _cli(tmp_path, _free_port(), _free_port(), action)
+    assert res.returncode == 2, res.stderr
     assert res.stderr.strip() == (
-        "dprobe broker: DPROBE_KAFKA_STOP_TIMEOUT_S must be whole seconds, not '0.5'"
+        f"dprobe broker: DPROBE_KAFKA_STOP_TIMEOUT_S must be whole seconds, not '{value}'"
     )
+    assert not (tmp_path / "broker.pid").exists()
