@@ -48,10 +48,13 @@ class SeqCounter:
         return self._next
 
     def next(self) -> int:
-        """Hand out the next seq; it is persisted before it is returned."""
+        """Hand out the next seq; it is persisted before it is returned. Where it cannot be
+        persisted (a full disk) the error is raised and the seq is used up all the same, so
+        the snapshot that needed it leaves a gap downstream (a restart resumes from the
+        spool's last seq + 1 at least, so the unsaved value is never handed out twice)."""
         value = self.peek()
-        self._save(value + 1)
         self._next = value + 1
+        self._save(value + 1)
         return value
 
     def _save(self, value: int) -> None:

@@ -185,13 +185,14 @@ class Collector(AsyncService):
             self._backend_error(err)
         snap = self.build(reading, seq=self.seq.peek(), ts=ts, interval_s=self.interval_s)
         payload = encode(snap)
+        # the gauges describe the GPUs as read, whether or not the disk has room for it
+        self.metrics.fleet.observe(snap, {g.uuid: g.name for g in reading.gpus})
+        self.metrics.gpus.set(len(snap.gpus))
+        self.metrics.processes.set(len(snap.procs))
         if not self._spool(payload):
             return None
         self.ticks += 1
         self.metrics.snapshots.inc()
-        self.metrics.fleet.observe(snap, {g.uuid: g.name for g in reading.gpus})
-        self.metrics.gpus.set(len(snap.gpus))
-        self.metrics.processes.set(len(snap.procs))
         if self.sender is not None:
             self.sender.notify()
         if self.on_snapshot is not None:
@@ -201,8 +202,8 @@ class Collector(AsyncService):
 
     def _spool(self, payload: bytes) -> bool:
         """Take a seq (persisted before the record is spooled) and spool ``payload``;
-        False when the disk is full (the snapshot is counted as dropped: a seq taken is
-        left unused, a gap that tells the worker a snapshot was lost)."""
+        False when the disk is full: the snapshot is counted as dropped, and its seq is
+        left unused, a gap that tells the worker a snapshot was lost."""
         try:
             seq = self.seq.next()
             self.spool.append(seq, payload)

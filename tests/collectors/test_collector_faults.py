@@ -368,3 +368,42 @@ async def test_another_spool_write_error_still_stops_the_collector(tmp_path, mon
     with pytest.raises(OSError, match="Input/output error"):
         async with c:
             await c.wait()
+
+
+async def test_a_seq_file_the_full_disk_refuses_leaves_a_gap_and_fresh_gauges(
+    tmp_path, monkeypatch
+) -> None:
+    """No room for the seq file: the snapshot is dropped and its seq is used up all the
+    same (the gap tells the worker a snapshot was lost); the GPU gauges show each tick's
+    reading, also the dropped one's, not the last one spooled."""
+    import errno
+    import os
+
+    readings = [Reading(gpus=[gpu(util=u)]) for u in (10.0, 20.0, 30.0, 40.0)]
+    # the service ticks once at start, then sleeps an hour: the test drives the ticks
+    c, reg = collector_for(
+        ScriptedBackend(readings), tmp_path, ticks=10**6, clock=SystemClock(), interval_s=3600
+    )
+    ticked = asyncio.Event()
+    c.on_snapshot = lambda snap: ticked.set()
+    await c.start()
+    await ticked.wait()
+    labels = {"gpu": "0", "UUID": "GPU-0", "Hostname": "h1", "modelName": ""}
+
+    def util() -> float | None:
+        return reg.get_sample_value("dprobe_gpu_utilization_percent", labels)
+
+    save = c.seq._save
+
+    def no_room(value: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(c.seq, "_save", no_room)
+    assert await c.tick() is None  # dropped: no room for the seq file
+    assert util() == 20.0
+    monkeypatch.setattr(c.seq, "_save", save)
+    assert await c.tick() is not None
+    assert util() == 30.0
+    await c.stop()
+    assert [s.seq for s in spooled(c.spool)] == [0, 2]
+    assert value(reg, "dprobe_collector_dropped_snapshots_total", reason="disk_full") == 1
