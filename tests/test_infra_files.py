@@ -354,8 +354,10 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
 
 def test_lost_and_conflict_panels_show_a_hosts_first_snapshots(tmp_path: Path) -> None:
     """A host's lost and conflict counters are born at their first count (3, not 0), which
-    increase() alone never sees: the panel shows that first loss, but not the old counts
-    of a worker Prometheus only starts to scrape (promtool evaluates the panel's queries)."""
+    increase() alone never sees: the panel shows that first loss, once (a series born
+    within the interval and counting on shows its count, not that plus its increase), but
+    not the old counts of a worker Prometheus only starts to scrape (promtool evaluates
+    the panel's queries)."""
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool is not installed")
@@ -372,6 +374,8 @@ def test_lost_and_conflict_panels_show_a_hosts_first_snapshots(tmp_path: Path) -
             # a worker first scraped at 14m: its counts are older than that
             (f'up{{{w},instance="w2:9402"}}', "_x14 1x15"),
             (f'{metric}{{{w},instance="w2:9402",host="gpu-10"}}', "_x14 5x15"),
+            # born at 12m and counting on: all five count, the first one once
+            (f'{metric}{{{w},instance="w1:9402",host="gpu-11"}}', "_x12 1 2 3 4 5 5x13"),
         ]
         tests.append({
             "interval": "1m",
@@ -381,6 +385,7 @@ def test_lost_and_conflict_panels_show_a_hosts_first_snapshots(tmp_path: Path) -
                 "eval_time": "16m",
                 "exp_samples": [
                     {"labels": f'panel:{ref}{{host="gpu-10"}}', "value": 0},
+                    {"labels": f'panel:{ref}{{host="gpu-11"}}', "value": 5},
                     {"labels": f'panel:{ref}{{host="gpu-9"}}', "value": 3},
                 ],
             }],
