@@ -70,3 +70,17 @@ def count_of(n: int, noun: str) -> str:
     ('1 VC', '10 VCs')
     """
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def nonempty_path(text: str) -> str:
+    """A path flag's value (an argparse ``type``); an empty one (an unset shell variable,
+    say) is refused rather than read as the current folder or taken as not given.
+
+    >>> nonempty_path("")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: an empty path
+    """
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path")
+    return text

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dprobe.commands._common import checked_seed, count_of, positive
+from dprobe.commands._common import checked_seed, count_of, nonempty_path, positive
 from dprobe.errors import UsageError
 from dprobe.folders import output_file, output_folder
 
@@ -39,25 +39,11 @@ MODEL_NAMES = ("last-value", "seasonal-naive", "moving-average", "holt-winters",
 DEFAULT_HORIZONS = "600,3600,21600"
 
 
-def _path(text: str) -> str:
-    """A path flag's value; an empty one (an unset shell variable, say) is refused rather
-    than read as the current folder or taken as not given.
-
-    >>> _path("")
-    Traceback (most recent call last):
-    ...
-    argparse.ArgumentTypeError: an empty path
-    """
-    if not text:
-        raise argparse.ArgumentTypeError("an empty path")
-    return text
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--trace",
         required=True,
-        type=_path,
+        type=nonempty_path,
         metavar="PATH",
         help="a trace file or a folder of them",
     )
@@ -119,13 +105,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--warm-start",
-        type=_path,
+        type=nonempty_path,
         metavar="FILE",
         help="multi-task model checkpoint to start from",
     )
     p.add_argument(
         "--save-checkpoint",
-        type=_path,
+        type=nonempty_path,
         metavar="FILE",
         help="write the multi-task model at the end",
     )

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dprobe.commands._common import checked_seed, count_of, positive
+from dprobe.commands._common import checked_seed, count_of, nonempty_path, positive
 from dprobe.errors import UsageError
 from dprobe.folders import output_file
 
@@ -88,17 +88,8 @@ def _seeds(text: str) -> list[int]:
 
 
 def _path(text: str) -> Path:
-    """A path flag's value; an empty one (an unset shell variable, say) is refused rather
-    than read as the current folder.
-
-    >>> _path("")
-    Traceback (most recent call last):
-    ...
-    argparse.ArgumentTypeError: an empty path
-    """
-    if not text:
-        raise argparse.ArgumentTypeError("an empty path")
-    return Path(text)
+    """A path flag's value as a :class:`Path` (:func:`nonempty_path`: never empty)."""
+    return Path(nonempty_path(text))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
