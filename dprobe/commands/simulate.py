@@ -87,6 +87,18 @@ def _seeds(text: str) -> list[int]:
     return list(dict.fromkeys(out))
 
 
+def _needs_a_forecast(modes: list[str], flag: str) -> None:
+    """Refuse ``flag`` (exit 2) unless a mode that forecasts runs.
+
+    >>> _needs_a_forecast(["static", "reactive"], "--horizon")
+    Traceback (most recent call last):
+    ...
+    dprobe.errors.UsageError: --horizon applies only with --modes predictive or oracle
+    """
+    if not {"predictive", "oracle"} & set(modes):
+        raise UsageError(f"{flag} applies only with --modes predictive or oracle")
+
+
 def _path(text: str) -> Path:
     """A path flag's value as a :class:`Path` (:func:`nonempty_path`: never empty)."""
     return Path(nonempty_path(text))
@@ -411,8 +423,8 @@ def run(args: argparse.Namespace) -> int:
     _check_combinations(args)
     policies = _names(args.policies, POLICIES, "policy", "--policies")
     modes = _modes(args)
-    if args.worker_planner and not {"predictive", "oracle"} & set(modes):
-        raise UsageError("--worker-planner applies only with --modes predictive or oracle")
+    if args.worker_planner:
+        _needs_a_forecast(modes, "--worker-planner")
     try:
         forecaster = canonical_name(
             args.forecaster or ("recent-peak" if args.sweep else "dprobe-mmoe")
@@ -437,8 +449,8 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise UsageError(f"{flag} must be a finite number >= 0, got {value:g}")
     # a bad value is named before whether it applies
-    if args.lend_horizon is not None and not {"predictive", "oracle"} & set(modes):
-        raise UsageError("--lend-horizon applies only with --modes predictive or oracle")
+    if args.lend_horizon is not None:
+        _needs_a_forecast(modes, "--lend-horizon")
     if args.no_gate and "predictive" not in modes:
         raise UsageError("--no-gate applies only with --modes predictive")
     static_by = "--pool" if args.pool else "--modes static"  # what made the run static-only
@@ -452,8 +464,8 @@ def run(args: argparse.Namespace) -> int:
             f"--sweep does not apply with {static_by}: it varies the move latency and the "
             "reclaim rule, and static quotas never move a node"
         )
-    if "--horizon" in costs_given and not {"predictive", "oracle"} & set(modes):
-        raise UsageError("--horizon applies only with --modes predictive or oracle")
+    if "--horizon" in costs_given:
+        _needs_a_forecast(modes, "--horizon")
     if args.checkpoint_interval is None:
         args.checkpoint_interval = SimSettings.checkpoint_interval_s
     elif args.reclaim == "wait" and not args.sweep:
