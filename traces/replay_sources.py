@@ -46,10 +46,12 @@ def open_source(
     *,
     layout: DemandLayout | None = None,
     time_unit_s: float = DEFAULT_TIME_UNIT_S,
+    time_unit_flag: str | None = None,
     strict: bool = False,
     on_bad: Callable[[str], None] = lambda _msg: None,
 ) -> tuple[Iterator[ReplayRecord], int | None]:
-    """``(records, total)``: the records of ``path`` and their number when known upfront."""
+    """``(records, total)``: the records of ``path`` and their number when known upfront;
+    ``time_unit_flag`` as for :func:`~dprobe.traces.jobs_csv.iter_jobs`."""
     if fmt == "dprobe-parquet":
         files = archive_files(path)
         return read_archive(path, files), count_records(files)
@@ -58,7 +60,9 @@ def open_source(
         points = read_trace(path, fmt, on_bad=skip)  # type: ignore[arg-type]
         return demand_records(points, layout), None
     if fmt == "jobs-csv":
-        jobs = list(iter_jobs(path, time_unit_s=time_unit_s, on_bad=skip))
+        jobs = list(
+            iter_jobs(path, time_unit_s=time_unit_s, on_bad=skip, time_unit_flag=time_unit_flag)
+        )
         return jobs_records(jobs, layout), None
     raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
 

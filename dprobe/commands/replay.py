@@ -101,7 +101,16 @@ def open_trace(
     from dprobe.traces.replay_sources import open_source
 
     layout = DemandLayout(tick_s=s.tick_s, gpus_per_host=s.gpus_per_host)
-    return open_source(args.path, args.fmt, layout=layout, time_unit_s=s.jobs_time_unit_s, **kw)
+    # given on the command line: a header in seconds, which it does not apply to, refuses it
+    flag = "--time-unit" if args.jobs_time_unit_s is not None else None
+    return open_source(
+        args.path,
+        args.fmt,
+        layout=layout,
+        time_unit_s=s.jobs_time_unit_s,
+        time_unit_flag=flag,
+        **kw,
+    )
 
 
 def event_span_s(args: argparse.Namespace, s: ReplaySettings) -> float:

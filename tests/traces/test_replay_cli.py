@@ -464,3 +464,22 @@ def test_an_interrupt_before_delivery_was_confirmed_does_not_say_everything_was_
     assert said.startswith("dprobe replay: interrupted after 3 records sent"), said
     assert "those sent are delivered" not in said
     assert "2 of them delivered" in said and "127.0.0.1:1" in said
+
+
+def test_a_time_unit_a_header_in_seconds_does_not_take_is_refused_before_kafka(
+    tmp_path: Path,
+) -> None:
+    """A jobs trace whose header names submit_time_s and duration_s is read in seconds:
+    --time-unit would change nothing, so it is refused (as by simulate and evaluate)."""
+    jobs = tmp_path / "sec.csv"
+    rows = "".join(f"{i},a,1,{600 * i},300\n" for i in range(3))
+    jobs.write_text("job_id,user,num_gpu,submit_time_s,duration_s\n" + rows)
+    base = ("--bootstrap", "127.0.0.1:1", "replay", str(jobs), "--format", "jobs-csv")
+    done = _dprobe(*base, "--time-unit", "60")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"dprobe replay: {jobs}:1: --time-unit does not apply: the header names "
+        "submit_time_s and duration_s, which are read in seconds"
+    ]
+    without = _dprobe(*base)  # read, in seconds: it gets as far as Kafka, which is not there
+    assert "--time-unit" not in without.stderr and "127.0.0.1:1" in without.stderr
