@@ -275,10 +275,12 @@ def _pyplot() -> Any:
 
 
 def _save(plt: Any, fig: Any, path: str | Path) -> Path:
-    """Lay out ``fig``, write it as a PNG at ``path`` (folders made), close it."""
+    """Lay out ``fig``, write it at ``path`` (folders made) in the format its extension
+    names, a PNG without one (written to ``path`` as named: matplotlib would add
+    ``.png``), close it."""
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
+    fig.savefig(out, format=out.suffix[1:].lower() or "png")
     plt.close(fig)
     return out

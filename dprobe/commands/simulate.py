@@ -663,16 +663,18 @@ def run(args: argparse.Namespace) -> int:
 
 def _chart_path(text: str) -> Path:
     """The file ``--chart`` will write, checked before the run: a name without an
-    extension gets ``.png`` (as matplotlib would add on its own), an extension must be a
-    format matplotlib writes, and the file must be writable (not a directory)."""
+    extension gets ``.png`` (as matplotlib would add on its own) unless it names a device
+    such as ``/dev/null``, an extension must be a format matplotlib writes, and the file
+    must be writable (not a directory)."""
     from matplotlib.backend_bases import FigureCanvasBase
 
     path = Path(text)
     try:
         is_dir = path.is_dir()
+        device = path.exists() and not is_dir and not path.is_file()
     except OSError:  # cannot look: output_file says why
-        is_dir = False
-    if path.name and not path.suffix and not is_dir:
+        is_dir = device = False
+    if path.name and not path.suffix and not is_dir and not device:
         path = path.with_name(path.name + ".png")
     formats = FigureCanvasBase.get_supported_filetypes()
     if path.suffix and path.suffix[1:].lower() not in formats:

@@ -244,6 +244,15 @@ def test_simulate_chart_without_extension_reports_the_png_it_writes(cwd: Path, c
     assert (cwd / "out" / "chart.png").is_file() and not chart.exists()
 
 
+def test_simulate_chart_to_a_device_writes_there_not_beside_it(cwd: Path, capsys) -> None:
+    sink = cwd / "sink"  # /dev/null, by a name without an extension
+    sink.symlink_to("/dev/null")
+    argv = [*_jobs(cwd), "--policies", "fifo", "--modes", "static", "--chart", str(sink)]
+    assert main(argv) == 0
+    assert f"chart written to {sink}\n" in capsys.readouterr().err
+    assert not (cwd / "sink.png").exists()
+
+
 # simulate: bounds
 
 
