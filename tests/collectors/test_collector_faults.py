@@ -80,6 +80,23 @@ def collector_for(
     return c, registry
 
 
+async def driven(backend, tmp_path: Path) -> tuple[Collector, CollectorRegistry]:
+    """A started collector that ticked once and then sleeps an hour: the test drives the
+    ticks (``await c.tick()``)."""
+    c, reg = collector_for(backend, tmp_path, ticks=10**6, clock=SystemClock(), interval_s=3600)
+    ticked = asyncio.Event()
+    c.on_snapshot = lambda snap: ticked.set()
+    await c.start()
+    await ticked.wait()
+    return c, reg
+
+
+def gpu_util(registry: CollectorRegistry) -> float | None:
+    """The exported utilisation of the GPU that :func:`gpu` reads by default."""
+    labels = {"gpu": "0", "UUID": "GPU-0", "Hostname": "h1", "modelName": ""}
+    return registry.get_sample_value("dprobe_gpu_utilization_percent", labels)
+
+
 def spooled(spool: Spool) -> list:
     return [decode_snapshot(r.payload) for r in spool.read(max_records=10_000)]
 
@@ -211,12 +228,7 @@ async def test_nvml_gpu_lost_and_timeouts_are_counted_and_ticking_goes_on(tmp_pa
         ]
     )
     backend = NvmlBackend(nvml, timeout_s=5.0)  # generous: this machine may be busy
-    # the service ticks once at start, then sleeps an hour: the test drives the ticks
-    c, reg = collector_for(backend, tmp_path, ticks=10**6, clock=SystemClock(), interval_s=3600)
-    ticked = asyncio.Event()
-    c.on_snapshot = lambda snap: ticked.set()
-    await c.start()
-    await ticked.wait()
+    c, reg = await driven(backend, tmp_path)
     first = await c.tick()
     nvml.fail("nvmlDeviceGetUtilizationRates", NVML_ERROR_TIMEOUT, device=1)
     second = await c.tick()
@@ -280,25 +292,16 @@ async def test_gauges_of_gpus_that_cannot_be_read_are_not_left_stale(tmp_path) -
     slow = BackendError("read timed out", kind="timeout", retriable=True)
     lost = BackendError("the driver went away", kind="no_driver", retriable=False)
     backend = ScriptedBackend([good, good, slow, lost, good])
-    # the service ticks once at start, then sleeps an hour: the test drives the ticks
-    c, reg = collector_for(backend, tmp_path, ticks=10**6, clock=SystemClock(), interval_s=3600)
-    ticked = asyncio.Event()
-    c.on_snapshot = lambda snap: ticked.set()
-    await c.start()
-    await ticked.wait()
-    labels = {"gpu": "0", "UUID": "GPU-0", "Hostname": "h1", "modelName": ""}
-
-    def util() -> float | None:
-        return reg.get_sample_value("dprobe_gpu_utilization_percent", labels)
+    c, reg = await driven(backend, tmp_path)
 
     assert await c.tick() is not None
-    assert util() == 80.0 and value(reg, "dprobe_collector_gpus") == 1
+    assert gpu_util(reg) == 80.0 and value(reg, "dprobe_collector_gpus") == 1
     assert await c.tick() is None  # a slow read: the last figures stand
-    assert util() == 80.0 and value(reg, "dprobe_collector_gpus") == 1
+    assert gpu_util(reg) == 80.0 and value(reg, "dprobe_collector_gpus") == 1
     assert await c.tick() is None  # nothing can be read now: nothing stale is exported
-    assert util() is None and value(reg, "dprobe_collector_gpus") == 0
+    assert gpu_util(reg) is None and value(reg, "dprobe_collector_gpus") == 0
     assert await c.tick() is not None  # reopened, read again
-    assert util() == 80.0 and value(reg, "dprobe_collector_gpus") == 1
+    assert gpu_util(reg) == 80.0 and value(reg, "dprobe_collector_gpus") == 1
     await c.stop()
     assert backend.opened == 2  # at start, and again after the fatal error
 
@@ -380,18 +383,7 @@ async def test_a_seq_file_the_full_disk_refuses_leaves_a_gap_and_fresh_gauges(
     import os
 
     readings = [Reading(gpus=[gpu(util=u)]) for u in (10.0, 20.0, 30.0, 40.0)]
-    # the service ticks once at start, then sleeps an hour: the test drives the ticks
-    c, reg = collector_for(
-        ScriptedBackend(readings), tmp_path, ticks=10**6, clock=SystemClock(), interval_s=3600
-    )
-    ticked = asyncio.Event()
-    c.on_snapshot = lambda snap: ticked.set()
-    await c.start()
-    await ticked.wait()
-    labels = {"gpu": "0", "UUID": "GPU-0", "Hostname": "h1", "modelName": ""}
-
-    def util() -> float | None:
-        return reg.get_sample_value("dprobe_gpu_utilization_percent", labels)
+    c, reg = await driven(ScriptedBackend(readings), tmp_path)
 
     save = c.seq._save
 
@@ -400,10 +392,10 @@ async def test_a_seq_file_the_full_disk_refuses_leaves_a_gap_and_fresh_gauges(
 
     monkeypatch.setattr(c.seq, "_save", no_room)
     assert await c.tick() is None  # dropped: no room for the seq file
-    assert util() == 20.0
+    assert gpu_util(reg) == 20.0
     monkeypatch.setattr(c.seq, "_save", save)
     assert await c.tick() is not None
-    assert util() == 30.0
+    assert gpu_util(reg) == 30.0
     await c.stop()
     assert [s.seq for s in spooled(c.spool)] == [0, 2]
     assert value(reg, "dprobe_collector_dropped_snapshots_total", reason="disk_full") == 1
