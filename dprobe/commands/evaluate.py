@@ -37,6 +37,8 @@ from dprobe.folders import output_file, output_folder
 # ``mmoe`` is accepted for ``dprobe-mmoe``.
 MODEL_NAMES = ("last-value", "seasonal-naive", "moving-average", "holt-winters", "dprobe-mmoe")
 DEFAULT_HORIZONS = "600,3600,21600"
+DEFAULT_OUT = "dprobe-out/evaluate"
+DEFAULT_PLOT_TENANTS = 3
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -61,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document (rows) on stdout")
     p.add_argument(
         "--out",
-        default="dprobe-out/evaluate",
+        default=None,
         metavar="DIR",
         help="folder for the PNG plots and summary.json (default dprobe-out/evaluate)",
     )
@@ -116,7 +118,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="write the multi-task model at the end",
     )
     p.add_argument(
-        "--plot-tenants", type=int, default=3, help="tenants to plot, largest first, >= 0 (3)"
+        "--plot-tenants", type=int, default=None, help="tenants to plot, largest first, >= 0 (3)"
     )
 
 
@@ -243,8 +245,21 @@ def run(args: argparse.Namespace) -> int:
     checked_seed(args.seed, "--seed")
     if args.origin_stride < 1:
         raise UsageError("--origin-stride must be >= 1")
-    if args.plot_tenants < 0:
+    if args.plot_tenants is not None and args.plot_tenants < 0:
         raise UsageError(f"--plot-tenants must be >= 0, got {args.plot_tenants}")
+    if args.no_plots:
+        given = [
+            f
+            for f, v in (("--out", args.out), ("--plot-tenants", args.plot_tenants))
+            if v is not None
+        ]
+        if given:
+            verb = "does" if len(given) == 1 else "do"
+            raise UsageError(
+                f"{' and '.join(given)} {verb} not apply with --no-plots (it writes nothing)"
+            )
+    args.out = DEFAULT_OUT if args.out is None else args.out
+    args.plot_tenants = DEFAULT_PLOT_TENANTS if args.plot_tenants is None else args.plot_tenants
     horizons = _horizons(args.horizons)
     short = [h for h in horizons if h < args.window_s]
     horizons = [h for h in horizons if h >= args.window_s]

@@ -716,3 +716,20 @@ def test_simulate_quota_settings_with_static_quotas_alone_are_refused(
     argv = [*_jobs(cwd), "--policies", "fifo", "--modes", "static,reactive", "--chart", ""]
     assert main([*argv, "--interval", "600", "--guarantee", "0.25"]) == 0
     assert "planning every 600 s, guarantee 0.25 of each quota" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "refused"),
+    [
+        (["--out", "plots"], "--out does"),
+        (["--plot-tenants", "5"], "--plot-tenants does"),
+        (["--out", "plots", "--plot-tenants", "5"], "--out and --plot-tenants do"),
+    ],
+)
+def test_evaluate_plot_flags_with_no_plots_are_refused(
+    cwd: Path, capsys, flags: list[str], refused: str
+) -> None:
+    trace = _demand_csv(cwd / "d.csv")
+    line = _refused(_evaluate(trace, "--no-plots", *flags), cwd, capsys)
+    assert line == f"dprobe evaluate: {refused} not apply with --no-plots (it writes nothing)"
+    assert not (cwd / "plots").exists()
