@@ -99,7 +99,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="registered forecasters to evaluate, comma-separated (default: "
         f"{','.join(MODEL_NAMES)})",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the multi-task model")
+    p.add_argument("--seed", type=int, default=None, help="seed of the multi-task model (0)")
     p.add_argument(
         "--no-calibration",
         action="store_true",
@@ -178,6 +178,11 @@ def _models(args: argparse.Namespace) -> list[Any]:
     # a model named twice (or by an alias and its name) runs and is scored once
     names = list(dict.fromkeys(canonical_name(m) for m in wanted))
     multitask = [n for n in names if n in (MMOE, MMOE_JOBS)]
+    if args.seed is not None and not multitask:  # the only model that draws random numbers
+        raise UsageError(
+            f"--seed applies only with a multi-task model in --models ({MMOE} or {MMOE_JOBS})"
+        )
+    seed = 0 if args.seed is None else args.seed
     for flag, given in (
         ("--warm-start", args.warm_start),
         ("--save-checkpoint", args.save_checkpoint),
@@ -192,7 +197,7 @@ def _models(args: argparse.Namespace) -> list[Any]:
     for name in names:
         if name == "last-value":
             continue
-        model = make_forecaster(name, seed=args.seed)
+        model = make_forecaster(name, seed=seed)
         if name in (MMOE, MMOE_JOBS) and args.warm_start:
             from dprobe.models.checkpoint import CheckpointError
             from dprobe.models.forecast.multitask import load_checkpoint
@@ -242,7 +247,8 @@ def run(args: argparse.Namespace) -> int:
         args.time_unit_flag = "--time-unit"  # refused by a header in seconds
     else:
         args.time_unit = 60.0
-    checked_seed(args.seed, "--seed")
+    if args.seed is not None:
+        checked_seed(args.seed, "--seed")
     if args.origin_stride < 1:
         raise UsageError("--origin-stride must be >= 1")
     if args.plot_tenants is not None and args.plot_tenants < 0:

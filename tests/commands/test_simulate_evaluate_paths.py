@@ -733,3 +733,14 @@ def test_evaluate_plot_flags_with_no_plots_are_refused(
     line = _refused(_evaluate(trace, "--no-plots", *flags), cwd, capsys)
     assert line == f"dprobe evaluate: {refused} not apply with --no-plots (it writes nothing)"
     assert not (cwd / "plots").exists()
+
+
+def test_evaluate_seed_without_a_multi_task_model_is_refused(cwd: Path, capsys) -> None:
+    # the multi-task model is the only one that draws random numbers
+    trace = _demand_csv(cwd / "d.csv")
+    argv = _evaluate(trace, "--no-plots", "--models", "last-value,holt-winters", "--seed", "7")
+    line = _refused(argv, cwd, capsys)
+    assert line == (
+        "dprobe evaluate: --seed applies only with a multi-task model in --models "
+        "(dprobe-mmoe or dprobe-mmoe-jobs)"
+    )
