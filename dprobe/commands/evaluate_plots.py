@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -126,9 +127,22 @@ def forecasts_vs_actual(
         ax.legend(fontsize=8, loc="upper left")
         fig.autofmt_xdate()
         fig.tight_layout()
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in tenant)
-        path = out / f"forecast_{safe}_{int(horizon_s)}s.png"
+        path = out / f"forecast_{file_word(tenant)}_{int(horizon_s)}s.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def file_word(name: str) -> str:
+    """``name`` as part of a file name: kept when it is letters, digits, ``-``, ``_`` and
+    ``.`` only; otherwise those others become ``_`` and a short hash of the name is added,
+    so two names that differ only there (``team/a``, ``team_a``) get files of their own.
+
+    >>> file_word("vc-a"), file_word("team/a"), file_word("team_a")
+    ('vc-a', 'team_a-65f838', 'team_a')
+    """
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    if safe == name and name not in (".", ".."):
+        return name
+    return f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:6]}"

@@ -744,3 +744,21 @@ def test_evaluate_seed_without_a_multi_task_model_is_refused(cwd: Path, capsys) 
         "dprobe evaluate: --seed applies only with a multi-task model in --models "
         "(dprobe-mmoe or dprobe-mmoe-jobs)"
     )
+
+
+def test_evaluate_tenants_whose_names_differ_in_odd_characters_get_a_plot_each(
+    tmp_path: Path,
+) -> None:
+    from dprobe.commands.evaluate_plots import forecasts_vs_actual
+    from dprobe.models.forecast.evaluation import EvalResult
+
+    pts = [(1_590_000_000.0 + 600 * i, 2.0, 3.0, 2.5) for i in range(3)]
+    tenants = ["team/a", "team_a", "team a"]
+    series = {("last-value", t, 600.0): pts for t in tenants}
+    paths = forecasts_vs_actual(
+        EvalResult(rows=[], series=series), tmp_path, tenants=tenants, horizon_s=600.0,
+        models=["last-value"],
+    )  # fmt: skip
+    assert len({p.name for p in paths}) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in paths)
+    assert "forecast_team_a_600s.png" in {p.name for p in paths}  # a plain name is kept
