@@ -575,3 +575,18 @@ def test_the_quota_settings_used_are_printed(
     ) in err
     assert main([*args, "--policies", "fifo", "--modes", "static", "--chart", ""]) == 0
     assert "quota settings" not in capsys.readouterr().err
+
+
+def test_an_interval_that_plans_too_often_over_the_trace_is_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the jobs of _trace run for 20 minutes: 1,200 s / 0.001 s = 1.2 million planning
+    # intervals, over the bound of a million (a run would take hours)
+    assert main(_argv(tmp_path, "--modes", "reactive", "--interval", "0.001")) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err.strip()
+    assert err.startswith("dprobe simulate: --interval 0.001: the jobs span 20.0 min, 1,200,000")
+    suggested = float(err.rsplit("give --interval ", 1)[1].split()[0])
+    # the interval suggested is the smallest to 3 digits that the bound lets through
+    assert 1200 / suggested <= 1_000_000 * (1 + 1e-9) < 1200 / (suggested * 0.99)
