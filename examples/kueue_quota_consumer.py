@@ -329,16 +329,21 @@ class PlanRunner:
         """``True`` once :attr:`limit` plans have run."""
         return self.limit is not None and self.done >= self.limit
 
-    def feed(self, raw: bytes) -> None:
+    def feed(self, raw: bytes | None, where: str | None = None) -> None:
+        """Take one record: a JSON line of stdin, or a Kafka record ``where`` (its
+        ``topic[partition]@offset``). One that is no valid event is skipped, saying why."""
         try:
             event = decode_scaling_event(raw)
         except SchemaError as exc:
-            hint = (
-                ""
-                if raw.lstrip()[:1] == b"{"
-                else " (no JSON object: is the input `dprobe events --json`?)"
-            )
-            log.warning("skipping an invalid event: %s%s", exc, hint)
+            if where is not None:
+                log.warning("skipping %s, not a valid event: %s", where, exc)
+            else:
+                hint = (
+                    ""
+                    if (raw or b"").lstrip()[:1] == b"{"
+                    else " (no JSON object: is the input `dprobe events --json`?)"
+                )
+                log.warning("skipping an invalid event: %s%s", exc, hint)
             return
         self.run(self.plans.add(event))
 
@@ -422,7 +427,8 @@ async def consume(args: argparse.Namespace, runner: PlanRunner) -> None:
                 for record in records:
                     if runner.full:  # --max-plans: what comes after is left for next time
                         break
-                    runner.feed(record.value)  # raises when a plan fails: nothing committed
+                    where = f"{tp.topic}[{tp.partition}]@{record.offset}"
+                    runner.feed(record.value, where)  # raises when a plan fails: no commit
                     fed[tp] = record.offset + 1
             runner.run(runner.plans.release_ready())  # plans an expired older one held back
             # every plan read is applied: none half-received, none released past the limit

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -420,6 +420,16 @@ def test_two_tenants_mapped_to_one_cluster_queue_do_not_start(
 # --- Kafka mode, against a stand-in consumer ------------------------------------------
 
 
+class _Partition(NamedTuple):
+    """A topic partition as aiokafka gives it; written as its name alone."""
+
+    topic: str
+    partition: str
+
+    def __str__(self) -> str:
+        return self.partition
+
+
 class FakeConsumer:
     """Returns one prepared batch per ``getmany``; records what happened, in order."""
 
@@ -450,7 +460,7 @@ class FakeConsumer:
             return {}
         out: dict[Any, list[Any]] = {}
         for e in self.pending.pop(0):
-            tp = type(self).partition_of.get(e.event_id, "tp")
+            tp = _Partition("t", type(self).partition_of.get(e.event_id, "tp"))
             self.offsets[tp] = self.offsets.get(tp, -1) + 1
             out.setdefault(tp, []).append(SimpleNamespace(value=encode(e), offset=self.offsets[tp]))
         return out
@@ -681,3 +691,41 @@ def test_plans_released_together_run_one_after_another_in_plan_order() -> None:
     plans = [line for line in out.getvalue().splitlines() if line.startswith("# plan")]
     assert plans == ["# plan p1: vc-b -8, vc-a +8", "# plan p2: vc-a -8, vc-c +8"]
     assert runner.done == 2
+
+
+@pytest.mark.integration
+async def test_kafka_mode_skips_a_tombstone_and_records_that_are_no_events(
+    kafka, tmp_path: Path
+) -> None:
+    """A null value (a tombstone) or a text line produced onto the topic, e.g. with kcat,
+    is skipped with a warning naming its partition and offset; the plans around it apply."""
+    from aiokafka import AIOKafkaProducer
+
+    topic = await kafka.create_topic("scaling-events")
+    values = [
+        encode(ev("e1", "vc-a", 8, 16)),
+        None,
+        b"not json",
+        encode(ev("e2", "vc-b", 16, 8)),
+    ]
+    async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
+        for value in values:
+            await producer.send_and_wait(topic, value, key=b"k")
+    state, env = fake_cluster(tmp_path, {"vc-a": 8, "vc-b": 16})
+    cmd = [sys.executable, str(PATH), "--bootstrap", kafka.bootstrap, "--topic", topic,
+           "--group", kafka.unique("g"), "--from-beginning", "--apply", "--flavor", "a100",
+           "--known-queues", "vc-a,vc-b", "--max-plans", "1"]  # fmt: skip
+    res = _run_blocking(cmd, env)
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    warnings = [ln for ln in res.stderr.splitlines() if ln.startswith("WARNING")]
+    assert len(warnings) == 2, res.stderr
+    assert f"{topic}[0]@1" in warnings[0] and "tombstone" in warnings[0]
+    assert f"{topic}[0]@2" in warnings[1] and "not valid JSON" in warnings[1]
+    assert all("dprobe events --json" not in w for w in warnings)  # a hint for --stdin only
+    assert _plans(res.stdout) == {"p1": {"vc-a +8", "vc-b -8"}}
+    assert _gpu(_stored(state, "vc-b"), "a100")["nominalQuota"] == 8
+
+
+def _run_blocking(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=90, check=False)
