@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dprobe.commands._common import checked_seed, count_of, nonempty_path, positive
+from dprobe.commands._step_bound import check_steps, jobs_span_s
 from dprobe.errors import UsageError
 from dprobe.folders import output_file, output_folder
 
@@ -39,6 +40,7 @@ MODEL_NAMES = ("last-value", "seasonal-naive", "moving-average", "holt-winters",
 DEFAULT_HORIZONS = "600,3600,21600"
 DEFAULT_OUT = "dprobe-out/evaluate"
 DEFAULT_PLOT_TENANTS = 3
+MAX_JOB_WINDOWS = 1_000_000  # a jobs trace's windows, all tenants together
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -83,7 +85,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="ignore the trace from this time on (e.g. to validate on a span before the test)",
     )
     p.add_argument(
-        "--window-s", type=float, default=600.0, help="window length in seconds, > 0 (default 600)"
+        "--window-s",
+        type=float,
+        default=600.0,
+        help="window length in seconds, > 0 (default 600); a jobs trace may make at most a "
+        "million windows, all tenants together",
     )
     p.add_argument(
         "--origin-stride", type=int, default=1, help="forecast from every N-th window (default 1)"
@@ -414,6 +420,14 @@ def _counted_windows(args: argparse.Namespace, test_end: float) -> tuple[list[An
             args.trace,
             time_unit_s=args.time_unit,
             time_unit_flag=getattr(args, "time_unit_flag", None),
+        )
+        check_steps(  # each tenant has a window every window_s while jobs run or wait
+            "--window-s",
+            args.window_s,
+            span_s=jobs_span_s([jobs]),
+            per_step=len({j.tenant for j in jobs}),
+            noun="tenant windows",
+            most=MAX_JOB_WINDOWS,
         )
         kept = [w for w in job_windows(jobs, args.window_s) if w.window_end <= test_end]
         return kept, len(jobs)

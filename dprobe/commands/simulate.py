@@ -39,15 +39,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dprobe.commands._common import checked_seed, count_of, nonempty_path, positive
+from dprobe.commands._step_bound import check_steps, jobs_span_s
 from dprobe.errors import UsageError
 from dprobe.folders import output_file
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
-
     from dprobe.models.planner import PlannerSettings
     from dprobe.sim.settings import SimSettings
-    from dprobe.traces.jobs_csv import JobRecord
 
 POLICIES = ("fifo", "sjf", "srtf", "qssf", "las")
 MODES = ("static", "reactive", "predictive", "oracle")
@@ -402,45 +400,6 @@ def _worker_planner(args: argparse.Namespace, node_gpus: int) -> PlannerSettings
     return p
 
 
-def _up_to_3_digits(x: float) -> float:
-    """``x`` (> 0) rounded up to three significant digits.
-
-    >>> _up_to_3_digits(0.086401), _up_to_3_digits(1234.0)
-    (0.0865, 1240.0)
-    """
-    step = 10.0 ** (math.floor(math.log10(x)) - 2)
-    return round(math.ceil(x / step - 1e-9) * step, 12)
-
-
-def _check_ticks(streams: Iterable[Sequence[JobRecord]], interval_s: float) -> None:
-    """Refuse an ``--interval`` that plans more than :data:`MAX_TICKS` times over the span
-    of a stream's jobs (first submit to last end without queueing): quota modes plan at
-    every interval while jobs run or wait, so a run would not end in reasonable time.
-
-    >>> from dprobe.traces.jobs_csv import JobRecord
-    >>> job = JobRecord("1", "a", 8, 0.0, 86_400.0, "vgg16", 2)
-    >>> _check_ticks([[job]], 0.01)
-    Traceback (most recent call last):
-    ...
-    dprobe.errors.UsageError: --interval 0.01: the jobs span 1.0 days, 8,640,000 planning \
-intervals, more than a simulation runs in reasonable time (at most 1,000,000); give \
---interval 0.0864 or more
-    """
-    span = max(
-        (max(r.submit_s + r.duration_s for r in rs) - min(r.submit_s for r in rs))
-        for rs in streams
-        if rs
-    )
-    ticks = span / interval_s
-    if ticks > MAX_TICKS * (1 + 1e-9):  # the suggested interval itself passes
-        shown = f"{span / 86_400:.1f} days" if span >= 86_400 else f"{span / 60:.1f} min"
-        raise UsageError(
-            f"--interval {interval_s:g}: the jobs span {shown}, {ticks:,.0f} planning "
-            f"intervals, more than a simulation runs in reasonable time (at most "
-            f"{MAX_TICKS:,}); give --interval {_up_to_3_digits(span / MAX_TICKS):g} or more"
-        )
-
-
 def run(args: argparse.Namespace) -> int:
     from dprobe.models.forecast.registry import canonical_name
     from dprobe.sim.grid import run_seeds, sweep_settings
@@ -592,8 +551,15 @@ def run(args: argparse.Namespace) -> int:
             f"{args.jobs or args.helios}: no job to simulate: every job asks for 0 GPUs or "
             f"more than the cluster's {cluster_gpus:,} GPUs"
         )
-    if set(modes) != {"static"}:
-        _check_ticks(streams.values(), args.interval)
+    if set(modes) != {"static"}:  # quota modes plan every interval while jobs run or wait
+        check_steps(
+            "--interval",
+            args.interval,
+            span_s=jobs_span_s(streams.values()),
+            per_step=1,
+            noun="planning intervals",
+            most=MAX_TICKS,
+        )
     sharing = None
     if args.colocate is not None:
         from dprobe.sim.sharing import load_colocation

@@ -73,3 +73,24 @@ def test_a_bad_trace_exits_2_naming_file_and_line(
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1 and expected in err
+
+
+def test_windows_so_short_that_the_trace_makes_millions_are_refused_before_reading_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # two tenants whose jobs span 100 minutes (minutes are the default unit):
+    # 2 x 6,000 s / 0.01 s = 1.2 million tenant windows, over the bound of a million
+    trace = tmp_path / "jobs.csv"
+    trace.write_text(
+        "job_id,user,num_gpu,submit_time,duration,model_name\n1,a,1,0,60,vgg16\n2,b,2,40,60,vgg16\n"
+    )
+    argv = ["evaluate", "--trace", str(trace), "--format", "jobs-csv", "--no-plots"]
+    assert main([*argv, "--window-s", "0.01", "--models", "last-value"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err.strip().splitlines()[-1]
+    assert err.startswith(
+        "dprobe evaluate: --window-s 0.01: the jobs span 100.0 min, 1,200,000 tenant windows"
+    )
+    suggested = float(err.rsplit("give --window-s ", 1)[1].split()[0])
+    assert 12_000 / suggested <= 1_000_000 * (1 + 1e-9) < 12_000 / (suggested * 0.99)
