@@ -147,6 +147,49 @@ def gpu_flavors(queues: Mapping[str, Any], *, cohort: str | None = None) -> set[
     }
 
 
+def _type_name(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    return "null" if value is None else names.get(type(value), "a number")
+
+
+def shape_error(queues: Any) -> str | None:
+    """What makes ``queues`` no ClusterQueueList (``None``: it is one), naming the path.
+
+    >>> shape_error({"kind": "ClusterQueue", "metadata": {"name": "team-a"}})
+    'one ClusterQueue (team-a), not the list: a complete report needs every queue'
+    >>> shape_error({"items": [{"metadata": {"name": "a"}, "spec": None}]})
+    'items[0].spec is not an object (null)'
+    """
+    if not isinstance(queues, dict):
+        return f"a JSON {'array' if isinstance(queues, list) else _type_name(queues)}"
+    if queues.get("kind") == "ClusterQueue":
+        meta = queues.get("metadata")
+        name = meta.get("name", "?") if isinstance(meta, dict) else "?"
+        return f"one ClusterQueue ({name}), not the list: a complete report needs every queue"
+    if not isinstance(queues.get("items"), list):
+        return "no list of items"
+    # (path, value, expected type) of each part queue_quotas and gpu_flavors read
+    todo: list[tuple[str, Any, type]] = [
+        (f"items[{i}]", cq, dict) for i, cq in enumerate(queues["items"])
+    ]
+    children = {"items": ("metadata", "spec"), "spec": ("resourceGroups",),
+                "resourceGroups": ("flavors",), "flavors": ("resources",)}  # fmt: skip
+    while todo:
+        path, value, want = todo.pop(0)
+        if not isinstance(value, want):
+            what = "an object" if want is dict else "a list"
+            return f"{path} is not {what} ({_type_name(value)})"
+        if isinstance(value, list):
+            todo += [(f"{path}[{i}]", v, dict) for i, v in enumerate(value)]
+            continue
+        field = path.rpartition(".")[2].partition("[")[0]
+        for key in children.get(field, ()):
+            if key in value:
+                kind = dict if key in ("metadata", "spec") else list
+                todo.append((f"{path}.{key}", value[key], kind))
+    return None
+
+
 def publish_line(quotas: Mapping[str, int], *, source: str = "kueue") -> str:
     """The ``dprobe cluster publish`` command reporting ``quotas`` (complete; capacity =
     their sum), shell-quoted."""
@@ -180,6 +223,11 @@ def main(argv: list[str] | None = None) -> int:
             queues = json.load(sys.stdin)
     except (OSError, ValueError) as exc:
         p.error(f"cannot read the ClusterQueue list: {exc}")
+    wrong = shape_error(queues)
+    if wrong is not None:
+        p.error(
+            f"not a ClusterQueue list as `kubectl get clusterqueues -o json` prints it: {wrong}"
+        )
     skipped: list[str] = []
     quotas = queue_quotas(
         queues, tenant_of=tenant_of, cohort=args.cohort, flavor=args.flavor, skipped=skipped

@@ -206,3 +206,38 @@ def test_piped_to_a_shell_it_publishes_the_report(kafka_bootstrap: str, tmp_path
     (report,) = json.loads(shown)
     assert report["quotas"] == {"vc-a": 24.0, "team-b": 32.0}
     assert report["capacity_gpus"] == 56.0 and report["source"] == "kueue"
+
+
+ONE_QUEUE = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", **READABLE["items"][0]}
+
+
+@pytest.mark.parametrize(
+    ("document", "said"),
+    [
+        ([], "a JSON array"),
+        ({"items": {"team-a": 1}}, "no list of items"),
+        (ONE_QUEUE, "one ClusterQueue (team-a), not the list"),
+        ({"items": [READABLE["items"][0], 1]}, "items[1] is not an object"),
+        ({"items": [{"metadata": None}]}, "items[0].metadata is not an object"),
+        ({"items": [{"metadata": {"name": "a"}, "spec": None}]}, "items[0].spec is not an"),
+        (
+            {"items": [{"metadata": {"name": "a"}, "spec": {"resourceGroups": [{"flavors": 3}]}}]},
+            "items[0].spec.resourceGroups[0].flavors is not a list",
+        ),
+    ],
+)
+def test_input_that_is_no_cluster_queue_list_exits_2_saying_what_it_got(
+    document: object, said: str
+) -> None:
+    res = subprocess.run(
+        [sys.executable, str(PATH)],
+        input=json.dumps(document),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 2, res.stderr
+    assert res.stdout == "" and "Traceback" not in res.stderr
+    assert said in res.stderr
+    assert "kubectl get clusterqueues -o json" in res.stderr
