@@ -214,7 +214,12 @@ def main(argv: list[str] | None = None) -> int:
         tenant, sep, queue = item.partition("=")
         if not sep or not tenant.strip() or not queue.strip():
             p.error(f"--queue-map: expected TENANT=CLUSTERQUEUE, got {item!r}")
-        tenant_of[queue.strip()] = tenant.strip()
+        other = tenant_of.setdefault(queue.strip(), tenant.strip())
+        if other != tenant.strip():
+            p.error(
+                f"--queue-map: ClusterQueue {queue.strip()} is mapped to tenants "
+                f"{', '.join(sorted({other, tenant.strip()}))}: its quota is one tenant's"
+            )
     try:
         if args.file:
             with open(args.file, encoding="utf-8") as fh:

@@ -241,3 +241,10 @@ def test_input_that_is_no_cluster_queue_list_exits_2_saying_what_it_got(
     assert res.stdout == "" and "Traceback" not in res.stderr
     assert said in res.stderr
     assert "kubectl get clusterqueues -o json" in res.stderr
+
+
+def test_a_queue_mapped_to_two_tenants_exits_2() -> None:
+    """The map is TENANT=CLUSTERQUEUE; a queue named twice would count for one tenant only."""
+    res = _report(READABLE, "--queue-map", "vc-a=team-a,vc-b=team-a")
+    assert res.returncode == 2 and res.stdout == ""
+    assert "ClusterQueue team-a is mapped to tenants vc-a, vc-b" in res.stderr
