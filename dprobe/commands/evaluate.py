@@ -389,6 +389,7 @@ def run(args: argparse.Namespace) -> int:
             inner = getattr(m, "inner", m)  # the checkpoint holds the model itself
             if isinstance(inner, MultiTaskForecaster):
                 _save_checkpoint(inner, args.save_checkpoint)
+                print(f"checkpoint written to {args.save_checkpoint}", file=err)
     if not args.no_plots:
         _plots(
             args,

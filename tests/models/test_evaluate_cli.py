@@ -150,7 +150,8 @@ def test_checkpoint_saved_by_one_run_warm_starts_the_next(tmp_path: Path, capsys
     base = ["evaluate", "--trace", str(trace), "--format", "demand-csv", "--no-plots", "--json"]
     assert main([*base, "--models", "dprobe-mmoe", "--save-checkpoint", str(ckpt)]) == 0
     assert ckpt.stat().st_size > 10_000
-    capsys.readouterr()
+    # said where it went, on stderr (stdout holds the JSON alone)
+    assert f"checkpoint written to {ckpt}\n" in capsys.readouterr().err
     later = _demand_csv(tmp_path / "later.csv", n=150, start=150)  # the span after it
     base[2] = str(later)
     assert main([*base, "--models", "dprobe-mmoe", "--warm-start", str(ckpt)]) == 0
