@@ -59,6 +59,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import re
 import shlex
@@ -507,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.max_plans is not None and args.max_plans < 1:
         p.error(f"--max-plans must be >= 1, got {args.max_plans}")
+    if not (args.plan_timeout > 0 and math.isfinite(args.plan_timeout)):  # 0: all expire
+        p.error(f"--plan-timeout must be a positive number of seconds, got {args.plan_timeout:g}")
     runner = PlanRunner(
         PlanAssembler(max_age_s=args.plan_timeout), queue_for=queue_for, flavor=args.flavor,
         known_queues=known, apply=args.apply, kubectl=kubectl, limit=args.max_plans,

@@ -390,6 +390,19 @@ def test_lines_that_are_not_json_objects_hint_at_events_json() -> None:
     assert all("(no JSON object: is the input `dprobe events --json`?)" in w for w in warnings)
 
 
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan", "inf"])
+def test_a_plan_timeout_that_is_no_positive_time_does_not_start(seconds: str) -> None:
+    """0 or less would drop every plan as expired (and exit 0 having applied none)."""
+    res = _script(PLANS, *MAP, f"--plan-timeout={seconds}")
+    assert res.returncode == 2
+    assert res.stdout == b""
+    assert f"--plan-timeout must be a positive number of seconds, got {seconds}" in (
+        res.stderr.decode()
+    )
+    ok = _script(PLANS, *MAP, "--plan-timeout", "0.5")
+    assert ok.returncode == 0 and b"# plan p1" in ok.stdout
+
+
 def test_without_any_queue_mapping_it_does_not_start() -> None:
     res = _script([ev("e1", "vc-a", 8, 16)])
     assert res.returncode == 2
