@@ -489,7 +489,12 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
-    kubectl = shlex.split(args.kubectl)
+    try:
+        kubectl = shlex.split(args.kubectl)
+    except ValueError as exc:  # e.g. an unclosed quote
+        p.error(f"--kubectl {args.kubectl!r}: {exc}")
+    if not kubectl:
+        p.error("--kubectl names no command")
     if args.set_quota:
         return _set_quotas(args, kubectl)
     try:

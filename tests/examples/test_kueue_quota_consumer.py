@@ -403,6 +403,17 @@ def test_a_plan_timeout_that_is_no_positive_time_does_not_start(seconds: str) ->
     assert ok.returncode == 0 and b"# plan p1" in ok.stdout
 
 
+@pytest.mark.parametrize(
+    ("kubectl", "said"), [("", "names no command"), ('kubectl "', "quotation")]
+)
+def test_a_kubectl_that_is_no_command_line_exits_2(kubectl: str, said: str) -> None:
+    cmd = [sys.executable, str(PATH), "--kubectl", kubectl, "--set-quota", "team-a=8"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr
+    assert "--kubectl" in res.stderr and said in res.stderr
+
+
 def test_without_any_queue_mapping_it_does_not_start() -> None:
     res = _script([ev("e1", "vc-a", 8, 16)])
     assert res.returncode == 2
