@@ -66,10 +66,10 @@ def checked_seed(value: int, flag: str) -> int:
 def count_of(n: int, noun: str) -> str:
     """``n`` and ``noun``, plural unless ``n`` is 1.
 
-    >>> count_of(1, "VC"), count_of(10, "VC")
-    ('1 VC', '10 VCs')
+    >>> count_of(1, "VC"), count_of(10, "VC"), count_of(506316, "window")
+    ('1 VC', '10 VCs', '506,316 windows')
     """
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+    return f"{n} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def nonempty_path(text: str) -> str:

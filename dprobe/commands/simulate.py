@@ -724,6 +724,9 @@ def _per_seed(counts: list[int], noun: str) -> str:
 
     >>> _per_seed([1], "job"), _per_seed([3, 3], "job"), _per_seed([1, 2], "job")
     ('1 job', '3 jobs', '1/2 jobs')
+    >>> _per_seed([30940], "job"), _per_seed([10100, 9987], "job")
+    ('30,940 jobs', '10,100/9,987 jobs')
     """
-    figure = str(counts[0]) if len(set(counts)) == 1 else "/".join(map(str, counts))
+    figures = [f"{n:,}" for n in counts]
+    figure = figures[0] if len(set(counts)) == 1 else "/".join(figures)
     return f"{figure} {noun}" if set(counts) == {1} else f"{figure} {noun}s"
