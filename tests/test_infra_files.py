@@ -279,7 +279,7 @@ def test_every_alert_expression_is_read() -> None:
     assert "dprobe_lag_last_refresh_timestamp_seconds" in exprs["DprobeLagStale"]
     assert "deriv(kafka_consumergroup_lag_sum" in exprs["DprobeConsumerLagGrowing"]
     assert exprs["DprobeForecastErrorHigh"].endswith("> 0.5")
-    assert 'kind="gpu_lost"' in exprs["DprobeCollectorGpuLost"]
+    assert 'kind=~"gpu_lost|reset_required"' in exprs["DprobeCollectorGpuLost"]
     assert "dprobe_conflicting_snapshots_total" in exprs["DprobeHostIdConflict"]
 
 
