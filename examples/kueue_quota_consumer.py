@@ -32,7 +32,9 @@ Modes:
 - Kafka (the default): with ``--apply`` it applies each plan itself and commits the
   offsets only once the plan's changes all succeeded and no plan is half-received; a
   failure stops it with exit status 1 and nothing committed, so the next run applies that
-  plan again. Without ``--apply`` it prints the script and commits nothing.
+  plan again (a group's first run commits where it starts, the newest record or with
+  ``--from-beginning`` the oldest, before it applies anything). Without ``--apply`` it
+  prints the script and commits nothing.
 - ``--set-quota QUEUE=GPUS``: one change, as the printed script calls it.
 
 Usage:
@@ -422,8 +424,11 @@ async def consume(args: argparse.Namespace, runner: PlanRunner) -> None:
             )
         consumer.subscribe([args.topic])
         fed = {}  # partition -> the offset after the last record fed, since the last commit
+        started: set[Any] = set()  # partitions whose start the group has committed
         while not runner.full:
             batch = await consumer.getmany(timeout_ms=1000)
+            if runner.apply:
+                await _commit_start(consumer, batch, started)
             for tp, records in batch.items():
                 for record in records:
                     if runner.full:  # --max-plans: what comes after is left for next time
@@ -439,6 +444,19 @@ async def consume(args: argparse.Namespace, runner: PlanRunner) -> None:
                 fed = {}
     finally:
         await consumer.stop()
+
+
+async def _commit_start(consumer: Any, batch: Mapping[Any, list[Any]], started: set[Any]) -> None:
+    """Commit where the group starts on each partition assigned that it has no offset of
+    (the newest record, or the oldest with --from-beginning), before anything is applied:
+    a run that fails, or stops before its first plan, then leaves the next run that start,
+    and the next applies what came since instead of starting at the newest record again."""
+    for tp in consumer.assignment() - started:
+        if await consumer.committed(tp) is None:
+            records = batch.get(tp)
+            start = records[0].offset if records else await consumer.position(tp)
+            await consumer.commit({tp: start})
+        started.add(tp)
 
 
 class SetupError(Exception):

@@ -474,6 +474,9 @@ class FakeConsumer:
     def subscribe(self, topics: list[str]) -> None:
         assert topics == ["t"]
 
+    def assignment(self) -> set[Any]:
+        return set()  # the start a new group commits is tested on the real broker
+
     async def stop(self) -> None:
         self.timeline.append("stop")
 
@@ -753,3 +756,46 @@ async def test_kafka_mode_skips_a_tombstone_and_records_that_are_no_events(
 
 def _run_blocking(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=90, check=False)
+
+
+@pytest.mark.integration
+async def test_a_plan_that_failed_on_the_first_run_is_applied_by_the_next(
+    kafka, tmp_path: Path
+) -> None:
+    """A group that has committed nothing yet starts at the newest record ("latest"):
+    unless its start is committed, a plan that failed on the first run would be skipped
+    by the next, which starts at the newest record again."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    topic = await kafka.create_topic("scaling-events")
+    state, env = fake_cluster(tmp_path, {"vc-a": 16, "vc-b": 8})
+    cmd = [sys.executable, str(PATH), "--bootstrap", kafka.bootstrap, "--topic", topic,
+           "--group", kafka.unique("g"), "--apply", "--flavor", "a100",
+           "--known-queues", "vc-a,vc-b", "--max-plans", "1"]  # fmt: skip
+    first = await asyncio.create_subprocess_exec(
+        *cmd, env={**env, "FAKE_KUBE_FAIL": "vc-a"}, stderr=asyncio.subprocess.PIPE
+    )
+    assert first.stderr is not None
+    seen = b""
+    while b"assigned partitions" not in seen:  # the group has given it the partition
+        line = await asyncio.wait_for(first.stderr.readline(), 60)
+        assert line, "the consumer ended before it was assigned the topic"
+        seen += line
+    await asyncio.sleep(2)  # its start position ("latest") is resolved
+    async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
+        await producer.send_and_wait(topic, encode(ev("e1", "vc-a", 16, 8)))
+        await producer.send_and_wait(topic, encode(ev("e2", "vc-b", 8, 16)))
+    err = seen + await asyncio.wait_for(first.stderr.read(), 60)
+    assert await first.wait() == 1, err.decode()
+    assert b"clusterqueue vc-a" in err or b"vc-a" in err
+    assert _gpu(_stored(state, "vc-b"), "a100")["nominalQuota"] == "8"  # nothing granted
+    try:
+        again = await asyncio.to_thread(_run_blocking, cmd, env)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the next run did not apply the plan that failed: it waited for new ones")
+    assert again.returncode == 0, again.stderr
+    assert _plans(again.stdout) == {"p1": {"vc-a -8", "vc-b +8"}}
+    assert _gpu(_stored(state, "vc-a"), "a100")["nominalQuota"] == 8
+    assert _gpu(_stored(state, "vc-b"), "a100")["nominalQuota"] == 16
