@@ -13,7 +13,8 @@ coordinator that is not ready yet (as on a new cluster) is waited for a few seco
 Each refresh also keeps the group's committed offsets (:attr:`ConsumerLag.committed`),
 the log-end offsets (:attr:`ConsumerLag.ends`) and, with ``members=True``, the number of
 members of the group (:attr:`ConsumerLag.members`, 0 while no consumer runs). Without
-``topics``, the topics are those the group has committed offsets on.
+``topics``, the topics are those the group has committed offsets on (a group that has
+committed none is logged once: it may be misspelt).
 
 Example:
     >>> async def main() -> None:  # doctest: +SKIP
@@ -97,6 +98,7 @@ class ConsumerLag(AsyncService):
         # lag stays reported when Kafka expires the offsets of a group that stopped
         self._committed_topics: set[str] = set()
         self._missing: set[str] = set()  # named topics found missing at the last refresh
+        self._said_uncommitted = False  # warned that the group has committed nothing
         self._failing = 0  # refreshes failed in a row, on Kafka's side
         self._connecting = asyncio.Lock()
 
@@ -135,6 +137,7 @@ class ConsumerLag(AsyncService):
             every = await admin.list_consumer_group_offsets(self.group)
             self._committed_topics |= {tp.topic for tp in every}
             topics = tuple(sorted(self._committed_topics))
+            self._say_uncommitted(not topics)
         partitions = [
             TopicPartition(topic, p["partition"])
             for topic in topics
@@ -176,6 +179,18 @@ class ConsumerLag(AsyncService):
                     self.group, topic,
                 )  # fmt: skip
         self._missing = set(missing)
+
+    def _say_uncommitted(self, uncommitted: bool) -> None:
+        """Warn once that the group has committed nothing (a misspelt group would
+        otherwise export no lag, so no lag alert could fire, and say nothing)."""
+        if uncommitted and not self._said_uncommitted:
+            log.warning(
+                "consumer lag of group %s: the group has committed no offsets, so no lag is "
+                "measured for it (check the group name: a worker group's is its app_id; it "
+                "is read once the group commits, or from the start when its topics are named)",
+                self.group,
+            )
+        self._said_uncommitted = uncommitted
 
     async def _members(self, admin: AIOKafkaAdminClient) -> int:
         """Members of the group now (0: no consumer of it runs)."""

@@ -181,6 +181,33 @@ async def test_without_topics_a_group_keeps_the_topics_it_was_seen_to_commit_on(
         await lag.stop()
 
 
+async def test_without_topics_a_group_that_committed_nothing_is_named_once(kafka, caplog) -> None:
+    """A misspelt group (or a worker's app_id changed elsewhere) has no lag to show: said
+    once, so an exporter that can never alert does not stay silent; read once it commits."""
+    topic = await kafka.create_topic("nocommit", partitions=1)
+    group = kafka.unique("misspelt-group")
+    await _produce(kafka.bootstrap, topic, {0: 4})
+    lag = ConsumerLag(kafka.settings, group, [], interval_s=60)
+    try:
+        for _ in range(3):
+            assert await lag.refresh() == {}
+        said = [r for r in caplog.records if group in r.getMessage()]
+        assert [(r.levelname, r.getMessage()) for r in said] == [
+            (
+                "WARNING",
+                f"consumer lag of group {group}: the group has committed no offsets, so no "
+                "lag is measured for it (check the group name: a worker group's is its "
+                "app_id; it is read once the group commits, or from the start when its "
+                "topics are named)",
+            )
+        ]
+        await _commit(kafka.bootstrap, group, {TopicPartition(topic, 0): 1})
+        assert await lag.refresh() == {(topic, 0): 3}
+        assert len([r for r in caplog.records if group in r.getMessage()]) == 1
+    finally:
+        await lag.stop()
+
+
 async def test_a_group_that_cannot_be_described_keeps_its_lags(kafka, monkeypatch) -> None:
     """A coordinator still loading answers a describe with an error: the member count is
     then unknown (None), and the lags measured in the same refresh still stand."""
