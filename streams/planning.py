@@ -44,6 +44,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from dprobe import schema
 from dprobe.models.checkpoint import CheckpointError, load_state, state_bytes, state_of
 from dprobe.sinks.worker_stats import TenantView, WorkerStats
@@ -228,7 +230,14 @@ class Planning:
         fresh = self.order.state_dict()
         try:
             self.order.load_state_dict(state)
-        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
+        except (
+            KeyError,
+            TypeError,
+            ValueError,
+            RuntimeError,
+            IndexError,
+            msgspec.ValidationError,
+        ) as exc:
             self.order.load_state_dict(fresh)
             raise CheckpointError(
                 f"{where}: the checkpoint does not fit this forecaster or its settings ({exc})"
