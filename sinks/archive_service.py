@@ -286,6 +286,8 @@ class Archiver(AsyncService):
                     raise
                 self._commit_later(offsets, exc)
             else:
+                for tp, offset in offsets.items():
+                    self.writer.committed(self.kinds[tp.topic], tp.partition, offset)
                 await self._note_committed(offsets)
                 if self._commit_failing:
                     self._commit_failing = False

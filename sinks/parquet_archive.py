@@ -132,8 +132,11 @@ class ArchiveWriter:
         self._buffers: dict[tuple[str, int, Path], list[dict[str, Any]]] = {}
         self.buffered_records = 0
         self.buffered_bytes = 0
-        self.files_written = 0
+        self.files_written = 0  # files written and not removed since (what the folder holds)
         self.records_written = 0
+        # files written whose offsets are not known to be committed: path -> (kind,
+        # partition, last offset, rows); they may be removed and written again
+        self._unsure: dict[Path, tuple[str, int, int, int]] = {}
 
     def add(self, kind: str, row: dict[str, Any]) -> None:
         """Buffer one row (from :func:`~dprobe.sinks.archive_schema.row_of`) of topic ``kind``."""
@@ -176,8 +179,10 @@ class ArchiveWriter:
             del self._buffers[key]
             self.buffered_records -= len(rows)
             self.buffered_bytes -= sum(map(_row_bytes, rows))
+            self._uncount(path)  # written again under the same name: counted once
             self.files_written += 1
             self.records_written += len(rows)
+            self._unsure[path] = (kind, partition, rows[-1]["offset"], len(rows))
             written.append(path)
         return written
 
@@ -225,11 +230,13 @@ class ArchiveWriter:
         without, the caller has dropped what it will read again already.
         """
         removed = []
+        self.committed(kind, partition, committed)
         for f in list_files(self.out_dir, kind):
             if f.partition != partition or f.last < committed:
                 continue
             if f.first >= committed:
                 f.path.unlink(missing_ok=True)
+                self._uncount(f.path)
                 removed.append(f.path)
             else:  # offsets were moved by hand into a file: keep it (no loss), say so
                 log.warning("%s straddles committed offset %d; kept", f.path, committed)
@@ -242,6 +249,20 @@ class ArchiveWriter:
                 "removed %d uncommitted archive file(s) of %s p%d", len(removed), kind, partition
             )
         return removed
+
+    def committed(self, kind: str, partition: int, offset: int) -> None:
+        """Note that ``kind``/``partition`` is committed up to ``offset`` (exclusive): its
+        files before it are never removed, so they stay in the counts."""
+        for path, (k, p, last, _rows) in list(self._unsure.items()):
+            if k == kind and p == partition and last < offset:
+                del self._unsure[path]
+
+    def _uncount(self, path: Path) -> None:
+        """Take a file this writer wrote, and that is gone or replaced, out of the counts."""
+        gone = self._unsure.pop(path, None)
+        if gone is not None:
+            self.files_written -= 1
+            self.records_written -= gone[3]
 
     def discard(self, kind: str, partition: int) -> int:
         """Drop the buffered rows of ``kind``/``partition`` (they will be read again, here

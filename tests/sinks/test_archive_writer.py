@@ -187,6 +187,46 @@ def test_uncommitted_files_removed_so_new_cuts_do_not_duplicate(tmp_path: Path) 
     assert [s.seq for s in got] == list(range(30))
 
 
+def _on_disk(root: Path) -> tuple[int, int]:
+    """Records and files the archive folder holds, read from the Parquet footers."""
+    files = list(list_files(root))
+    return sum(pq.ParquetFile(f.path).metadata.num_rows for f in files), len(files)
+
+
+def test_counts_are_what_the_folder_holds_after_files_are_written_again(
+    tmp_path: Path,
+) -> None:
+    """The counts ``dprobe archive`` prints: a file removed as never committed (a
+    rebalance while a commit was refused) and written again counts once, and so does a
+    file written again under the same name."""
+    snaps = make_snapshots(hosts=1, ticks=30, t0=T0)
+    w = ArchiveWriter(tmp_path, fsync=False)
+    _add_snapshots(w, snaps[:10], partition=0, first=0)
+    w.flush()
+    w.committed("samples", 0, 10)
+    _add_snapshots(w, snaps[10:20], partition=0, first=10)
+    w.flush()  # its commit is refused, then the partition is assigned again
+    w.remove_uncommitted("samples", 0, committed=10)
+    _add_snapshots(w, snaps[10:], partition=0, first=10)  # read again, cut differently
+    w.flush()
+    _add_snapshots(w, snaps[10:], partition=0, first=10)  # the same file written again
+    w.flush()
+    assert (w.records_written, w.files_written) == _on_disk(tmp_path) == (30, 2)
+
+
+def test_a_committed_file_is_never_uncounted(tmp_path: Path) -> None:
+    """Files at offsets already committed stay counted; only those removed go."""
+    snaps = make_snapshots(hosts=1, ticks=20, t0=T0)
+    w = ArchiveWriter(tmp_path, fsync=False)
+    _add_snapshots(w, snaps[:10], partition=0, first=0)
+    _add_snapshots(w, snaps[10:], partition=1, first=0)
+    w.flush()
+    w.committed("samples", 0, 10)
+    w.remove_uncommitted("samples", 0, committed=10)
+    w.remove_uncommitted("samples", 1, committed=0)
+    assert (w.records_written, w.files_written) == _on_disk(tmp_path) == (10, 1)
+
+
 def test_a_record_in_two_files_is_read_once(tmp_path: Path) -> None:
     """An archiver that lost partition 0 while stalled flushes offsets 0-14 after the new
     owner wrote 0-29 in other cuts (and a second archiver writes jobs into the same
