@@ -3,9 +3,9 @@
 Duplicate events (same event_id, e.g. redelivered after a worker restart) are printed once;
 the last 100,000 ids are remembered. Records that are not valid ScalingEvents are skipped
 with a warning on stderr. Without --group the tail reads every partition and commits
-nothing; with --group it joins that consumer group, commits what it printed and resumes
-there next time (--from-beginning then only applies where the group has no offset, as
-with kafka-console-consumer).
+nothing; with --group it joins that consumer group, commits where it starts (where the group
+has no offset yet) and what it printed, and resumes there next time (--from-beginning
+then only applies where the group has no offset, as with kafka-console-consumer).
 
 Output: one readable line per event (time UTC, tenant, action, current -> target GPUs,
 delta, forecast p50/p90 at its horizon, reason, plan id, sequence number and size, event
@@ -265,11 +265,16 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
     try:
         if joined is not None:
             await _join(joined, stop, topic, args)
+        started: set[Any] = set()  # partitions whose start the group has committed
         if not stop.is_set():
             await _announce(consumer, topic, args)
+            if args.group:
+                await _commit_start(consumer, {}, started)
         last_record = time.monotonic()  # with a group, the idle clock starts at the join
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=POLL_MS)
+            if args.group:  # partitions a rebalance gave it since
+                await _commit_start(consumer, batch, started)
             if not batch:
                 printed = tail.printed
                 more = tail.flush()  # plans held behind an older one that expired
@@ -381,6 +386,19 @@ async def _stop(consumer: Any, *, joined_already: bool) -> None:
     then its connections are closed without leaving (it never had partitions). A stop
     while the broker is away ends quietly too."""
     await stop_consumer(consumer, None if joined_already else LEAVE_WAIT_S)
+
+
+async def _commit_start(consumer: Any, batch: dict[Any, list[Any]], started: set[Any]) -> None:
+    """Commit where the group starts on each partition assigned that it has no offset of
+    (new events, or the oldest with --from-beginning), as kafka-console-consumer does: a
+    run that prints nothing leaves the next run that start, not the newest event again.
+    ``batch``: records just fetched, whose first offsets are the start."""
+    for tp in consumer.assignment() - started:
+        if await consumer.committed(tp) is None:
+            records = batch.get(tp)
+            start = records[0].offset if records else await consumer.position(tp)
+            await consumer.commit({tp: start})
+        started.add(tp)
 
 
 async def _announce(consumer: Any, topic: str, args: argparse.Namespace) -> None:

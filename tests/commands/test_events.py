@@ -111,6 +111,22 @@ async def test_a_group_resumes_where_it_stopped(kafka) -> None:
     assert [line.split()[1] for line in second.stdout.splitlines()] == ["vc-c"]
 
 
+async def test_a_new_group_that_printed_nothing_resumes_where_it_started(kafka) -> None:
+    """Its first run starts at new events; what comes after it stops is printed by the
+    next run, as kafka-console-consumer's group does, not skipped for newer events."""
+    e1, _, e3 = (encode(e) for e in EVENTS)
+    prefix = await _topic_with_events(kafka, [(0, e1)])
+    group = kafka.unique("group")
+    first = _run(kafka, prefix, "--group", group, "--timeout", "2")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == ""  # e1 came before it: not a new event
+    async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
+        await producer.send_and_wait(f"{prefix}scaling-events", e3, partition=1)
+    second = _run(kafka, prefix, "--group", group, "--timeout", "3")
+    assert second.returncode == 0, second.stderr
+    assert [line.split()[1] for line in second.stdout.splitlines()] == ["vc-c"]
+
+
 def test_bad_stop_options_are_usage_errors() -> None:
     from dprobe.cli import main
 
