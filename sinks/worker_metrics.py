@@ -214,7 +214,9 @@ def _counter_families(s: WorkerStats) -> Iterator[Metric]:
         dead.add_metric([reason], n)
     yield dead
     lost = CounterMetricFamily(
-        "dprobe_lost_snapshots", "Gaps in a host's snapshot seq", labels=["host"]
+        "dprobe_lost_snapshots",
+        "Snapshots missing from a host's seq (a gap of n seqs counts n)",
+        labels=["host"],
     )
     for host, n in sorted(s.lost_snapshots.copy().items()):
         lost.add_metric([host], n)

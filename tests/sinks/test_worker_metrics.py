@@ -232,3 +232,19 @@ def test_the_worker_s_own_dead_letter_reasons_are_exported_at_0() -> None:
     from dprobe.streams.state.bounds import StateFull
 
     assert {ProcessingError.reason, StateFull.reason, "clock_skew"} <= set(DEADLETTER_REASONS)
+
+
+def test_lost_snapshots_help_says_it_counts_snapshots_not_gaps() -> None:
+    """A gap of 4 seqs counts 4 (what DprobeLostSnapshots reports as snapshots lost), so
+    the help text must not read as a count of gaps."""
+    from prometheus_client import generate_latest
+
+    s, reg = WorkerStats(), CollectorRegistry()
+    WorkerCollector(s, registry=reg)
+    s.lose("gpu-7", 4, now=0.0)
+    text = generate_latest(reg).decode()
+    assert 'dprobe_lost_snapshots_total{host="gpu-7"} 4.0' in text
+    assert (
+        "# HELP dprobe_lost_snapshots_total Snapshots missing from a host's seq "
+        "(a gap of n seqs counts n)"
+    ) in text
