@@ -424,11 +424,16 @@ async def consume(args: argparse.Namespace, runner: PlanRunner) -> None:
             )
         consumer.subscribe([args.topic])
         fed = {}  # partition -> the offset after the last record fed, since the last commit
-        started: set[Any] = set()  # partitions whose start the group has committed
+        assigned: set[Any] = set()  # partitions the group has given it so far
         while not runner.full:
             batch = await consumer.getmany(timeout_ms=1000)
-            if runner.apply:
-                await _commit_start(consumer, batch, started)
+            new = consumer.assignment() - assigned
+            if new:
+                assigned |= new
+                numbers = ", ".join(str(tp.partition) for tp in sorted(new))
+                log.info("reading %s (partition %s) as group %s", args.topic, numbers, args.group)
+                if runner.apply:
+                    await _commit_start(consumer, batch, new)
             for tp, records in batch.items():
                 for record in records:
                     if runner.full:  # --max-plans: what comes after is left for next time
@@ -446,17 +451,17 @@ async def consume(args: argparse.Namespace, runner: PlanRunner) -> None:
         await consumer.stop()
 
 
-async def _commit_start(consumer: Any, batch: Mapping[Any, list[Any]], started: set[Any]) -> None:
-    """Commit where the group starts on each partition assigned that it has no offset of
-    (the newest record, or the oldest with --from-beginning), before anything is applied:
-    a run that fails, or stops before its first plan, then leaves the next run that start,
-    and the next applies what came since instead of starting at the newest record again."""
-    for tp in consumer.assignment() - started:
+async def _commit_start(consumer: Any, batch: Mapping[Any, list[Any]], new: set[Any]) -> None:
+    """Commit where the group starts on each partition of ``new`` (just assigned) that it
+    has no offset of (the newest record, or the oldest with --from-beginning), before
+    anything is applied: a run that fails, or stops before its first plan, then leaves the
+    next run that start, and the next applies what came since instead of starting at the
+    newest record again. ``batch``: records just fetched, whose first offsets are the start."""
+    for tp in new:
         if await consumer.committed(tp) is None:
             records = batch.get(tp)
             start = records[0].offset if records else await consumer.position(tp)
             await consumer.commit({tp: start})
-        started.add(tp)
 
 
 class SetupError(Exception):
@@ -507,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)  # not its progress lines
     try:
         kubectl = shlex.split(args.kubectl)
     except ValueError as exc:  # e.g. an unclosed quote

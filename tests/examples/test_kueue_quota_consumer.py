@@ -750,6 +750,9 @@ async def test_kafka_mode_skips_a_tombstone_and_records_that_are_no_events(
     assert f"{topic}[0]@1" in warnings[0] and "tombstone" in warnings[0]
     assert f"{topic}[0]@2" in warnings[1] and "not valid JSON" in warnings[1]
     assert all("dprobe events --json" not in w for w in warnings)  # a hint for --stdin only
+    # where it reads, said once; not the Kafka client's progress lines
+    assert f"INFO reading {topic} (partition 0) as group " in res.stderr
+    assert "Joined group" not in res.stderr and "Subscribed to" not in res.stderr
     assert _plans(res.stdout) == {"p1": {"vc-a +8", "vc-b -8"}}
     assert _gpu(_stored(state, "vc-b"), "a100")["nominalQuota"] == 8
 
@@ -779,7 +782,7 @@ async def test_a_plan_that_failed_on_the_first_run_is_applied_by_the_next(
     )
     assert first.stderr is not None
     seen = b""
-    while b"assigned partitions" not in seen:  # the group has given it the partition
+    while b"INFO reading" not in seen:  # the group has given it the partition
         line = await asyncio.wait_for(first.stderr.readline(), 60)
         assert line, "the consumer ended before it was assigned the topic"
         seen += line
