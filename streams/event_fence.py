@@ -24,7 +24,9 @@ Example (a stand-in for the producer; the real one is ``aiokafka.AIOKafkaProduce
     ...     async def begin_transaction(self): self.log.append("begin")
     ...     async def commit_transaction(self): self.log.append("commit")
     ...     async def abort_transaction(self): self.log.append("abort")
-    ...     async def send(self, topic, value, key): self.log.append(f"{topic} {key!r}")
+    ...     async def send(self, topic, value, key):  # returns the delivery's future
+    ...         self.log.append(f"{topic} {key!r}")
+    ...         return asyncio.sleep(0)
     >>> made = []
     >>> sink = FencedEvents(lambda: made.append(Producer()) or made[-1], "dprobe.scaling-events")
     >>> asyncio.run(sink.send_all([(b"vc-a", b"{}"), (b"vc-b", b"{}")]))
@@ -137,6 +139,11 @@ class FencedEvents:
         try:
             for key, value in records:
                 futures.append(await producer.send(self.topic, value, key=key))
+            # aiokafka commits a transaction whose sends the broker refused (e.g. a
+            # record above max.message.bytes) with what it took: half a plan. Every
+            # send must have landed before the commit.
+            for fut in futures:
+                await fut
         except BaseException:
             _observe(futures)
             await _abort(producer)
