@@ -9,7 +9,7 @@ changelog topics) and lists them. Existing topics are left as they are, with a w
 when samples or jobs has fewer partitions than configured; an internal
 topic of the app id with another count is an error (exit 2): every worker of an app id
 uses one count, that of its topics. `dprobe topics list` only lists (exit 0, also when a
-topic is missing; stderr counts them).
+topic is missing; stderr counts them); it takes no --partitions (exit 2).
 
   dprobe topics create --partitions 8
   dprobe topics list
@@ -32,6 +32,13 @@ def run(args: argparse.Namespace) -> int:
 
     from dprobe.commands._common import settings
     from dprobe.config import WorkerSettings
+    from dprobe.errors import UsageError
+
+    if args.action == "list" and args.partitions is not None:
+        raise UsageError(
+            "--partitions applies to `dprobe topics create` (list shows the partitions "
+            "each topic has)"
+        )
     from dprobe.streams.provision import changelog_topics, describe_topics, ensure_topics
     from dprobe.streams.topics import TopicNames
 

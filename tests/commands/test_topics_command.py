@@ -83,3 +83,13 @@ def test_a_scaling_events_topic_made_with_more_partitions_is_warned_of(
     assert "has 3 partitions, more than the 1 it is created with" in about[0]
     assert "plan_seq order" in about[0]
     assert not any(f"topic {prefix}cluster" in w for w in warnings)  # created with one
+
+
+def test_list_refuses_partitions_which_only_create_uses(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`list` shows the partitions each topic has: a count given to it changed nothing."""
+    assert main(["--bootstrap", "127.0.0.1:1", "topics", "list", "--partitions", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "dprobe topics: --partitions applies to `dprobe topics create`" in err
+    assert "cannot reach" not in err  # refused before any broker is asked
