@@ -8,11 +8,12 @@ order: a complete plan waits while an older one is still incomplete (events of a
 with several partitions arrive out of order), so the quotas applied never pass through a
 state no plan made. A plan older than one already released (it began to arrive only
 after) is released only with the events of tenants that no newer plan has set, so every
-tenant ends at the target of the newest plan that moved it. Duplicate ``event_id`` s are
-dropped; a plan still incomplete after ``max_age_s`` is dropped with a warning, never
-applied in part, and the plans it held back go out (call :meth:`release_ready` when no
-event comes, so they need not wait for the next one); its events count as new if they
-are delivered again.
+tenant ends at the target of the newest plan that moved it; a second plan made at the
+same window end (``plan_seq``) as one applied to any of its tenants is not applied at
+all. Duplicate ``event_id`` s are dropped; a plan still incomplete after ``max_age_s``
+is dropped with a warning, never applied in part, and the plans it held back go out
+(call :meth:`release_ready` when no event comes, so they need not wait for the next
+one); its events count as new if they are delivered again.
 
 Example:
     >>> from dprobe.schema import Forecast, ModelInfo, ScalingEvent
@@ -110,6 +111,15 @@ class PlanAssembler:
         seq = events[0].plan_seq
         if seq <= 0:  # no sequence number (an older worker): as it comes
             return events
+        if any(self._tenant_seq.get(e.tenant) == seq for e in events):
+            # another plan of the same window end was applied (a worker planned it again
+            # from another state): part of this one would break the sum of the quotas
+            self.stale_events += len(events)
+            log.warning(
+                "plan %s made at the same window end as a plan applied already; not applied",
+                events[0].plan_id,
+            )
+            return []
         out = [e for e in events if self._tenant_seq.get(e.tenant, 0) < seq]
         self.stale_events += len(events) - len(out)
         for e in out:

@@ -148,3 +148,21 @@ def test_an_expired_plan_delivered_again_is_applied() -> None:
     assert plans.add(_event("x1", 1, "vc-a", 8, 16)) == []  # again, from the start
     assert [e.event_id for e in plans.add(_event("x2", 1, "vc-b", 16, 8))] == ["x1", "x2"]
     assert plans.duplicates == 0
+
+
+def test_a_second_plan_for_the_same_window_end_is_not_applied_in_part() -> None:
+    """Two plans made at one window end (a worker that re-planned it from another state,
+    e.g. after a checkpoint it could not load): the first applied stands, and the second
+    sets no tenant, so the quotas stay a state a plan made and keep their sum."""
+    import msgspec
+
+    plans = PlanAssembler()
+    applied = {"vc-a": 16.0, "vc-b": 16.0, "vc-c": 16.0}
+    first = [_event("f1", 5, "vc-a", 16, 24), _event("f2", 5, "vc-b", 16, 8)]
+    again = [_event("s1", 5, "vc-a", 16, 24), _event("s2", 5, "vc-c", 16, 8)]
+    again = [msgspec.structs.replace(e, plan_id="p5-replanned") for e in again]
+    for e in first + again:
+        for move in plans.add(e):
+            applied[move.tenant] = move.target_quota_gpus
+    assert applied == {"vc-a": 24.0, "vc-b": 8.0, "vc-c": 16.0}
+    assert sum(applied.values()) == 48.0
