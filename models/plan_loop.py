@@ -325,9 +325,12 @@ class PlanLoop:
         mine = self._outstanding.get(window.tenant)
         if not mine:
             return
+        errors = self._errors.setdefault(window.tenant, {})
         for target in [at for at in mine if at <= window.window_end]:
             h, p50 = mine.pop(target)
-            self._errors.setdefault(window.tenant, {})[h] = abs(p50 - demand_of(window))
+            errors[h] = abs(p50 - demand_of(window))
+        for h in [h for h in errors if h != self.settings.horizon_s]:
+            del errors[h]  # a horizon of before a restart with another: no longer forecast
 
     # -- views and state --------------------------------------------------------------
     @property
