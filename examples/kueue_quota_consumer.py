@@ -535,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
             + " (each tenant needs a ClusterQueue of its own: check --queue-map and "
             "--known-queues)"
         )
+    if not args.group.strip():
+        p.error("--group must name a consumer group")
     if args.max_plans is not None and args.max_plans < 1:
         p.error(f"--max-plans must be >= 1, got {args.max_plans}")
     if not (args.plan_timeout > 0 and math.isfinite(args.plan_timeout)):  # 0: all expire

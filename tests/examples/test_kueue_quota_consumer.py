@@ -414,6 +414,16 @@ def test_a_kubectl_that_is_no_command_line_exits_2(kubectl: str, said: str) -> N
     assert "--kubectl" in res.stderr and said in res.stderr
 
 
+@pytest.mark.parametrize("group", ["", " "])
+def test_a_group_that_names_none_does_not_start(group: str) -> None:
+    """Kafka refuses an empty group id only once the consumer reads (a traceback)."""
+    cmd = [sys.executable, str(PATH), "--known-queues", "vc-a", "--group", group, "--apply"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 2
+    assert "--group must name a consumer group" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
 def test_without_any_queue_mapping_it_does_not_start() -> None:
     res = _script([ev("e1", "vc-a", 8, 16)])
     assert res.returncode == 2
