@@ -221,6 +221,8 @@ class PlanLoop:
                 self._errors,
             ):
                 kept.pop(t, None)
+            if t not in self._quotas:  # its quota went with a change of cluster settings
+                self.planner.forget(t)
         for t in [t for t, q in self._quotas.items() if q == 0 and t not in self._learned]:
             del self._quotas[t]
             self._reported.discard(t)
@@ -433,6 +435,10 @@ class PlanLoop:
             self._reported = set()
             self._complete_reported = False
             self._complete_source, self._named = "", set()
+            # a tenant forgotten while it held quota goes now that its quota is gone
+            for t in set(self.planner.state_dict()["history"]) - set(self._learned):
+                if t not in self._quotas:
+                    self.planner.forget(t)
         if other_model:
             change = f"model {saved_model!r} -> {self._forecaster_name()!r}"
             self.settings_changed = ", ".join(c for c in (self.settings_changed, change) if c)
