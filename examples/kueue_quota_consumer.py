@@ -439,9 +439,13 @@ async def consume(args: argparse.Namespace, runner: PlanRunner) -> None:
                     if runner.full:  # --max-plans: what comes after is left for next time
                         break
                     where = f"{tp.topic}[{tp.partition}]@{record.offset}"
-                    runner.feed(record.value, where)  # raises when a plan fails: no commit
+                    # kubectl runs in a thread, so the group's heartbeats go on: a plan
+                    # slower to apply than the session timeout keeps its partitions
+                    # (raises when a plan fails: nothing committed)
+                    await asyncio.to_thread(runner.feed, record.value, where)
                     fed[tp] = record.offset + 1
-            runner.run(runner.plans.release_ready())  # plans an expired older one held back
+            # plans an expired older one held back
+            await asyncio.to_thread(runner.run, runner.plans.release_ready())
             # every plan read is applied: none half-received, none released past the limit
             whole = runner.plans.pending_plans == 0 and not runner.held_back
             if fed and runner.apply and whole:

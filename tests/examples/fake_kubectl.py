@@ -7,6 +7,7 @@ a failed ``test`` exits 1 like the API server's refusal, and every accepted patc
 ``metadata.resourceVersion``). A queue named in ``FAKE_KUBE_FAIL`` (comma-separated)
 refuses every patch; with ``FAKE_KUBE_RACE`` set, every ``get`` is followed by a
 concurrent change (the stored ``resourceVersion`` moves on after the read).
+``FAKE_KUBE_DELAY`` (seconds) makes every call take that long, as a slow API server does.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,7 @@ def main(argv: list[str]) -> int:
     fail = set(filter(None, os.environ.get("FAKE_KUBE_FAIL", "").split(",")))
     verb, kind, name, *rest = argv
     assert kind == "clusterqueue", argv
+    time.sleep(float(os.environ.get("FAKE_KUBE_DELAY", "0")))
     with (state / "calls.log").open("a") as log:
         log.write(f"{verb} {name}\n")
     file = state / f"{name}.json"

@@ -4,6 +4,7 @@ only, donors first, no duplicates; a failure stops what comes after it."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import copy
 import doctest
 import importlib.util
@@ -778,7 +779,6 @@ async def test_a_plan_that_failed_on_the_first_run_is_applied_by_the_next(
     """A group that has committed nothing yet starts at the newest record ("latest"):
     unless its start is committed, a plan that failed on the first run would be skipped
     by the next, which starts at the newest record again."""
-    import asyncio
 
     from aiokafka import AIOKafkaProducer
 
@@ -812,3 +812,34 @@ async def test_a_plan_that_failed_on_the_first_run_is_applied_by_the_next(
     assert _plans(again.stdout) == {"p1": {"vc-a -8", "vc-b +8"}}
     assert _gpu(_stored(state, "vc-a"), "a100")["nominalQuota"] == 8
     assert _gpu(_stored(state, "vc-b"), "a100")["nominalQuota"] == 16
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+async def test_a_plan_slower_to_apply_than_the_group_session_is_still_committed(
+    kafka, tmp_path: Path
+) -> None:
+    """kubectl calls that take longer in all than the group's session timeout (10 s) must
+    not keep the consumer from its group: the plan is applied and committed, no traceback."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    topic = await kafka.create_topic("scaling-events")
+    async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
+        await producer.send_and_wait(topic, encode(ev("e1", "vc-a", 16, 8)))
+        await producer.send_and_wait(topic, encode(ev("e2", "vc-b", 8, 16)))
+    state, env = fake_cluster(tmp_path, {"vc-a": 16, "vc-b": 8})
+    group = kafka.unique("g")
+    cmd = [sys.executable, str(PATH), "--bootstrap", kafka.bootstrap, "--topic", topic,
+           "--group", group, "--from-beginning", "--apply", "--flavor", "a100",
+           "--known-queues", "vc-a,vc-b", "--max-plans", "1"]  # fmt: skip
+    # four calls (a get and a patch per move) of 3.5 s: 14 s
+    res = await asyncio.to_thread(_run_blocking, cmd, {**env, "FAKE_KUBE_DELAY": "3.5"})
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    assert _gpu(_stored(state, "vc-b"), "a100")["nominalQuota"] == 16
+    reader = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id=group)
+    await reader.start()
+    try:
+        assert await reader.committed(TopicPartition(topic, 0)) == 2
+    finally:
+        await reader.stop()
