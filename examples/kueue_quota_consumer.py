@@ -423,36 +423,49 @@ async def consume(args: argparse.Namespace, runner: PlanRunner) -> None:
                 "prefix), or start a worker first (it creates the topic)"
             )
         consumer.subscribe([args.topic])
-        fed = {}  # partition -> the offset after the last record fed, since the last commit
-        assigned: set[Any] = set()  # partitions the group has given it so far
-        while not runner.full:
-            batch = await consumer.getmany(timeout_ms=1000)
-            new = consumer.assignment() - assigned
-            if new:
-                assigned |= new
-                numbers = ", ".join(str(tp.partition) for tp in sorted(new))
-                log.info("reading %s (partition %s) as group %s", args.topic, numbers, args.group)
-                if runner.apply:
-                    await _commit_start(consumer, batch, new)
-            for tp, records in batch.items():
-                for record in records:
-                    if runner.full:  # --max-plans: what comes after is left for next time
-                        break
-                    where = f"{tp.topic}[{tp.partition}]@{record.offset}"
-                    # kubectl runs in a thread, so the group's heartbeats go on: a plan
-                    # slower to apply than the session timeout keeps its partitions
-                    # (raises when a plan fails: nothing committed)
-                    await asyncio.to_thread(runner.feed, record.value, where)
-                    fed[tp] = record.offset + 1
-            # plans an expired older one held back
-            await asyncio.to_thread(runner.run, runner.plans.release_ready())
-            # every plan read is applied: none half-received, none released past the limit
-            whole = runner.plans.pending_plans == 0 and not runner.held_back
-            if fed and runner.apply and whole:
-                await consumer.commit(fed)
-                fed = {}
+        try:
+            await _read(consumer, args, runner)
+        except KafkaError as exc:  # e.g. a partition another member of the group took
+            raise ReadError(
+                f"{args.topic} as group {args.group}: {' '.join(str(exc).split())}; the "
+                "plans read since the last commit are not committed, so the consumer that "
+                "reads them next applies them again (targets are absolute)"
+            ) from None
     finally:
         await consumer.stop()
+
+
+async def _read(consumer: Any, args: argparse.Namespace, runner: PlanRunner) -> None:
+    """Feed the records of the subscribed topic to ``runner`` until it is full; with
+    ``--apply``, commit once every plan read is applied."""
+    fed: dict[Any, int] = {}  # partition -> the offset after the last record fed, uncommitted
+    assigned: set[Any] = set()  # partitions the group has given it so far
+    while not runner.full:
+        batch = await consumer.getmany(timeout_ms=1000)
+        new = consumer.assignment() - assigned
+        if new:
+            assigned |= new
+            numbers = ", ".join(str(tp.partition) for tp in sorted(new))
+            log.info("reading %s (partition %s) as group %s", args.topic, numbers, args.group)
+            if runner.apply:
+                await _commit_start(consumer, batch, new)
+        for tp, records in batch.items():
+            for record in records:
+                if runner.full:  # --max-plans: what comes after is left for next time
+                    break
+                where = f"{tp.topic}[{tp.partition}]@{record.offset}"
+                # kubectl runs in a thread, so the group's heartbeats go on: a plan
+                # slower to apply than the session timeout keeps its partitions
+                # (raises when a plan fails: nothing committed)
+                await asyncio.to_thread(runner.feed, record.value, where)
+                fed[tp] = record.offset + 1
+        # plans an expired older one held back
+        await asyncio.to_thread(runner.run, runner.plans.release_ready())
+        # every plan read is applied: none half-received, none released past the limit
+        whole = runner.plans.pending_plans == 0 and not runner.held_back
+        if fed and runner.apply and whole:
+            await consumer.commit(fed)
+            fed = {}
 
 
 async def _commit_start(consumer: Any, batch: Mapping[Any, list[Any]], new: set[Any]) -> None:
@@ -470,6 +483,10 @@ async def _commit_start(consumer: Any, batch: Mapping[Any, list[Any]], new: set[
 
 class SetupError(Exception):
     """Kafka cannot be read as asked (unreachable, no such topic): exit 2, one line."""
+
+
+class ReadError(Exception):
+    """Reading or committing failed once it had begun: exit 1, one line."""
 
 
 def _set_quotas(args: argparse.Namespace, kubectl: list[str]) -> int:
@@ -551,6 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     stopped: Exception | None = None
     setup_failed: SetupError | None = None
+    read_failed: ReadError | None = None
     try:
         if args.stdin:
             for line in sys.stdin.buffer:
@@ -564,6 +582,8 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(consume(args, runner))
     except SetupError as exc:
         setup_failed = exc
+    except ReadError as exc:
+        read_failed = exc
     except (PlanRefused, ApplyError) as exc:
         stopped = exc
     except KeyboardInterrupt:
@@ -574,6 +594,9 @@ def main(argv: list[str] | None = None) -> int:
     if setup_failed is not None:
         log.error("%s", setup_failed)  # one line: no traceback for a setting to fix
         return 2
+    if read_failed is not None:
+        log.error("%s", read_failed)
+        return 1
     if stopped is not None:
         log.error("%s; stopped, nothing after it applied", stopped)
         if not args.apply:  # the printed script stops there too

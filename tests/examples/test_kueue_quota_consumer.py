@@ -843,3 +843,48 @@ async def test_a_plan_slower_to_apply_than_the_group_session_is_still_committed(
         assert await reader.committed(TopicPartition(topic, 0)) == 2
     finally:
         await reader.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+async def test_a_partition_taken_by_another_member_while_applying_is_one_error_line(
+    kafka, tmp_path: Path
+) -> None:
+    """A second consumer of the group (a rolling update) takes one of the two partitions
+    while a plan is applied: its offsets cannot be committed. The consumer says so in one
+    line and exits 1 (was an IllegalStateError traceback)."""
+    from aiokafka import AIOKafkaProducer
+
+    topic = await kafka.create_topic("scaling-events", partitions=2)
+    state, env = fake_cluster(tmp_path, {"vc-a": 16, "vc-b": 8})
+    env["FAKE_KUBE_DELAY"] = "3"  # four calls: 12 s to apply the plan
+    cmd = [sys.executable, str(PATH), "--bootstrap", kafka.bootstrap, "--topic", topic,
+           "--group", kafka.unique("g"), "--from-beginning", "--known-queues", "vc-a,vc-b",
+           "--flavor", "a100"]  # fmt: skip
+    first = await asyncio.create_subprocess_exec(
+        *cmd, "--apply", "--max-plans", "1", env=env, stderr=asyncio.subprocess.PIPE
+    )
+    assert first.stderr is not None
+    seen = b""
+    while b"INFO reading" not in seen:
+        line = await asyncio.wait_for(first.stderr.readline(), 60)
+        assert line, "the consumer ended before it was assigned the topic"
+        seen += line
+    async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
+        await producer.send_and_wait(topic, encode(ev("e1", "vc-a", 16, 8, size=2)), partition=0)
+        await producer.send_and_wait(topic, encode(ev("e2", "vc-b", 8, 16, size=2)), partition=1)
+    await asyncio.sleep(4)  # it is applying the plan
+    second = await asyncio.create_subprocess_exec(
+        *cmd, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+    try:
+        err = (seen + await asyncio.wait_for(first.stderr.read(), 90)).decode()
+        assert await first.wait() == 1, err
+    finally:
+        second.terminate()
+        await second.wait()
+    assert "Traceback" not in err
+    errors = [ln for ln in err.splitlines() if ln.startswith("ERROR")]
+    assert len(errors) == 1, err
+    assert "not committed" in errors[0] and "applies them again" in errors[0]
+    assert _gpu(_stored(state, "vc-b"), "a100")["nominalQuota"] == 16  # the plan was applied
