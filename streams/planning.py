@@ -257,7 +257,7 @@ class Planning:
         reports that arrived since its last plan) without planning."""
         try:
             message = codec.decode_planning(raw)
-        except (schema.SchemaError, ValueError):  # a line cut short (local journal)
+        except (schema.SchemaError, ValueError, msgspec.DecodeError):  # a line cut short
             return
         if isinstance(message, codec.WindowProgress):
             self.order.note_progress(message.partition, message.upto)
