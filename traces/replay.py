@@ -147,6 +147,7 @@ async def replay(
                     on_delivered(stats.records)
         await _delivered(pending)  # the last ones: a Ctrl-C here waits for them too
     except ReplayError:
+        _unheeded(pending)
         raise
     except BaseException as stop:  # an input error, Ctrl-C: what was sent is delivered
         await _delivered_before(stop, pending)
@@ -191,6 +192,22 @@ async def _delivered_before(stop: BaseException, futures: list[asyncio.Future[An
             f"delivery failed: {failed[0]!r} ({len(failed)} of the last {len(results)} "
             "records sent were not delivered)"
         ) from stop
+
+
+def _unheeded(futures: list[asyncio.Future[Any]]) -> None:
+    """Read the failures of deliveries nobody waits for any more (the replay stopped on an
+    earlier failure, Kafka gone), so that asyncio does not print each one as a traceback
+    ("Future exception was never retrieved") when the replay ends."""
+    for fut in futures:
+        if fut.done():
+            _read_failure(fut)
+        else:
+            fut.add_done_callback(_read_failure)
+
+
+def _read_failure(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 async def _delivered(futures: list[asyncio.Future[Any]]) -> None:
