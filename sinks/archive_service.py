@@ -459,6 +459,7 @@ class Archiver(AsyncService):
         group has no offset for (:meth:`_without_offset`)."""
         assert self.consumer is not None and self.manifest is not None
         missing = []
+        unrecorded: dict[TopicPartition, int] = {}
         for tp in assigned:
             committed = await self.consumer.committed(tp)
             if committed is None:
@@ -466,12 +467,39 @@ class Archiver(AsyncService):
             else:
                 kind = self.kinds[tp.topic]
                 self.writer.remove_uncommitted(kind, tp.partition, committed, discard=False)
+                if ArchiveManifest.key(kind, tp.partition) not in self.manifest.committed:
+                    unrecorded[tp] = committed
+        if unrecorded and not self.manifest.adopted:
+            await self._archived_elsewhere(unrecorded)
         if missing:
             await asyncio.to_thread(self.manifest.refresh, self.writer.out_dir)
             starts = await self.consumer.beginning_offsets(missing)
             ends = await self.consumer.end_offsets(missing)
             for tp in missing:
                 self._without_offset(tp, starts[tp], ends[tp])
+
+    async def _archived_elsewhere(self, committed: dict[TopicPartition, int]) -> None:
+        """Warn when the group has committed partitions this folder has no record of (a
+        new folder for a group that archived into another one): the records before those
+        offsets are not in this folder, and will not be."""
+        assert self.consumer is not None and self.manifest is not None
+        await asyncio.to_thread(self.manifest.refresh, self.writer.out_dir)  # other members
+        starts = await self.consumer.beginning_offsets(list(committed))
+        lacking = [
+            f"{tp.topic} partition {tp.partition} (offsets {starts[tp]} to {offset - 1})"
+            for tp, offset in sorted(committed.items())
+            if offset > starts[tp]
+            and ArchiveManifest.key(self.kinds[tp.topic], tp.partition)
+            not in self.manifest.committed
+        ]
+        if lacking:
+            log.warning(
+                "group %r has committed offsets that archive folder %s has no record of "
+                "(the group archived into another folder, or this one was emptied): it "
+                "starts at them and lacks %s. To archive a topic from its beginning into a "
+                "new folder, give it a group of its own (--group-id)",
+                self.settings.group_id, self.writer.out_dir, "; ".join(lacking),
+            )  # fmt: skip
 
     def _without_offset(self, tp: TopicPartition, start: int, end: int) -> None:
         """A partition the group has no committed offset for (a new group, offsets that

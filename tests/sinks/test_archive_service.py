@@ -221,3 +221,46 @@ async def test_until_end_ends_on_a_topic_that_is_still_being_written_to(
     archived = {r.value for r in read_archive(tmp_path / "archive")}
     assert {schema.encode(s) for s in snaps} <= archived
     assert len(archived) < len(snaps) + len(more)  # it did not wait for the sender to end
+
+
+async def test_a_new_folder_of_a_group_that_archived_elsewhere_says_what_it_lacks(
+    kafka_bootstrap: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new folder (a new data volume) with the group of an archive kept elsewhere starts
+    at the group's committed offsets: it warns that the records before them are not in
+    it, instead of staying silently empty; the group's own folder does not."""
+    prefix = f"aw{uuid.uuid4().hex[:8]}."
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(f"{prefix}jobs", 1, 1)])
+    finally:
+        await admin.close()
+    jobs = [
+        schema.JobEvent(ts=T0 + i, event="submit", job=f"j{i}", tenant="vc-a", gpus=1)
+        for i in range(5)
+    ]
+    await produce(
+        kafka_bootstrap, f"{prefix}jobs", [(e.job.encode(), schema.encode(e)) for e in jobs]
+    )
+    group = f"archive-{uuid.uuid4().hex[:8]}"
+
+    async def archive(out: Path) -> list[str]:
+        settings = ArchiveSettings(
+            kafka=KafkaSettings(bootstrap=kafka_bootstrap, topic_prefix=prefix),
+            out_dir=out,
+            group_id=group,
+        )
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="dprobe.sinks.archive_service"):
+            async with Archiver(settings) as archiver:
+                await asyncio.wait_for(archiver.run(asyncio.Event(), until_end=True), 60)
+        return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+    assert await archive(tmp_path / "first") == []
+    assert len(list(read_archive(tmp_path / "first"))) == len(jobs)
+    said = await archive(tmp_path / "new")
+    assert not list(list_files(tmp_path / "new"))
+    assert len(said) == 1
+    assert f"{prefix}jobs partition 0 (offsets 0 to 4)" in said[0] and group in said[0]
+    assert await archive(tmp_path / "first") == []  # its own folder: nothing missing
