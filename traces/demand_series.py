@@ -177,11 +177,12 @@ def _rows(
         _, header = next(rows, (1, None))
         if header is None:
             raise TraceFormatError("empty file (no header)", path=path, line=1)
-        header = [h.strip().lower() if fold_case else h.strip() for h in header]
+        spelt = [h.strip() for h in header]  # as the file spells them, for messages
+        header = [h.lower() for h in spelt] if fold_case else spelt
         missing = [c for c in required if c not in header]
         if missing:
             raise TraceFormatError(
-                f"header lacks column(s) {', '.join(missing)} (found: {', '.join(header)})",
+                f"header lacks column(s) {', '.join(missing)} (found: {', '.join(spelt)})",
                 path=path,
                 line=1,
             )

@@ -119,6 +119,19 @@ def test_missing_column_and_empty_file(tmp_path: Path) -> None:
         list(read_demand_csv(f))
 
 
+def test_a_missing_helios_column_names_the_header_as_the_file_spells_it(
+    tmp_path: Path,
+) -> None:
+    """Helios headers are read in any case; the error quotes the file's own header (a
+    file with a column vcVP5 is not said to have vcvp5)."""
+    f = tmp_path / "quotas.csv"
+    header = "date,vcVP5,vc6YE,total"
+    f.write_text(f"{header}\n2020-04-01,0,128,784\n")
+    with pytest.raises(TraceFormatError) as caught:
+        list(read_helios_vc(f))
+    assert str(caught.value).endswith(f"(found: {header.replace(',', ', ')})")
+
+
 def test_helios_vc_reads_gzip_and_any_case_of_time(tmp_path: Path) -> None:
     f = tmp_path / "vcAbc.csv.gz"
     body = HELIOS_HEADER.replace("Time", "time") + _helios_row(0, 40, 8) + _helios_row(1, 48, 0)
