@@ -301,6 +301,9 @@ class Ingest:
         key = snap.host.encode()
         known = hosts.get(key) or self._unwritten.get(key)  # this batch's, or one on the way
         state = known[1] if known else codec.loads(self.hosts.get(key)) or seq_tracker.initial()
+        if self._before_reset(state, snap, offset):
+            self.stats.duplicates += 1
+            return None
         state, verdict, lost = seq_tracker.observe(
             state, seq=snap.seq, ts=snap.ts, reset_after_s=self.reset_after_s
         )
@@ -326,6 +329,18 @@ class Ingest:
         self.stats.process_samples += len(snap.procs)
         seq = seq_tracker.effective_seq(state, snap.seq)  # rises across the host's resets
         return split_snapshot(snap, self.window, lost=lost, seq=seq)
+
+    def _before_reset(self, state: dict[str, Any], snap: schema.HostSnapshot, offset: int) -> bool:
+        """Whether ``snap`` is one from before its host's sequence restarted, read again
+        (a replay from the last commit): a seq above the last one taken, far older than
+        the newest snapshot, at an offset the host's state accounts for already. Taken
+        as new, it would count twice and make the host's next snapshots conflicts."""
+        return (
+            state.get("resets", 0) > 0
+            and snap.seq > state["seq"]
+            and snap.ts < state["ts"] - self.reset_after_s
+            and offset <= state.get(RANK_KEY, -1)
+        )
 
     def _conflict(self, snap: schema.HostSnapshot, state: dict[str, Any]) -> None:
         """Count a conflicting snapshot (dropped) and say why, once per host and
