@@ -279,7 +279,12 @@ def parse_queue_map(text: str) -> dict[str, str]:
         tenant, sep, queue = item.partition("=")
         if not sep or not tenant.strip() or not queue.strip():
             raise ValueError(f"expected TENANT=CLUSTERQUEUE, got {item!r}")
-        out[tenant.strip()] = queue.strip()
+        before = out.setdefault(tenant.strip(), queue.strip())
+        if before != queue.strip():  # a move sets one ClusterQueue
+            raise ValueError(
+                f"tenant {tenant.strip()} is mapped to ClusterQueues {before}, {queue.strip()}:"
+                " a tenant's quota is one ClusterQueue's"
+            )
     return out
 
 

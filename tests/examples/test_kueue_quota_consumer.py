@@ -425,6 +425,16 @@ def test_a_group_that_names_none_does_not_start(group: str) -> None:
     assert "Traceback" not in res.stderr
 
 
+def test_a_tenant_mapped_to_two_cluster_queues_does_not_start() -> None:
+    """A move sets one ClusterQueue: the second entry silently replaced the first."""
+    with pytest.raises(ValueError, match="tenant vc-a is mapped to ClusterQueues team-a, team-b"):
+        kq.parse_queue_map("vc-a=team-a,vc-a=team-b")
+    assert kq.parse_queue_map("vc-a=team-a,vc-a=team-a") == {"vc-a": "team-a"}
+    res = _script([ev("e1", "vc-a", 8, 16)], "--queue-map", "vc-a=team-a,vc-a=team-b")
+    assert res.returncode == 2 and res.stdout == b""
+    assert b"tenant vc-a is mapped to ClusterQueues team-a, team-b" in res.stderr
+
+
 def test_without_any_queue_mapping_it_does_not_start() -> None:
     res = _script([ev("e1", "vc-a", 8, 16)])
     assert res.returncode == 2
