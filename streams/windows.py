@@ -309,7 +309,7 @@ class Windows:
             elif isinstance(update, codec.SourceWatermark):
                 self._on_source(update, ps)
             else:
-                self._on_job(update, ps, batch)
+                self._on_job(update, ps, batch, getattr(event.message, "timestamp", None))
         except StateFull as exc:  # what was applied of it stays: replaying it is harmless
             await self.deadletter.send(event.value, exc, event.message)
         except Exception as exc:  # noqa: BLE001 - a bug, or not a message this worker wrote
@@ -374,7 +374,12 @@ class Windows:
         (see :meth:`PartitionState.watermark`)."""
         return ps.watermark(sources=self.sources, grace_s=self.cfg.grace_s)
 
-    def _on_job(self, ev: schema.JobEvent, ps: PartitionState, batch: _Batch) -> None:
+    def _on_job(
+        self, ev: schema.JobEvent, ps: PartitionState, batch: _Batch, record_ts: Any = None
+    ) -> None:
+        """Apply a job event; it moves the partition's job event time only up to its
+        record's time (``record_ts``, when known): a scheduler whose clock runs ahead
+        (within ``max_clock_skew_s``) does not make the others' events late."""
         index = self._job_index(batch, ps)
         book = index.books.get(ev.tenant) or job_book.TenantJobs(self.cfg.book_shards)
         limit = self.cfg.max_state_bytes
@@ -390,7 +395,10 @@ class Windows:
             level = self.level_of(ev)
         if ev.ts < ps.out_before:  # its window is out: the book still takes it
             self.stats.late_job_events += 1
-        ps.note_job(ev.tenant, ev.ts)
+        reached = ev.ts
+        if isinstance(record_ts, (int, float)) and 0 < record_ts < reached:
+            reached = float(record_ts)
+        ps.note_job(ev.tenant, reached)
         index.books[ev.tenant] = book
         changed = book.apply(ev, level=level)
         if changed is not None:

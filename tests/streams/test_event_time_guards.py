@@ -12,7 +12,7 @@ import msgspec
 from dprobe import schema
 from dprobe.streams import codec
 from tests.streams.helpers import make_snapshots
-from tests.streams.test_batch_semantics import FakeTable, FakeTopic, _ingest
+from tests.streams.test_batch_semantics import FakeTable, FakeTopic, _ingest, _windows
 
 
 def _event(offset: int, snap: schema.HostSnapshot, record_ts: float) -> Any:
@@ -238,3 +238,34 @@ async def test_a_host_restarted_inside_a_long_window_counts_both_halves_of_it() 
         [w] = [w for w in windows if w.tenant == tenant and w.window_start == t0]
         assert w.samples == sum(1 for s in counted for p in s.procs if p.tenant == tenant)
         assert w.lost_snapshots == 1
+
+
+async def test_a_scheduler_whose_clock_runs_ahead_does_not_make_other_job_events_late() -> None:
+    """Where job events alone drive time (no telemetry), one stamped a little ahead of
+    its record (within ``max_clock_skew_s``) moves event time only up to its record's
+    time, as a snapshot does: the other schedulers' events that follow are not late."""
+    features = FakeTopic()
+    stage = _windows(features, FakeTable())
+    t = 1_700_000_000.0
+
+    def update(offset: int, value: bytes, record_ts: float) -> Any:
+        message = SimpleNamespace(topic="updates", partition=0, offset=offset, timestamp=record_ts)
+        return SimpleNamespace(value=value, message=message)
+
+    def job(offset: int, tenant: str, ts: float, record_ts: float) -> Any:
+        ev = schema.JobEvent(ts=ts, event="submit", job=f"j{offset}", tenant=tenant, gpus=8)
+        return update(offset, codec.encode_job(ev), record_ts)
+
+    empty = codec.encode_watermark(codec.SourceWatermark(source=0, ts=0.0))
+    await stage.on_updates(
+        [
+            update(0, empty, t),
+            job(1, "vc-a", t, t),
+            job(2, "vc-b", t + 250.0, t + 1.0),  # its scheduler's clock is 250 s ahead
+            job(3, "vc-a", t + 2.0, t + 2.0),
+            job(4, "vc-a", t + 40.0, t + 40.0),
+        ]
+    )
+    assert stage.stats.late_job_events == 0
+    ends = {schema.decode_window(v).window_end for _, _, v in features.sent}
+    assert ends and max(ends) <= t + 40.0
