@@ -128,6 +128,9 @@ class Archiver(AsyncService):
         self._commit_failing = False
         self._invalid_said_at: float | None = None  # when an invalid record was last named
         self._invalid_unsaid = 0
+        # per partition, the offset after the last invalid record counted: one read again
+        # (after a rebalance, from the committed offset) is not counted or named twice
+        self._invalid_upto: dict[TopicPartition, int] = {}
         self.manifest: ArchiveManifest | None = None  # what the folder holds (set at start)
 
     async def start(self) -> None:
@@ -224,7 +227,11 @@ class Archiver(AsyncService):
 
     def _invalid(self, tp: TopicPartition, offset: int, exc: SchemaError) -> None:
         """Count a record that is not archived and name it: the first, then one a minute
-        (with the count since), so a flood of them does not flood the log."""
+        (with the count since), so a flood of them does not flood the log. One read again
+        is neither counted nor named again."""
+        if offset < self._invalid_upto.get(tp, 0):
+            return
+        self._invalid_upto[tp] = offset + 1
         self.invalid_records += 1
         now = time.monotonic()
         if self._invalid_said_at is not None and now - self._invalid_said_at < 60.0:

@@ -15,6 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from dprobe import schema
 from dprobe.config import ArchiveSettings, KafkaSettings
+from dprobe.sinks import archive_service
 from dprobe.sinks.archive_service import Archiver
 from dprobe.sinks.parquet_archive import list_files
 from dprobe.traces.archive_reader import read_archive
@@ -264,3 +265,45 @@ async def test_a_new_folder_of_a_group_that_archived_elsewhere_says_what_it_lack
     assert len(said) == 1
     assert f"{prefix}jobs partition 0 (offsets 0 to 4)" in said[0] and group in said[0]
     assert await archive(tmp_path / "first") == []  # its own folder: nothing missing
+
+
+async def test_records_read_again_after_a_rebalance_are_counted_once(
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A topic that appears rebalances the archive while its files are not committed
+    (Kafka refuses that commit): it reads those records again. The counts it reports,
+    invalid records included, are those of the topic, not of the reads."""
+    monkeypatch.setattr(archive_service, "_METADATA_MAX_AGE_MS", 300)  # sees the topic soon
+    prefix = f"ax{uuid.uuid4().hex[:8]}."
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(f"{prefix}samples", 1, 1)])
+        snaps = make_snapshots(hosts=1, ticks=3, t0=T0)
+        invalid = [(b"h", b"{not json"), (b"h", b'{"v":9}')]
+        await produce(kafka_bootstrap, f"{prefix}samples", [*snapshot_records(snaps), *invalid])
+        settings = ArchiveSettings(
+            kafka=KafkaSettings(bootstrap=kafka_bootstrap, topic_prefix=prefix),
+            out_dir=tmp_path / "archive",
+            group_id=f"archive-{uuid.uuid4().hex[:8]}",
+            flush_interval_s=3600.0,
+        )
+        with caplog.at_level("INFO", logger="dprobe.sinks.parquet_archive"):
+            async with Archiver(settings) as archiver:
+                while archiver.records + archiver.invalid_records < 5:
+                    await archiver.poll()
+                await admin.create_topics([NewTopic(f"{prefix}jobs", 1, 1)])
+                for _ in range(40):  # the rebalance: flushed, not committed, read again
+                    await archiver.poll(timeout_ms=100)
+                    if archiver.records > len(snaps):
+                        break
+    finally:
+        await admin.close()
+    read_again = archiver.records > len(snaps)
+    if not read_again:
+        pytest.skip("Kafka took the commit at the rebalance: nothing was read again")
+    assert "removed 1 uncommitted archive file(s)" in caplog.text
+    assert (archiver.writer.records_written, archiver.invalid_records) == (len(snaps), 2)
