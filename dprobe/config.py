@@ -74,6 +74,22 @@ def _check_port(name: str, port: int, *, lowest: int = 0) -> None:
         raise ConfigError(f"{name} must be within [{lowest}, 65535]")
 
 
+def _check_metrics_addr(section: str, addr: str) -> None:
+    """Refuse an empty /metrics address: it binds every interface, which a cleared
+    variable (``DPROBE_WORKER_METRICS_ADDR=``) must not do without a word.
+
+    >>> _check_metrics_addr("lag", "")
+    Traceback (most recent call last):
+    ...
+    dprobe.config.ConfigError: lag.metrics_addr is empty: ... 0.0.0.0 ...
+    """
+    if not addr.strip():
+        raise ConfigError(
+            f"{section}.metrics_addr is empty: give the address to serve /metrics on "
+            "(127.0.0.1 by default; 0.0.0.0 for every interface, only behind a firewall)"
+        )
+
+
 # Kafka refuses any other topic name (and "." and ".." alone); the broker's own message
 # arrives only once a client tries to create or produce, so settings check it up front.
 _TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]*")
@@ -329,6 +345,7 @@ class CollectorSettings:
         if self.backend not in {"nvml", "synthetic"}:
             raise ConfigError("collector.backend must be 'nvml' or 'synthetic'")
         _check_port("collector.metrics_port", self.metrics_port)
+        _check_metrics_addr("collector", self.metrics_addr)
         for var in self.tenant_env_vars:  # a name no environment holds would never match
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
                 raise ConfigError(
@@ -584,6 +601,7 @@ class WorkerSettings:
         if not self.forget_tenant_after_s >= 0:
             raise ConfigError("worker.forget_tenant_after_s must be >= 0 (0: never)")
         _check_port("worker.metrics_port", self.metrics_port)
+        _check_metrics_addr("worker", self.metrics_addr)
         _check_demand_settings(self)
 
     @property
@@ -666,6 +684,7 @@ class LagSettings:
         if not self.interval_s > 0:
             raise ConfigError("lag.interval_s must be > 0 seconds")
         _check_port("lag.metrics_port", self.metrics_port)
+        _check_metrics_addr("lag", self.metrics_addr)
 
 
 def _max_gpu_index() -> int:

@@ -560,3 +560,22 @@ def test_a_local_broker_password_without_its_user_is_refused() -> None:
 def test_the_heap_sizes_a_user_writes_are_taken() -> None:
     for heap in ("512m", "2g", "1G", "1048576"):
         assert load(BrokerSettings, env={"DPROBE_BROKER_HEAP": heap}).heap == heap
+
+
+@pytest.mark.parametrize("section", ["collector", "worker", "lag"])
+@pytest.mark.parametrize("addr", ["", " "])
+def test_an_empty_metrics_address_is_refused_not_every_interface(section: str, addr: str) -> None:
+    """An empty address binds /metrics on every interface: a cleared variable must not."""
+    import socket
+
+    from dprobe.config import LagSettings
+
+    cls = {"collector": CollectorSettings, "worker": WorkerSettings, "lag": LagSettings}[section]
+    key = f"DPROBE_{section.upper()}_METRICS_ADDR"
+    with socket.create_server((addr.strip(), 0)) as probe:  # what binding it would do
+        assert probe.getsockname()[0] == "0.0.0.0"
+    with pytest.raises(ConfigError) as err:
+        load(cls, env={key: addr})
+    assert str(err.value).startswith(f"{section}.metrics_addr is empty")
+    assert str(err.value).endswith(f"(given: {key}={addr!r} in the environment)")
+    assert load(cls, env={key: "0.0.0.0"}).metrics_addr == "0.0.0.0"
