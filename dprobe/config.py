@@ -1322,6 +1322,8 @@ def _convert(raw: Any, hint: Any) -> Any:
     if hint is Path:
         if not str(raw).strip():  # Path("") is the current folder: never what was meant
             raise ValueError("expected a path, got an empty string")
+        if "\0" in str(raw):  # TOML spells it \u0000; no file system takes one
+            raise ValueError("expected a path, got one holding a NUL character")
         return Path(str(raw)).expanduser()
     if hint is Secret:
         return raw if isinstance(raw, Secret) else Secret(str(raw))

@@ -579,3 +579,35 @@ def test_an_empty_metrics_address_is_refused_not_every_interface(section: str, a
     assert str(err.value).startswith(f"{section}.metrics_addr is empty")
     assert str(err.value).endswith(f"(given: {key}={addr!r} in the environment)")
     assert load(cls, env={key: "0.0.0.0"}).metrics_addr == "0.0.0.0"
+
+
+def _path_settings() -> list[tuple[type, str]]:
+    import dataclasses
+    import typing
+
+    found = []
+    for cls in SERVICES:
+        for f in dataclasses.fields(cls):
+            hint = typing.get_type_hints(cls)[f.name]
+            if hint is Path or Path in typing.get_args(hint):
+                found.append((cls, f.name))
+    return found
+
+
+@pytest.mark.parametrize(("cls", "name"), _path_settings())
+def test_a_path_holding_a_nul_character_is_refused_naming_it(
+    tmp_path: Path, cls: type, name: str
+) -> None:
+    """TOML can spell a NUL (\\u0000); no file system takes it, so it is no path."""
+    import os
+
+    bad = str(tmp_path / "a\0b")
+    with pytest.raises(ValueError, match="null"):  # what the OS calls would say later
+        os.stat(bad)
+    spelt = bad.replace("\0", "\\u0000")
+    f = _toml(tmp_path, f'[{cls.section}]\n{name} = "{spelt}"\n')
+    with pytest.raises(ConfigError) as err:
+        load(cls, env={}, file=f)
+    assert f"[{cls.section}] {name}: expected a path, got one holding a NUL character" in str(
+        err.value
+    )
