@@ -839,8 +839,22 @@ def _did_you_mean(name: str, known: list[str], form: str = "{}") -> str:
     >>> _did_you_mean("windw_s", ["window_s", "grace_s"]), _did_you_mean("zzz", ["grace_s"])
     (' (did you mean window_s?)', '')
     """
+    near = _nearest(name, known)
+    return f" (did you mean {form.format(near)}?)" if near else ""
+
+
+def _nearest(name: str, known: list[str] | set[str]) -> str | None:
+    """The known setting a misspelt ``name`` most likely means: the one whose last words
+    it is (``gpus``, as ``--gpus`` spells it, for ``synthetic_gpus``), else the closest.
+
+    >>> _nearest("gpus", ["seed", "synthetic_gpus"]), _nearest("windw_s", ["window_s"])
+    ('synthetic_gpus', 'window_s')
+    """
+    tails = [k for k in sorted(known) if k.endswith("_" + name)]
+    if len(tails) == 1:
+        return tails[0]
     near = difflib.get_close_matches(name, sorted(known), n=1)
-    return f" (did you mean {form.format(near[0])}?)" if near else ""
+    return near[0] if near else None
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -1068,8 +1082,10 @@ def _warn_unknown_env(section: str, env: Mapping[str, str], known: set[str]) -> 
         if key in _warned_env:
             continue
         _warned_env.add(key)
-        near = difflib.get_close_matches(key, sorted(known), n=1)
-        hint = f"; did you mean {near[0]}?" if near else ""
+        near = _nearest(
+            key.removeprefix(prefix).lower(), {k.removeprefix(prefix).lower() for k in known}
+        )
+        hint = f"; did you mean {prefix}{near.upper()}?" if near else ""
         _log.warning("environment variable %s names no %s setting: ignored%s", key, section, hint)
 
 

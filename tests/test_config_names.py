@@ -198,3 +198,52 @@ def test_a_bootstrap_server_that_is_no_host_name_is_refused(bootstrap: str) -> N
 )
 def test_bootstrap_lists_in_use_are_accepted(bootstrap: str) -> None:
     assert load(KafkaSettings, env={}, cli={"bootstrap": bootstrap}).bootstrap == bootstrap
+
+
+def _flags_named_unlike_their_setting() -> list[tuple[type, str, str]]:
+    """(settings, key a flag's name spells, the setting it sets) for every flag of
+    `dprobe collect`, `dprobe worker` and `dprobe lag` whose name is not its setting's."""
+    import argparse
+    import dataclasses
+
+    from dprobe.cli import build_parser, flag_names
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    found = []
+    for command, cls in (
+        ("collect", CollectorSettings),
+        ("worker", WorkerSettings),
+        ("lag", LagSettings),
+    ):
+        names = {f.name for f in dataclasses.fields(cls)}
+        for dest, flag in flag_names(sub.choices[command]).items():
+            key = flag.lstrip("-").replace("-", "_")
+            if dest in names and key != dest:
+                found.append((cls, key, dest))
+    return found
+
+
+@pytest.mark.parametrize(("cls", "key", "setting"), _flags_named_unlike_their_setting())
+def test_a_flag_s_name_used_as_a_key_is_told_the_setting_it_sets(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    cls: type,
+    key: str,
+    setting: str,
+) -> None:
+    """`--gpus` sets synthetic_gpus: `gpus = 2` in the file, or DPROBE_COLLECTOR_GPUS, is
+    refused (or ignored) with the setting's own name, not some other near spelling."""
+    import logging
+
+    section = cls.section
+    f = tmp_path / "d.toml"
+    f.write_text(f"[{section}]\n{key} = 1\n")
+    with pytest.raises(ConfigError) as err:
+        load(cls, env={}, file=f)
+    assert f"unknown settings: {key} (did you mean {setting}?)" in str(err.value)
+    monkeypatch.setattr("dprobe.config._warned_env", set())
+    var = f"DPROBE_{section.upper()}_{key.upper()}"
+    with caplog.at_level(logging.WARNING, logger="dprobe.config"):
+        load(cls, env={var: "1"})
+    assert f"did you mean DPROBE_{section.upper()}_{setting.upper()}?" in caplog.text
