@@ -1064,6 +1064,7 @@ _BROKER_SCRIPT_ENV = frozenset(
         "LIB_DIR",
         "STATE_DIR",
         "START_TIMEOUT_S",
+        "STOP_TIMEOUT_S",
         "SASL_USER",
         "SASL_PASSWORD",
     )

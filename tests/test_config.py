@@ -611,3 +611,21 @@ def test_a_path_holding_a_nul_character_is_refused_naming_it(
     assert f"[{cls.section}] {name}: expected a path, got one holding a NUL character" in str(
         err.value
     )
+
+
+def test_the_local_broker_s_own_variables_are_not_warned_of(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """infra/kafka/kafka.sh reads DPROBE_KAFKA_* variables of its own (README, "The local
+    Kafka broker"): they are no client setting, and not ignored either."""
+    import re
+
+    monkeypatch.setattr("dprobe.config._warned_env", set())
+    script = (ROOT / "infra" / "kafka" / "kafka.sh").read_text()
+    names = set(re.findall(r"\bDPROBE_KAFKA_[A-Z_]+", script))
+    fields = set(KafkaSettings.__dataclass_fields__)
+    own = {n for n in names if n.removeprefix("DPROBE_KAFKA_").lower() not in fields}
+    assert "DPROBE_KAFKA_STOP_TIMEOUT_S" in own
+    with caplog.at_level(logging.WARNING, logger="dprobe.config"):
+        load(KafkaSettings, env=dict.fromkeys(own, "1"))
+    assert caplog.records == []
