@@ -629,3 +629,23 @@ def test_the_local_broker_s_own_variables_are_not_warned_of(
     with caplog.at_level(logging.WARNING, logger="dprobe.config"):
         load(KafkaSettings, env=dict.fromkeys(own, "1"))
     assert caplog.records == []
+
+
+@pytest.mark.parametrize("seed", [-1, -(2**63), 0, 2**32, 2**63 - 1])
+def test_the_worker_takes_a_seed_exactly_when_its_forecaster_does(seed: int) -> None:
+    """A seed the forecaster's generators refuse is refused by the settings, exit 2,
+    instead of a traceback once the worker has connected."""
+    pytest.importorskip("torch")
+    from dprobe.models.forecast.registry import make_forecaster
+
+    try:
+        make_forecaster("dprobe-mmoe", seed=seed)
+        builds = True
+    except ValueError:
+        builds = False
+    env = {"DPROBE_WORKER_SEED": str(seed)}
+    if builds:
+        assert load(WorkerSettings, env=env).seed == seed
+    else:
+        with pytest.raises(ConfigError, match=r"^worker\.seed must be >= 0"):
+            load(WorkerSettings, env=env)
