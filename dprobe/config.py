@@ -598,6 +598,8 @@ class WorkerSettings:
             raise ConfigError("worker.shutdown_timeout_s must be within (0, 3600] seconds")
         if not 6 <= self.session_timeout_s <= 1800:  # Kafka's own group.*.session.timeout.ms
             raise ConfigError("worker.session_timeout_s must be within [6, 1800] seconds")
+        if not self.producer_linger_ms >= 0:  # Kafka's linger.ms: 0 or more
+            raise ConfigError("worker.producer_linger_ms must be >= 0")
         if self.seed < 0:  # numpy's generators take no negative seed
             raise ConfigError("worker.seed must be >= 0")
         if not self.forget_tenant_after_s >= 0:

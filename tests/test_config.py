@@ -649,3 +649,16 @@ def test_the_worker_takes_a_seed_exactly_when_its_forecaster_does(seed: int) -> 
     else:
         with pytest.raises(ConfigError, match=r"^worker\.seed must be >= 0"):
             load(WorkerSettings, env=env)
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"), [("-1", False), ("-0.5", False), ("0", True), ("5", True)]
+)
+def test_the_producer_linger_is_one_kafka_takes(value: str, ok: bool) -> None:
+    """Kafka's producer ``linger.ms`` takes 0 or more (its documented valid values)."""
+    env = {"DPROBE_WORKER_PRODUCER_LINGER_MS": value}
+    if ok:
+        assert load(WorkerSettings, env=env).producer_linger_ms == float(value)
+    else:
+        with pytest.raises(ConfigError, match=r"^worker\.producer_linger_ms must be >= 0"):
+            load(WorkerSettings, env=env)
