@@ -913,7 +913,8 @@ def _build(
         named = ", ".join(k + _did_you_mean(k, settable) for k in unknown)
         problems.append(f"{where}[{section}] has unknown settings: {named}")
     env_keys = {f.name: _env_key(section, f.name) for f in fields}
-    _warn_unknown_env(section, env, set(env_keys.values()))
+    nested = {f.name for f in fields if hints[f.name] is KafkaSettings}
+    _warn_unknown_env(section, env, {v for k, v in env_keys.items() if k not in nested})
     for f in fields:
         hint = hints[f.name]
         if hint is KafkaSettings:
@@ -1087,11 +1088,30 @@ def _warn_unknown_env(section: str, env: Mapping[str, str], known: set[str]) -> 
         if key in _warned_env:
             continue
         _warned_env.add(key)
-        near = _nearest(
-            key.removeprefix(prefix).lower(), {k.removeprefix(prefix).lower() for k in known}
+        _log.warning(
+            "environment variable %s names no %s setting: ignored%s",
+            key,
+            section,
+            _env_hint(key.removeprefix(prefix), prefix, known),
         )
-        hint = f"; did you mean {prefix}{near.upper()}?" if near else ""
-        _log.warning("environment variable %s names no %s setting: ignored%s", key, section, hint)
+
+
+def _env_hint(rest: str, prefix: str, known: set[str]) -> str:
+    """``; did you mean ...?`` for an unknown variable ``prefix + rest``: a Kafka setting
+    under a service's prefix by its shared ``DPROBE_KAFKA_*`` name, else the closest.
+
+    >>> _env_hint("KAFKA_BOOTSTRAP", "DPROBE_WORKER_", set())
+    '; did you mean DPROBE_KAFKA_BOOTSTRAP? (Kafka settings are shared by every service)'
+    """
+    if prefix != "DPROBE_KAFKA_" and (rest == "KAFKA" or rest.startswith("KAFKA_")):
+        name = rest.removeprefix("KAFKA").removeprefix("_")
+        if name.lower() in KafkaSettings.__dataclass_fields__:
+            return (
+                f"; did you mean DPROBE_KAFKA_{name}? (Kafka settings are shared by every service)"
+            )
+        return "; Kafka settings are DPROBE_KAFKA_* variables, shared by every service"
+    near = _nearest(rest.lower(), {k.removeprefix(prefix).lower() for k in known})
+    return f"; did you mean {prefix}{near.upper()}?" if near else ""
 
 
 def _warn_frozen_moves(s: WorkerSettings) -> None:

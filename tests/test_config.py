@@ -662,3 +662,25 @@ def test_the_producer_linger_is_one_kafka_takes(value: str, ok: bool) -> None:
     else:
         with pytest.raises(ConfigError, match=r"^worker\.producer_linger_ms must be >= 0"):
             load(WorkerSettings, env=env)
+
+
+@pytest.mark.parametrize("cls", [c for c in SERVICES if "kafka" in c.__dataclass_fields__])
+def test_a_kafka_setting_under_a_service_s_prefix_is_told_its_shared_name(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, cls: type
+) -> None:
+    """Kafka settings are DPROBE_KAFKA_* for every service: DPROBE_WORKER_KAFKA_BOOTSTRAP
+    (and DPROBE_WORKER_KAFKA alone) is ignored, and the warning names the variable meant."""
+    monkeypatch.setattr("dprobe.config._warned_env", set())
+    own = f"DPROBE_{cls.section.upper()}_KAFKA"
+    env = {f"{own}_{name.upper()}": "x" for name in KafkaSettings.__dataclass_fields__}
+    env[own] = "x"
+    with caplog.at_level(logging.WARNING, logger="dprobe.config"):
+        load(cls, env=env)
+    lines = {r.getMessage().split(" ")[2]: r.getMessage() for r in caplog.records}
+    assert set(lines) == set(env)
+    for name in KafkaSettings.__dataclass_fields__:
+        shared = f"DPROBE_KAFKA_{name.upper()}"
+        assert lines[f"{own}_{name.upper()}"].endswith(
+            f"did you mean {shared}? (Kafka settings are shared by every service)"
+        )
+    assert "Kafka settings are DPROBE_KAFKA_*" in lines[own]
