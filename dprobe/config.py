@@ -837,6 +837,19 @@ def _check_sections(doc: dict[str, Any], path: Path) -> None:
         raise ConfigError(f"config file {path}: unknown section(s) {named}; known: {listed}")
 
 
+def _in_kafka(key: str) -> str:
+    """`` (did you mean NAME in [kafka]?)`` for a Kafka setting written in a service's
+    table (``bootstrap``, or ``kafka_bootstrap``), else "".
+
+    >>> _in_kafka("kafka_bootstrap"), _in_kafka("window_s")
+    (' (did you mean bootstrap in [kafka]?)', '')
+    """
+    name = key.removeprefix("kafka_")
+    return (
+        f" (did you mean {name} in [kafka]?)" if name in KafkaSettings.__dataclass_fields__ else ""
+    )
+
+
 def _did_you_mean(name: str, known: list[str], form: str = "{}") -> str:
     """`` (did you mean X?)`` for the known name closest to a misspelt ``name``, else "".
 
@@ -910,7 +923,11 @@ def _build(
     if unknown:
         # a nested KafkaSettings is set in [kafka], never here: not a name to suggest
         settable = [n for n in names if hints[n] is not KafkaSettings]
-        named = ", ".join(k + _did_you_mean(k, settable) for k in unknown)
+        kafka_too = len(settable) < len(names)  # the service reads [kafka] as well
+        named = ", ".join(
+            k + (_in_kafka(k) if kafka_too and _in_kafka(k) else _did_you_mean(k, settable))
+            for k in unknown
+        )
         problems.append(f"{where}[{section}] has unknown settings: {named}")
     env_keys = {f.name: _env_key(section, f.name) for f in fields}
     nested = {f.name for f in fields if hints[f.name] is KafkaSettings}

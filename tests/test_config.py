@@ -684,3 +684,14 @@ def test_a_kafka_setting_under_a_service_s_prefix_is_told_its_shared_name(
             f"did you mean {shared}? (Kafka settings are shared by every service)"
         )
     assert "Kafka settings are DPROBE_KAFKA_*" in lines[own]
+
+
+@pytest.mark.parametrize("cls", [c for c in SERVICES if "kafka" in c.__dataclass_fields__])
+def test_a_kafka_setting_in_a_service_s_table_is_told_its_table(tmp_path: Path, cls: type) -> None:
+    """`bootstrap` under [collector] is refused naming the [kafka] table it belongs in."""
+    for key in ("bootstrap", "kafka_bootstrap", "client_id", "sasl_password"):
+        f = _toml(tmp_path, f'[{cls.section}]\n{key} = "x"\n')
+        with pytest.raises(ConfigError) as err:
+            load(cls, env={}, file=f)
+        name = key.removeprefix("kafka_")
+        assert f"unknown settings: {key} (did you mean {name} in [kafka]?)" in str(err.value)
