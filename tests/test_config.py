@@ -695,3 +695,24 @@ def test_a_kafka_setting_in_a_service_s_table_is_told_its_table(tmp_path: Path, 
             load(cls, env={}, file=f)
         name = key.removeprefix("kafka_")
         assert f"unknown settings: {key} (did you mean {name} in [kafka]?)" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["archive.env", "lag.env"])
+def test_every_variable_a_shipped_env_file_names_is_a_setting(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The variables of infra/systemd/*.env, commented-out examples included, load with
+    no warning (each names a setting) and no refusal."""
+    import re
+
+    from dprobe.config import LagSettings
+
+    monkeypatch.setattr("dprobe.config._warned_env", set())
+    text = (ROOT / "infra" / "systemd" / name).read_text()
+    env = dict(re.findall(r"^#?(DPROBE_[A-Z_]+)=(.*)$", text, flags=re.MULTILINE))
+    assert len(env) >= 4
+    env = {k: "pw" if v == "..." else v for k, v in env.items()}
+    cls = ArchiveSettings if name == "archive.env" else LagSettings
+    with caplog.at_level(logging.WARNING, logger="dprobe.config"):
+        load(cls, env=env)
+    assert caplog.records == []
