@@ -62,7 +62,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
 from dprobe import schema
@@ -112,6 +112,45 @@ def _bkey(tenant: str, job: str) -> bytes:
 
 def _tkey(partition: int) -> bytes:
     return b"jt|" + str(partition).encode()
+
+
+def _spoken_of(books: Mapping[str, Any], base: float, w: float, count: int) -> dict[int, set[str]]:
+    """For each ``i`` in ``0..count-1``, the tenants whose books (``books``: tenant ->
+    book) have something to say about the window ``[base + i * w, base + i * w + w)``
+    (what :meth:`job_book.TenantJobs.has_jobs_at` answers), each book read once."""
+    out: dict[int, set[str]] = {}
+    if count <= 0:
+        return out
+
+    def first_after(x: float) -> int:
+        """The smallest ``i`` in ``0..count`` whose window ends after ``x`` (``count``:
+        none), searched with the same arithmetic as the windows' ends."""
+        lo, hi = 0, count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if (base + mid * w) + w > x:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    for tenant, book in books.items():
+        runs: list[tuple[int, int]] = []  # windows lo..hi-1
+        active, ended, logged = book.spans()
+        if active is not None:  # every window ending after its submit
+            runs.append((first_after(active), count))
+        for submit, stop in ended:  # windows ending after its submit, at or before its end
+            runs.append((first_after(submit), first_after(stop)))
+        for ts in logged:  # the window holding ts: start <= ts < end
+            i = first_after(ts)
+            if i < count and base + i * w <= ts:
+                runs.append((i, i + 1))
+        reached = 0
+        for lo, hi in sorted(runs):
+            for i in range(max(lo, reached), hi):
+                out.setdefault(i, set()).add(tenant)
+            reached = max(reached, hi)
+    return out
 
 
 class _JobIndex:
@@ -325,8 +364,8 @@ class Windows:
         middle of a close stored the partition with its watermark, and the replay of its
         records does not move it again."""
         watermark = self.watermark(ps)
-        if ps.ready_starts(watermark=watermark, window_s=self.cfg.window_s) or self._job_starts(
-            ps, batch, watermark
+        if ps.ready_starts(watermark=watermark, window_s=self.cfg.window_s) or any(
+            self._job_starts(ps, batch, watermark).values()
         ):
             await self._close_ready(ps, batch)
 
@@ -479,25 +518,31 @@ class Windows:
         books = self._job_index(batch, ps).books
         return {t for t, book in books.items() if book.has_jobs_at(start, end)}
 
-    def _job_starts(self, ps: PartitionState, batch: _Batch, watermark: float) -> list[float]:
+    def _job_starts(
+        self, ps: PartitionState, batch: _Batch, watermark: float
+    ) -> dict[float, set[str]]:
         """Starts of the windows that end at or before ``watermark``, are not out yet and
-        have a tenant whose job book has something to say about them: a tenant with jobs
-        queued or running gets its windows even when no host of its partition sends
-        telemetry for them, those of the last ``job_fill_s`` before ``watermark``."""
+        have a tenant whose job book has something to say about them, with those
+        tenants: a tenant with jobs queued or running gets its windows even when no host
+        of its partition sends telemetry for them, those of the last ``job_fill_s``
+        before ``watermark``. Every window before ``watermark`` that is not out and
+        after the first time a book speaks of is a key (no tenant: an empty set)."""
         w = self.cfg.window_s
         if not math.isfinite(watermark) or math.floor(watermark / w) * w <= ps.out_before:
-            return []  # no window end passed since the last close: nothing to read
+            return {}  # no window end passed since the last close: nothing to read
         if not ps.job_tenants:
-            return []
-        books = self._job_index(batch, ps).books.values()
-        first = min((t for book in books if (t := book.first_ts()) is not None), default=None)
+            return {}
+        books = self._job_index(batch, ps).books
+        first = min(
+            (t for book in books.values() if (t := book.first_ts()) is not None), default=None
+        )
         if first is None:
-            return []
+            return {}
         oldest = math.floor((watermark - self.cfg.job_fill_s) / w) * w  # a jump: not filled
         base = max(ps.out_before, math.floor(first / w) * w, oldest)
-        count = math.floor((watermark - base) / w)
-        starts = (base + i * w for i in range(max(0, count)))
-        return [s for s in starts if any(book.has_jobs_at(s, s + w) for book in books)]
+        count = max(0, math.floor((watermark - base) / w))
+        spoken = _spoken_of(books, base, w, count)
+        return {base + i * w: spoken.get(i, set()) for i in range(count)}
 
     def _prune_jobs(self, ps: PartitionState, batch: _Batch, before: float) -> None:
         """The job books drop what every window ending at or before ``before`` used."""
@@ -524,9 +569,13 @@ class Windows:
         watermark = self.watermark(ps)
         closable_at = time.monotonic()  # when this worker could close them: one clock
         starts = set(ps.ready_starts(watermark=watermark, window_s=w))
-        starts.update(self._job_starts(ps, batch, watermark))
+        by_jobs = self._job_starts(ps, batch, watermark)
+        starts.update(start for start, tenants in by_jobs.items() if tenants)
         for start in sorted(starts):
-            tenants = ps.tenants_open_at(start) | self._job_tenants_at(ps, batch, start)
+            job_tenants = by_jobs.get(start)
+            if job_tenants is None:  # before the windows the books were read for
+                job_tenants = self._job_tenants_at(ps, batch, start)
+            tenants = ps.tenants_open_at(start) | job_tenants
             sent = [await self._emit(tenant, start, batch) for tenant in sorted(tenants)]
             forwarded = []
             for fut, window in sent:  # delivered before the state that made them goes away

@@ -660,6 +660,15 @@ class TenantJobs:
         times += [x[0] for x in self._log()]
         return min(times, default=None)
 
+    def spans(self) -> tuple[float | None, list[tuple[float, float]], list[float]]:
+        """What :meth:`has_jobs_at` looks at: the earliest submit of a queued or running
+        job (it speaks of every window ending after it), ``(submit, end)`` of each ended
+        job (windows ending after its submit, at or before its end), and the time of
+        each logged event (its window)."""
+        active = min((j[3] for shard in self._active for j in shard.values()), default=None)
+        ended = [(x[2], x[0]) for x in self._ended_in_order()]
+        return active, ended, [x[0] for x in self._log()]
+
     def has_jobs_at(self, start: float, end: float) -> bool:
         """Whether the window ``[start, end)`` has anything to say about this book."""
         for shard in self._active:
