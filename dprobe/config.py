@@ -334,6 +334,7 @@ class CollectorSettings:
             raise ConfigError(
                 "collector.clock_speed, send_timeout_s and nvml_timeout_s must be > 0"
             )
+        _check_clock_speed(self.clock_speed, self.interval_s)
         if self.spool_max_bytes < 1024 * 1024:
             raise ConfigError("collector.spool_max_bytes must be at least 1 MiB")
         if not 1 <= self.send_batch_max <= 100_000:  # 0 would never send a snapshot
@@ -362,6 +363,38 @@ class CollectorSettings:
 # below this a collector spends most of a core on its own ticks (each takes 3-6 ms of CPU,
 # docs/collector.md "Cost"); 1-10 s suits demand profiling
 MIN_COLLECT_INTERVAL_S = 0.01
+
+# the fastest clock a collector runs on: a wall second is then 11.6 days of event time
+# (far faster ones stamp snapshots millions of years ahead and stall the synthetic
+# workload, which steps through the time between ticks)
+MAX_CLOCK_SPEED = 1e6
+
+
+def _check_clock_speed(speed: float, interval_s: float) -> None:
+    """Refuse a clock faster than :data:`MAX_CLOCK_SPEED`, or one that ticks more often
+    than every :data:`MIN_COLLECT_INTERVAL_S` of wall time.
+
+    >>> _check_clock_speed(600.0, 60.0)
+    >>> _check_clock_speed(1e4, 10.0)
+    Traceback (most recent call last):
+    ...
+    dprobe.config.ConfigError: collector.clock_speed 10000 takes a snapshot every 1 ms of \
+wall time at interval_s 10: at most one every 0.01 s (a faster one keeps a core busy); a \
+lower clock_speed or a longer interval_s
+    """
+    if not speed <= MAX_CLOCK_SPEED:
+        raise ConfigError(
+            f"collector.clock_speed must be at most {MAX_CLOCK_SPEED:g} (a wall second is "
+            f"then {MAX_CLOCK_SPEED / 86_400:.1f} days of event time), got {speed:g}"
+        )
+    if interval_s / speed < MIN_COLLECT_INTERVAL_S * (1 - 1e-9):
+        raise ConfigError(
+            f"collector.clock_speed {speed:g} takes a snapshot every "
+            f"{1000 * interval_s / speed:.3g} ms of wall time at interval_s {interval_s:g}: at "
+            f"most one every {MIN_COLLECT_INTERVAL_S} s (a faster one keeps a core busy); a "
+            "lower clock_speed or a longer interval_s"
+        )
+
 
 # the largest synthetic workload: a tick of 1,024 GPUs x 64 processes takes about 2 s to
 # generate, one of 100,000 GPUs minutes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import certifi
@@ -716,3 +717,25 @@ def test_every_variable_a_shipped_env_file_names_is_a_setting(
     with caplog.at_level(logging.WARNING, logger="dprobe.config"):
         load(cls, env=env)
     assert caplog.records == []
+
+
+@pytest.mark.parametrize(
+    ("speed", "interval_s", "said"),
+    [
+        (1e100, 10.0, "collector.clock_speed must be at most 1e+06"),
+        (1e7, 1e7, "collector.clock_speed must be at most 1e+06"),
+        (1e5, 10.0, "takes a snapshot every 0.1 ms of wall time at interval_s 10"),
+    ],
+)
+def test_a_clock_too_fast_for_the_collector_is_refused(
+    speed: float, interval_s: float, said: str
+) -> None:
+    # 1e100 stamped the first snapshot 1e98 s ahead and then spun, deaf to SIGTERM
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        CollectorSettings(backend="synthetic", clock_speed=speed, interval_s=interval_s)
+
+
+@pytest.mark.parametrize(("speed", "interval_s"), [(600.0, 60.0), (720.0, 120.0), (1e6, 1e4)])
+def test_the_clocks_the_docs_and_the_demo_use_are_taken(speed: float, interval_s: float) -> None:
+    s = CollectorSettings(backend="synthetic", clock_speed=speed, interval_s=interval_s)
+    assert (s.clock_speed, s.interval_s) == (speed, interval_s)
