@@ -120,34 +120,8 @@ def test_the_cohort_is_read_from_cohort_name_too() -> None:
     assert quotas == {"team-a": 16, "team-b": 32, "team-d": 1000}
 
 
-def test_a_queue_it_cannot_read_stops_the_complete_report() -> None:
-    skipped: list[str] = []
-    kr.queue_quotas(QUEUES, tenant_of={}, cohort="gpu-pool", skipped=skipped)
-    assert skipped == ["team-c"]
-    res = subprocess.run(
-        [sys.executable, str(PATH), "--cohort", "gpu-pool"],
-        input=json.dumps(QUEUES),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert res.returncode == 1
-    assert res.stdout == ""  # no report: the planner would take team-c's tenant for 0
-    assert "team-c" in res.stderr
-    ok = subprocess.run(
-        [sys.executable, str(PATH), "--cohort", "gpu-pool"],
-        input=json.dumps(READABLE),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.startswith("dprobe cluster publish --source kueue --complete --capacity 56 ")
-
-
-def _report(queues: dict[str, Any], *flags: str) -> subprocess.CompletedProcess[str]:
+def _report(queues: object, *flags: str) -> subprocess.CompletedProcess[str]:
+    """The script run on ``queues`` (as JSON on stdin) with ``flags``."""
     return subprocess.run(
         [sys.executable, str(PATH), *flags],
         input=json.dumps(queues),
@@ -156,6 +130,19 @@ def _report(queues: dict[str, Any], *flags: str) -> subprocess.CompletedProcess[
         timeout=60,
         check=False,
     )
+
+
+def test_a_queue_it_cannot_read_stops_the_complete_report() -> None:
+    skipped: list[str] = []
+    kr.queue_quotas(QUEUES, tenant_of={}, cohort="gpu-pool", skipped=skipped)
+    assert skipped == ["team-c"]
+    res = _report(QUEUES, "--cohort", "gpu-pool")
+    assert res.returncode == 1
+    assert res.stdout == ""  # no report: the planner would take team-c's tenant for 0
+    assert "team-c" in res.stderr
+    ok = _report(READABLE, "--cohort", "gpu-pool")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("dprobe cluster publish --source kueue --complete --capacity 56 ")
 
 
 def test_a_flavor_with_no_gpu_quota_is_refused_not_reported_as_zero() -> None:
@@ -229,14 +216,7 @@ ONE_QUEUE = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", **R
 def test_input_that_is_no_cluster_queue_list_exits_2_saying_what_it_got(
     document: object, said: str
 ) -> None:
-    res = subprocess.run(
-        [sys.executable, str(PATH)],
-        input=json.dumps(document),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    res = _report(document)
     assert res.returncode == 2, res.stderr
     assert res.stdout == "" and "Traceback" not in res.stderr
     assert said in res.stderr
