@@ -43,14 +43,11 @@ A window is closed right after the update that moves the watermark past its end,
 content depends only on the log, never on where a batch happens to end.
 
 Commit order (written down once, relied on for exactly-once *effects*): on close, every
-TenantWindow of that window start is produced and its delivery awaited; then what the
-batch changed so far (but the windows closing) is written; then the partition state
-(closed_end, open index) is written; then the window states are deleted; then the job
-books drop what the closed windows used. A crash before the partition state is written
-re-emits identical windows on
-replay (same state, same inputs); after it, replayed partials of those windows are late,
-and the windows that the stored watermark has passed but that were not closed yet (one
-step can close several window starts) are closed before the replay applies anything.
+TenantWindow of that window start is produced and its delivery awaited; then the
+partition state (closed_end, open index) is written; then the window states are
+deleted; then the job books drop what the closed windows used. A crash before the
+partition state is written re-emits identical windows on
+replay (same state, same inputs); after it, replayed partials of those windows are late.
 Window states record the last ``seq`` applied per host, so a replayed partial is never
 added twice. Faust flushes the producer (changelog included) before committing source
 offsets.
@@ -62,7 +59,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dprobe import schema
@@ -223,9 +220,8 @@ class _Batch:
         else:
             await self.write(key)
 
-    async def flush(self, skip: Container[bytes] = ()) -> None:
-        """Store every changed value (but those of ``skip``)."""
-        for key in sorted(k for k in self.dirty if k not in skip):
+    async def flush(self) -> None:
+        for key in sorted(self.dirty):
             await self.store(key)
 
 
@@ -269,7 +265,6 @@ class Windows:
         for partition, evs in sorted(by_partition.items()):
             batch = _Batch(self.table, partition)
             ps = self._load_partition(batch)
-            await self._close_left_open(ps, batch)
             for event in evs:
                 batch.off = event.message.offset
                 await self._apply(event, ps, batch)
@@ -357,16 +352,6 @@ class Windows:
         # Closing produces windows: a failed delivery is not the record's fault, so it is
         # not caught here (the batch fails and the worker restarts from its last commit).
         if self.watermark(ps) > before:
-            await self._close_ready(ps, batch)
-
-    async def _close_left_open(self, ps: PartitionState, batch: _Batch) -> None:
-        """Close the windows the stored watermark has passed already: a crash in the
-        middle of a close stored the partition with its watermark, and the replay of its
-        records does not move it again."""
-        watermark = self.watermark(ps)
-        if ps.ready_starts(watermark=watermark, window_s=self.cfg.window_s) or any(
-            self._job_starts(ps, batch, watermark).values()
-        ):
             await self._close_ready(ps, batch)
 
     def _on_partial(self, part: Partial, ps: PartitionState, batch: _Batch) -> None:
@@ -586,11 +571,6 @@ class Windows:
                     forwarded.append(await self.on_window(window))
             for fut in forwarded:
                 await fut
-            # What the batch applied so far is stored before the partition, so a crash
-            # after it leaves no state behind the partition's watermark: a replay closes
-            # the rest at once, as they were (the windows closed now are only deleted).
-            shards = range(max(batch.host_counts))
-            await batch.flush(skip={_wkey(t, start, k) for t in tenants for k in shards})
             ps.close(start, end=start + w)
             await self._write_partition(ps, batch)
             for tenant in sorted(tenants):
