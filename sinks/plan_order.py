@@ -9,11 +9,11 @@ with several partitions arrive out of order), so the quotas applied never pass t
 state no plan made. A plan older than one already released (it began to arrive only
 after) is released only with the events of tenants that no newer plan has set, so every
 tenant ends at the target of the newest plan that moved it; a second plan made at the
-same window end (``plan_seq``) as one applied to any of its tenants is not applied at
-all. Duplicate ``event_id`` s are dropped; a plan still incomplete after ``max_age_s``
-is dropped with a warning, never applied in part, and the plans it held back go out
-(call :meth:`release_ready` when no event comes, so they need not wait for the next
-one); its events count as new if they are delivered again.
+same window end (``plan_seq``) as one applied (another ``plan_id``), whatever its
+tenants, is not applied at all. Duplicate ``event_id`` s are dropped; a plan still
+incomplete after ``max_age_s`` is dropped with a warning, never applied in part, and
+the plans it held back go out (call :meth:`release_ready` when no event comes, so they
+need not wait for the next one); its events count as new if they are delivered again.
 
 Example:
     >>> from dprobe.schema import Forecast, ModelInfo, ScalingEvent
@@ -47,6 +47,9 @@ from dprobe.sinks.seen_ids import SeenIds
 log = logging.getLogger(__name__)
 
 
+SEQ_PLANS_KEPT = 1024  # window ends whose applied plan is remembered (bounded memory)
+
+
 @dataclass
 class PlanAssembler:
     """Buffers events by plan; releases complete plans, newest target per tenant wins."""
@@ -60,6 +63,8 @@ class PlanAssembler:
     _pending: dict[str, tuple[float, list[ScalingEvent]]] = field(default_factory=dict)
     _ready: dict[str, list[ScalingEvent]] = field(default_factory=dict)  # complete, held back
     _tenant_seq: dict[str, int] = field(default_factory=dict)  # newest plan applied per tenant
+    # the plan applied at each recent window end (plan_seq), the newest SEQ_PLANS_KEPT
+    _seq_plan: dict[int, str] = field(default_factory=dict)
 
     @property
     def pending_plans(self) -> int:
@@ -111,7 +116,10 @@ class PlanAssembler:
         seq = events[0].plan_seq
         if seq <= 0:  # no sequence number (an older worker): as it comes
             return events
-        if any(self._tenant_seq.get(e.tenant) == seq for e in events):
+        plan_id = events[0].plan_id
+        if self._seq_plan.get(seq, plan_id) != plan_id or any(
+            self._tenant_seq.get(e.tenant) == seq for e in events
+        ):
             # another plan of the same window end was applied (a worker planned it again
             # from another state): part of this one would break the sum of the quotas
             self.stale_events += len(events)
@@ -124,6 +132,10 @@ class PlanAssembler:
         self.stale_events += len(events) - len(out)
         for e in out:
             self._tenant_seq[e.tenant] = seq
+        if out:
+            self._seq_plan[seq] = plan_id
+            if len(self._seq_plan) > SEQ_PLANS_KEPT:
+                del self._seq_plan[min(self._seq_plan)]
         return out
 
     def expire(self) -> list[str]:

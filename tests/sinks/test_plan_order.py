@@ -166,3 +166,20 @@ def test_a_second_plan_for_the_same_window_end_is_not_applied_in_part() -> None:
             applied[move.tenant] = move.target_quota_gpus
     assert applied == {"vc-a": 24.0, "vc-b": 8.0, "vc-c": 16.0}
     assert sum(applied.values()) == 48.0
+
+
+def test_a_second_plan_for_the_same_window_end_on_other_tenants_is_not_applied() -> None:
+    """The second plan shares no tenant with the first: it is still another plan of the
+    same window end, and applied it would leave quotas no single plan made."""
+    import msgspec
+
+    plans = PlanAssembler()
+    first = [_event("f1", 5, "vc-a", 16, 24), _event("f2", 5, "vc-b", 16, 8)]
+    again = [_event("s1", 5, "vc-c", 16, 24), _event("s2", 5, "vc-d", 16, 8)]
+    again = [msgspec.structs.replace(e, plan_id="p5-replanned") for e in again]
+    released = [m.event_id for e in first + again for m in plans.add(e)]
+    assert released == ["f1", "f2"]
+    assert plans.stale_events == 2
+    # a later window end's plan is applied as usual
+    later = [_event("n1", 6, "vc-c", 16, 24), _event("n2", 6, "vc-d", 16, 8)]
+    assert [m.event_id for e in later for m in plans.add(e)] == ["n1", "n2"]
