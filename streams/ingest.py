@@ -535,5 +535,9 @@ class Ingest:
                 sent.append(await self.deadletter.send(event.value, error, message, wait=False))
                 continue
             self.stats.job_events += 1
-            sent.append(await self.updates.send(key=ev.tenant.encode(), value=codec.encode_job(ev)))
+            # the update carries the clock the event was held to: the window stage moves
+            # job event time only up to it, however late this worker forwards it
+            update = codec.encode_job(ev)
+            key = ev.tenant.encode()
+            sent.append(await self.updates.send(key=key, value=update, timestamp=reference))
         await delivered(sent, f"a batch of {len(events)} job event(s)")

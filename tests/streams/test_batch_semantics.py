@@ -87,15 +87,24 @@ class FakeTopic:
         self.partitions = partitions
         self.deliver = deliver
         self.sent: list[tuple[int, bytes, bytes]] = []
+        self.timestamps: list[float | None] = []  # each send's record timestamp, if given
         self.futures: list[asyncio.Future[None]] = []
         self.accepting = asyncio.Event()  # cleared: send() itself waits (a full buffer)
         self.accepting.set()
 
-    async def send(self, *, key: bytes, value: bytes, partition: int | None = None) -> Any:
+    async def send(
+        self,
+        *,
+        key: bytes,
+        value: bytes,
+        partition: int | None = None,
+        timestamp: float | None = None,
+    ) -> Any:
         await self.accepting.wait()
         if partition is None:
             partition = sum(key) % self.partitions
         self.sent.append((partition, key, value))
+        self.timestamps.append(timestamp)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self.deliver:
             fut.set_result(None)

@@ -269,3 +269,45 @@ async def test_a_scheduler_whose_clock_runs_ahead_does_not_make_other_job_events
     assert stage.stats.late_job_events == 0
     ends = {schema.decode_window(v).window_end for _, _, v in features.sent}
     assert ends and max(ends) <= t + 40.0
+
+
+async def test_a_job_event_stamped_ahead_is_held_back_even_when_forwarded_late() -> None:
+    """The update that forwards a job event carries its jobs record's time, so a worker
+    that reads the jobs topic an hour behind (a backlog) still holds an event stamped
+    ahead of its record back to that record's time: no other scheduler's event is late."""
+    updates = FakeTopic(1)
+    ingest = _ingest(updates, FakeTable())
+    t = 1_700_000_000.0
+
+    def job(offset: int, tenant: str, ts: float, record_ts: float) -> Any:
+        ev = schema.JobEvent(ts=ts, event="submit", job=f"j{offset}", tenant=tenant, gpus=8)
+        message = SimpleNamespace(topic="jobs", partition=0, offset=offset, timestamp=record_ts)
+        return SimpleNamespace(value=schema.encode(ev), message=message)
+
+    jobs = [
+        job(0, "vc-a", t, t),
+        job(1, "vc-b", t + 250.0, t + 1.0),  # its scheduler's clock is 250 s ahead
+        job(2, "vc-a", t + 2.0, t + 2.0),
+        job(3, "vc-a", t + 40.0, t + 40.0),
+    ]
+    await ingest.on_job_events(jobs)  # read now, long after they were written
+    assert updates.timestamps == [t, t + 1.0, t + 2.0, t + 40.0]
+
+    features = FakeTopic()
+    stage = _windows(features, FakeTable())
+    empty = codec.encode_watermark(codec.SourceWatermark(source=0, ts=0.0))
+    records = [(empty, t)] + [
+        (v, ts) for (_, _, v), ts in zip(updates.sent, updates.timestamps, strict=True)
+    ]
+    await stage.on_updates(
+        [
+            SimpleNamespace(
+                value=v,
+                message=SimpleNamespace(topic="updates", partition=0, offset=i, timestamp=ts),
+            )
+            for i, (v, ts) in enumerate(records)
+        ]
+    )
+    assert stage.stats.late_job_events == 0
+    ends = {schema.decode_window(v).window_end for _, _, v in features.sent}
+    assert ends and max(ends) <= t + 40.0
