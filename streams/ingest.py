@@ -535,9 +535,11 @@ class Ingest:
                 sent.append(await self.deadletter.send(event.value, error, message, wait=False))
                 continue
             self.stats.job_events += 1
-            # the update carries the clock the event was held to: the window stage moves
-            # job event time only up to it, however late this worker forwards it
+            # an event stamped ahead of its reference clock: its update carries that clock,
+            # and the window stage moves job event time only up to it, however late this
+            # worker forwards it (others keep the send's own time, as every update does)
+            ahead = reference if ev.ts > reference else None
             update = codec.encode_job(ev)
             key = ev.tenant.encode()
-            sent.append(await self.updates.send(key=key, value=update, timestamp=reference))
+            sent.append(await self.updates.send(key=key, value=update, timestamp=ahead))
         await delivered(sent, f"a batch of {len(events)} job event(s)")

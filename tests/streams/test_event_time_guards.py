@@ -291,13 +291,16 @@ async def test_a_job_event_stamped_ahead_is_held_back_even_when_forwarded_late()
         job(3, "vc-a", t + 40.0, t + 40.0),
     ]
     await ingest.on_job_events(jobs)  # read now, long after they were written
-    assert updates.timestamps == [t, t + 1.0, t + 2.0, t + 40.0]
+    # the one stamped ahead carries its record's time; the others the send's own time
+    assert updates.timestamps == [None, t + 1.0, None, None]
 
     features = FakeTopic()
     stage = _windows(features, FakeTable())
     empty = codec.encode_watermark(codec.SourceWatermark(source=0, ts=0.0))
+    late = t + 3600.0  # when a worker an hour behind forwarded them
     records = [(empty, t)] + [
-        (v, ts) for (_, _, v), ts in zip(updates.sent, updates.timestamps, strict=True)
+        (v, late if ts is None else ts)
+        for (_, _, v), ts in zip(updates.sent, updates.timestamps, strict=True)
     ]
     await stage.on_updates(
         [
