@@ -84,3 +84,15 @@ def nonempty_path(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("an empty path")
     return text
+
+
+def not_applying(flags: list[str], condition: str) -> UsageError:
+    """The refusal of ``flags`` (given, non-empty) that change nothing ``condition``.
+
+    >>> print(not_applying(["--out"], "with --no-plots"))
+    --out does not apply with --no-plots
+    >>> print(not_applying(["--interval", "--horizon"], "with --modes static"))
+    --interval and --horizon do not apply with --modes static
+    """
+    verb = "does" if len(flags) == 1 else "do"
+    return UsageError(f"{' and '.join(flags)} {verb} not apply {condition}")

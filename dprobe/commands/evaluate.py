@@ -29,7 +29,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dprobe.commands._common import checked_seed, count_of, nonempty_path, positive
+from dprobe.commands._common import (
+    checked_seed,
+    count_of,
+    nonempty_path,
+    not_applying,
+    positive,
+)
 from dprobe.commands._step_bound import check_steps, jobs_span_s
 from dprobe.errors import UsageError
 from dprobe.folders import output_file, output_folder
@@ -266,10 +272,7 @@ def run(args: argparse.Namespace) -> int:
             if v is not None
         ]
         if given:
-            verb = "does" if len(given) == 1 else "do"
-            raise UsageError(
-                f"{' and '.join(given)} {verb} not apply with --no-plots (it writes nothing)"
-            )
+            raise not_applying(given, "with --no-plots (it writes nothing)")
     args.out = DEFAULT_OUT if args.out is None else args.out
     args.plot_tenants = DEFAULT_PLOT_TENANTS if args.plot_tenants is None else args.plot_tenants
     horizons = _horizons(args.horizons)

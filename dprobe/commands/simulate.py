@@ -38,7 +38,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dprobe.commands._common import checked_seed, count_of, nonempty_path, positive
+from dprobe.commands._common import (
+    checked_seed,
+    count_of,
+    nonempty_path,
+    not_applying,
+    positive,
+)
 from dprobe.commands._step_bound import check_steps, jobs_span_s
 from dprobe.errors import UsageError
 from dprobe.folders import output_file
@@ -458,10 +464,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--no-gate applies only with --modes predictive")
     static_by = "--pool" if args.pool else "--modes static"  # what made the run static-only
     if costs_given and set(modes) == {"static"}:
-        raise UsageError(
-            f"{' and '.join(costs_given)} {'does' if len(costs_given) == 1 else 'do'} not apply "
-            f"with {static_by} (static quotas never move a node)"
-        )
+        raise not_applying(costs_given, f"with {static_by} (static quotas never move a node)")
     if args.sweep and set(modes) == {"static"}:
         raise UsageError(
             f"--sweep does not apply with {static_by}: it varies the move latency and the "
