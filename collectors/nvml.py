@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from dprobe.abandoned_futures import read_failure
 from dprobe.collectors.backend import GpuReading, ProcReading, Reading
 from dprobe.collectors.errors import BackendError
 from dprobe.collectors.nvml_errors import DRIVER_WIDE, NOT_FOUND, UNAVAILABLE, to_backend_error
@@ -163,7 +164,7 @@ class NvmlBackend(AsyncResource):
         if self._inflight is not None and not self._inflight.done():
             raise BackendError("previous NVML read still running", kind="busy", retriable=True)
         fut: asyncio.Future[Reading] = asyncio.ensure_future(self._call(self._read_sync))
-        fut.add_done_callback(_consume)
+        fut.add_done_callback(read_failure)  # a read abandoned at the timeout
         self._inflight = fut
         try:
             return await asyncio.wait_for(asyncio.shield(fut), self.timeout_s)
@@ -309,9 +310,3 @@ class NvmlBackend(AsyncResource):
                 )
             )
         return out
-
-
-def _consume(fut: asyncio.Future[Any]) -> None:
-    """Retrieve the outcome of an abandoned (timed-out) read so asyncio does not warn."""
-    if not fut.cancelled():
-        fut.exception()

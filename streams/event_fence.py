@@ -45,6 +45,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dprobe.abandoned_futures import read_failures
+
 log = logging.getLogger(__name__)
 
 
@@ -145,13 +147,13 @@ class FencedEvents:
             for fut in futures:
                 await fut
         except BaseException:
-            _observe(futures)
+            read_failures(futures)  # the error raised is the one that stopped it
             await _abort(producer)
             raise
         try:
             await producer.commit_transaction()  # waits for every send of the transaction
         except BaseException:
-            _observe(futures)  # the commit's error is the one raised
+            read_failures(futures)  # the commit's error is the one raised
             raise
 
     async def close(self) -> None:
@@ -168,13 +170,6 @@ class FencedEvents:
                 await producer.stop()
             except Exception as exc:  # noqa: BLE001 - a fenced producer may fail to stop
                 log.warning("stopping planning's old event producer: %r", exc)
-
-
-def _observe(futures: list[Any]) -> None:
-    """Mark the sends' own errors as seen: the transaction's error is the one raised."""
-    for fut in futures:
-        if isinstance(fut, asyncio.Future):
-            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
 async def _abort(producer: Any) -> None:

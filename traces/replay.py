@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from dprobe.abandoned_futures import read_failures
 from dprobe.clock import Clock, SystemClock
 from dprobe.errors import DprobeError
 from dprobe.traces.replay_record import ReplayRecord, shifted
@@ -147,7 +148,7 @@ async def replay(
                     on_delivered(stats.records)
         await _delivered(pending)  # the last ones: a Ctrl-C here waits for them too
     except ReplayError:
-        _unheeded(pending)
+        read_failures(pending)  # the failures after the first: nobody awaits them
         raise
     except BaseException as stop:  # an input error, Ctrl-C: what was sent is delivered
         await _delivered_before(stop, pending)
@@ -192,22 +193,6 @@ async def _delivered_before(stop: BaseException, futures: list[asyncio.Future[An
             f"delivery failed: {failed[0]!r} ({len(failed)} of the last {len(results)} "
             "records sent were not delivered)"
         ) from stop
-
-
-def _unheeded(futures: list[asyncio.Future[Any]]) -> None:
-    """Read the failures of deliveries nobody waits for any more (the replay stopped on an
-    earlier failure, Kafka gone), so that asyncio does not print each one as a traceback
-    ("Future exception was never retrieved") when the replay ends."""
-    for fut in futures:
-        if fut.done():
-            _read_failure(fut)
-        else:
-            fut.add_done_callback(_read_failure)
-
-
-def _read_failure(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled():
-        fut.exception()
 
 
 async def _delivered(futures: list[asyncio.Future[Any]]) -> None:
