@@ -958,8 +958,7 @@ def _build(
         settable = [n for n in names if hints[n] is not KafkaSettings]
         kafka_too = len(settable) < len(names)  # the service reads [kafka] as well
         named = ", ".join(
-            k + (_in_kafka(k) if kafka_too and _in_kafka(k) else _did_you_mean(k, settable))
-            for k in unknown
+            k + ((kafka_too and _in_kafka(k)) or _did_you_mean(k, settable)) for k in unknown
         )
         problems.append(f"{where}[{section}] has unknown settings: {named}")
     env_keys = {f.name: _env_key(section, f.name) for f in fields}

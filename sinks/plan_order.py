@@ -125,7 +125,7 @@ class PlanAssembler:
             self.stale_events += len(events)
             log.warning(
                 "plan %s made at the same window end as a plan applied already; not applied",
-                events[0].plan_id,
+                plan_id,
             )
             return []
         out = [e for e in events if self._tenant_seq.get(e.tenant, 0) < seq]
