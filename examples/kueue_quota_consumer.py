@@ -72,6 +72,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
+from dprobe.consumer_start import commit_start
 from dprobe.schema import ScalingEvent, SchemaError, decode_scaling_event
 from dprobe.sinks.plan_order import PlanAssembler
 
@@ -453,7 +454,7 @@ async def _read(consumer: Any, args: argparse.Namespace, runner: PlanRunner) -> 
             numbers = ", ".join(str(tp.partition) for tp in sorted(new))
             log.info("reading %s (partition %s) as group %s", args.topic, numbers, args.group)
             if runner.apply:
-                await _commit_start(consumer, batch, new)
+                await commit_start(consumer, batch, new)
         for tp, records in batch.items():
             for record in records:
                 if runner.full:  # --max-plans: what comes after is left for next time
@@ -471,19 +472,6 @@ async def _read(consumer: Any, args: argparse.Namespace, runner: PlanRunner) -> 
         if fed and runner.apply and whole:
             await consumer.commit(fed)
             fed = {}
-
-
-async def _commit_start(consumer: Any, batch: Mapping[Any, list[Any]], new: set[Any]) -> None:
-    """Commit where the group starts on each partition of ``new`` (just assigned) that it
-    has no offset of (the newest record, or the oldest with --from-beginning), before
-    anything is applied: a run that fails, or stops before its first plan, then leaves the
-    next run that start, and the next applies what came since instead of starting at the
-    newest record again. ``batch``: records just fetched, whose first offsets are the start."""
-    for tp in new:
-        if await consumer.committed(tp) is None:
-            records = batch.get(tp)
-            start = records[0].offset if records else await consumer.position(tp)
-            await consumer.commit({tp: start})
 
 
 class SetupError(Exception):

@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
+from dprobe.consumer_start import commit_start
 from dprobe.consumer_stop import stop_consumer
 from dprobe.errors import DprobeError, UsageError
 from dprobe.event_line import format_line
@@ -269,12 +270,14 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
         if not stop.is_set():
             await _announce(consumer, topic, args)
             if args.group:
-                await _commit_start(consumer, {}, started)
+                started = set(consumer.assignment())
+                await commit_start(consumer, {}, started)
         last_record = time.monotonic()  # with a group, the idle clock starts at the join
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=POLL_MS)
-            if args.group:  # partitions a rebalance gave it since
-                await _commit_start(consumer, batch, started)
+            if args.group and (new := consumer.assignment() - started):
+                started |= new  # partitions a rebalance gave it since
+                await commit_start(consumer, batch, new)
             if not batch:
                 printed = tail.printed
                 more = tail.flush()  # plans held behind an older one that expired
@@ -386,19 +389,6 @@ async def _stop(consumer: Any, *, joined_already: bool) -> None:
     then its connections are closed without leaving (it never had partitions). A stop
     while the broker is away ends quietly too."""
     await stop_consumer(consumer, None if joined_already else LEAVE_WAIT_S)
-
-
-async def _commit_start(consumer: Any, batch: dict[Any, list[Any]], started: set[Any]) -> None:
-    """Commit where the group starts on each partition assigned that it has no offset of
-    (new events, or the oldest with --from-beginning), as kafka-console-consumer does: a
-    run that prints nothing leaves the next run that start, not the newest event again.
-    ``batch``: records just fetched, whose first offsets are the start."""
-    for tp in consumer.assignment() - started:
-        if await consumer.committed(tp) is None:
-            records = batch.get(tp)
-            start = records[0].offset if records else await consumer.position(tp)
-            await consumer.commit({tp: start})
-        started.add(tp)
 
 
 async def _announce(consumer: Any, topic: str, args: argparse.Namespace) -> None:
