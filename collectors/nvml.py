@@ -3,11 +3,13 @@
 All NVML calls run on one dedicated daemon thread (never on the event loop, and a call the
 driver never returns from does not keep the process from exiting); a read that takes
 longer than ``timeout_s`` is reported as a retriable ``timeout`` and the next tick is
-refused (``busy``) until the stuck call returns. Errors on one device are collected in
-``Reading.errors`` and the other devices are still read; a device with a fatal error
-(``gpu_lost``, ``reset_required``) is left out until the backend is reopened. An error of
-NVML as a whole (no driver, a driver of another version, NVML uninitialised) fails the read
-with a fatal error, so the collector reopens the backend; no device is left out for it.
+refused (``busy``) until the stuck call returns; so is opening NVML again after a close
+while a call is stuck (never more than one thread waits on the driver). Errors on one
+device are collected in ``Reading.errors`` and the other devices are still read; a device
+with a fatal error (``gpu_lost``, ``reset_required``) is left out until the backend is
+reopened. An error of NVML as a whole (no driver, a driver of another version, NVML
+uninitialised) fails the read with a fatal error, so the collector reopens the backend;
+no device is left out for it.
 Values a device lacks or NVML refuses to an unprivileged caller (``NO_PERMISSION``) are
 skipped; in MIG mode the parent's memory, which NVML gives only to a privileged caller,
 is otherwise the sum of its instances'.
@@ -75,10 +77,17 @@ class _NvmlThread:
 
     def __init__(self) -> None:
         self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._last: concurrent.futures.Future[Any] | None = None
         threading.Thread(target=self._serve, name="dprobe-nvml", daemon=True).start()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a call submitted is still running or waiting (calls run in order)."""
+        return self._last is not None and not self._last.done()
 
     def submit(self, fn: Any, *args: Any) -> concurrent.futures.Future[Any]:
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._last = fut
         self._calls.put((fut, fn, args))
         return fut
 
@@ -108,6 +117,7 @@ class NvmlBackend(AsyncResource):
         self._nvml = nvml
         self.timeout_s = timeout_s
         self._thread: _NvmlThread | None = None
+        self._stuck: _NvmlThread | None = None  # closed while a call hung in the driver
         self._devices: list[_Device] = []
         self._last_seen: dict[str, int] = {}
         self._lost: set[str] = set()
@@ -121,7 +131,11 @@ class NvmlBackend(AsyncResource):
         return await asyncio.wrap_future(self._thread.submit(fn, *args))
 
     async def open(self) -> None:
-        """Load NVML and list the devices; raises a fatal ``no_driver`` without a driver."""
+        """Load NVML and list the devices; raises a fatal ``no_driver`` without a driver,
+        and a retriable ``busy`` while a call of before the last close is still stuck."""
+        if self._stuck is not None and self._stuck.busy:
+            raise BackendError("a previous NVML call is still running", kind="busy", retriable=True)
+        self._stuck = None
         if self._nvml is None:
             import pynvml
 
@@ -185,6 +199,8 @@ class NvmlBackend(AsyncResource):
                 log.warning("nvmlShutdown failed: %s", exc)
         if self._thread is not None:
             self._thread.stop()
+            if self._thread.busy:  # it ends once the driver returns; open() waits for that
+                self._stuck = self._thread
             self._thread = None
 
     # everything below runs on the NVML thread

@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -200,3 +201,42 @@ def test_a_hanging_nvml_call_does_not_keep_the_process_from_exiting() -> None:
     )
     assert (done.returncode, done.stdout.strip()) == (0, "timeout"), done.stderr
     assert time.monotonic() - t0 < 30  # the import takes most of it; a hang would be an hour
+
+
+def nvml_threads() -> int:
+    return sum(t.name == "dprobe-nvml" and t.is_alive() for t in threading.enumerate())
+
+
+async def test_reopening_a_hanging_nvml_refuses_while_busy_instead_of_a_thread_per_tick() -> None:
+    nvml = two_gpus()
+    backend = NvmlBackend(nvml, timeout_s=5.0)
+    before = nvml_threads()
+    await backend.open()
+    try:
+        backend.timeout_s = 0.05
+        nvml.hang_s = 1.0  # the driver hangs: every call takes far longer than the timeout
+        kinds = []
+        for _ in range(6):  # what the collector does every tick after a fatal error
+            await backend.close()
+            try:
+                await backend.open()
+            except BackendError as exc:
+                kinds.append(exc.kind)
+        stuck = nvml_threads() - before
+        nvml.hang_s = 0.0
+        backend.timeout_s = 5.0
+        deadline = time.monotonic() + 10
+        while True:  # once the stuck call returns, NVML opens again
+            await backend.close()
+            try:
+                await backend.open()
+                break
+            except BackendError as exc:
+                assert exc.kind == "busy" and time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+        reading = await backend.read()
+    finally:
+        await backend.close()
+    assert stuck <= 1  # one thread waits on the driver, not one more per tick
+    assert len(kinds) == 6 and set(kinds) <= {"timeout", "busy"}  # retriable, every tick
+    assert [g.uuid for g in reading.gpus] == ["GPU-a", "GPU-b"]
