@@ -28,7 +28,9 @@ Modes:
 - ``--stdin``: reads events as JSON lines and prints a shell script, one ``set -e`` block
   per plan with one ``--set-quota`` call of this script per move, donors first. Piped to
   ``sh``, the first failure stops the rest, the receivers of that plan included: quota is
-  then missing until you fix the cause and run the script again, never created.
+  then missing until you fix the cause and run the script again, never created. A plan
+  still incomplete when the input ends is dropped with a warning (never printed in part),
+  and the later plans it held back are printed.
 - Kafka (the default): with ``--apply`` it applies each plan itself and commits the
   offsets only once the plan's changes all succeeded and no plan is half-received; a
   failure stops it with exit status 1 and nothing committed, so the next run applies that
@@ -569,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 if line.strip():
                     runner.feed(line.strip())
+            else:  # the input ended: a plan still incomplete never will be
+                runner.run(runner.plans.end_of_input())
         else:
             if not args.apply:
                 log.info("printing plans only, committing nothing (--apply to apply them)")

@@ -13,7 +13,8 @@ same window end (``plan_seq``) as one applied (another ``plan_id``), whatever it
 tenants, is not applied at all. Duplicate ``event_id`` s are dropped; a plan still
 incomplete after ``max_age_s`` is dropped with a warning, never applied in part, and
 the plans it held back go out (call :meth:`release_ready` when no event comes, so they
-need not wait for the next one); its events count as new if they are delivered again.
+need not wait for the next one, and :meth:`end_of_input` when none ever will); its
+events count as new if they are delivered again.
 
 Example:
     >>> from dprobe.schema import Forecast, ModelInfo, ScalingEvent
@@ -142,13 +143,22 @@ class PlanAssembler:
         """Drop plans older than ``max_age_s``; return their ids."""
         now = self.clock()
         old = [p for p, (t, _) in self._pending.items() if now - t > self.max_age_s]
-        for plan_id in old:
+        self._drop(old)
+        return old
+
+    def end_of_input(self) -> list[ScalingEvent]:
+        """No event will come any more (a file or stdin ended): drop every incomplete
+        plan, with a warning, and return the events of the plans they held back."""
+        self._drop(list(self._pending), " at the end of the input")
+        return self._flush()
+
+    def _drop(self, plan_ids: list[str], when: str = "") -> None:
+        for plan_id in plan_ids:
             _, events = self._pending.pop(plan_id)
             for e in events:  # delivered again later, the plan can still complete
                 self.seen.discard(e.event_id)
             self.expired += 1
-            log.warning("plan %s incomplete (%d events); not applied", plan_id, len(events))
-        return old
+            log.warning("plan %s incomplete (%d events)%s; not applied", plan_id, len(events), when)
 
 
 def _complete(events: list[ScalingEvent]) -> bool:

@@ -898,3 +898,15 @@ async def test_a_partition_taken_by_another_member_while_applying_is_one_error_l
     assert len(errors) == 1, err
     assert "not committed" in errors[0] and "applies them again" in errors[0]
     assert _gpu(_stored(state, "vc-b"), "a100")["nominalQuota"] == 16  # the plan was applied
+
+
+def test_a_plan_incomplete_at_the_end_of_the_input_no_longer_holds_back_later_plans() -> None:
+    # p1 lost two of its three events (the input was cut); p2, made after it, is whole
+    events = [PLANS[0], *PLANS[4:]]
+    res = _script(events, *MAP)
+    assert res.returncode == 0, res.stderr
+    out, err = res.stdout.decode(), res.stderr.decode()
+    assert out.splitlines()[:2] == ["# plan p2: vc-a -4, vc-b +4", "set -e"]
+    assert "# plan p1" not in out
+    assert "plan p1 incomplete (1 events) at the end of the input; not applied" in err
+    assert "1 plans printed, 0 duplicates dropped, 1 plans incomplete or expired" in err
