@@ -278,7 +278,8 @@ def test_every_alert_expression_is_read() -> None:
     assert exprs["DprobeLagExporterDown"] == 'up{job="dprobe-lag"} == 0'
     assert "dprobe_lag_last_refresh_timestamp_seconds" in exprs["DprobeLagStale"]
     assert "deriv(kafka_consumergroup_lag_sum" in exprs["DprobeConsumerLagGrowing"]
-    assert exprs["DprobeForecastErrorHigh"].endswith("> 0.5")
+    assert ") > 0.5 and max by" in exprs["DprobeForecastErrorHigh"]
+    assert exprs["DprobeForecastErrorHigh"].endswith("[1h])) >= 1")
     assert 'kind=~"gpu_lost|reset_required"' in exprs["DprobeCollectorGpuLost"]
     assert "dprobe_conflicting_snapshots_total" in exprs["DprobeHostIdConflict"]
 
