@@ -20,11 +20,13 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import difflib
+import errno
 import itertools
 import logging
 import math
 import os
 import re
+import stat
 import tomllib
 import types
 import typing
@@ -206,7 +208,7 @@ class KafkaSettings:
         if self.security_protocol in {"SSL", "SASL_SSL"}:  # the only ones that read them
             for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
                 path = getattr(self, name)
-                if path is not None and not Path(path).is_file():
+                if path is not None and not _is_file(f"kafka.{name}", Path(path)):
                     raise ConfigError(f"kafka.{name}: {path}: no such file")
             try:
                 self.ssl_context()
@@ -427,11 +429,40 @@ def _check_dir_path(name: str, path: Path) -> None:
     ...
     dprobe.config.ConfigError: broker.state_dir: /etc/passwd/b: /etc/passwd is not a folder
     """
+    blocked: OSError | None = None  # why the folders below the first one found were unseen
     for folder in (path, *path.parents):
-        if folder.exists():
-            if not folder.is_dir():
-                raise ConfigError(f"{name}: {path}: {folder} is not a folder")
-            return
+        try:
+            mode = folder.stat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:  # a name too long; a folder above that this user may not enter
+            blocked = blocked or exc
+            continue
+        if not stat.S_ISDIR(mode):
+            raise ConfigError(f"{name}: {path}: {folder} is not a folder")
+        if blocked is not None:
+            denied = blocked.errno == errno.EACCES
+            where = f" (this user may not enter {folder})" if denied else ""
+            raise ConfigError(f"{name}: {path}: {blocked.strerror}{where}")
+        return
+
+
+def _is_file(name: str, path: Path) -> bool:
+    """Whether ``path`` is a file; a path that cannot be looked at is refused, naming why.
+
+    >>> _is_file("kafka.ssl_cafile", Path("/etc/passwd")), _is_file("x", Path("/no/such"))
+    (True, False)
+    >>> _is_file("kafka.ssl_cafile", Path("/" + "a" * 300))
+    Traceback (most recent call last):
+    ...
+    dprobe.config.ConfigError: kafka.ssl_cafile: /aaa...: File name too long
+    """
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:  # a name too long; a folder this user may not enter
+        raise ConfigError(f"{name}: {path}: {exc.strerror}") from None
 
 
 # a file name holds at most 255 bytes (NAME_MAX): the seq file is seq-<host>
