@@ -81,7 +81,11 @@ def make_resolver(settings: CollectorSettings) -> TenantResolver | None:
     tenant_map = load_tenant_map(settings.tenant_map) if settings.tenant_map else None
     if settings.backend != "nvml":
         return None
-    if not (settings.proc_root / "stat").is_file():  # every procfs has it, hidepid or not
+    try:
+        procfs = (settings.proc_root / "stat").is_file()  # every procfs has it, hidepid or not
+    except OSError as exc:  # a folder this user may not enter, a name too long
+        raise UsageError(f"collector.proc_root: {settings.proc_root}: {exc.strerror}") from None
+    if not procfs:
         raise UsageError(
             f"collector.proc_root: {settings.proc_root} is not a procfs (no stat file in "
             "it), so no GPU process could be attributed: /proc, or where the host's /proc "

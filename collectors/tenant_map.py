@@ -58,8 +58,6 @@ def _did_you_mean(table: str) -> str:
 def load_tenant_map(path: Path | str) -> TenantMap:
     """Read and validate a mapping file; raise :class:`UsageError` naming every problem."""
     path = Path(path).expanduser()
-    if not path.exists():
-        raise UsageError(f"tenant map {path} does not exist")
     text = read_text(path, max_bytes=16 << 20, what="tenant map ")
     try:
         doc = tomllib.loads(text)
