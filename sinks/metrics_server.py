@@ -72,9 +72,13 @@ class Heartbeat:
             self.at = self.clock()
             await asyncio.sleep(every_s)
 
+    def silent_s(self) -> float:
+        """Seconds since the loop last beat (0 to about ``every_s`` while it runs)."""
+        return self.clock() - self.at
+
     def problem(self) -> str | None:
         """None while the loop beats; else why the process is not healthy."""
-        silent = self.clock() - self.at
+        silent = self.silent_s()
         if silent <= self.stale_s:
             return None
         return f"the event loop has not run for {silent:.0f} s (limit {self.stale_s:g} s)"

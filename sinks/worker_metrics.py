@@ -28,6 +28,9 @@ Names (dashboards and alerts depend on them):
   ``dprobe_cluster_reports_total`` (scheduler reports taken by the planner),
   ``dprobe_non_finite_forecasts_total`` (NaN or infinite forecasts the planner replaced),
   ``dprobe_forgotten_tenants_total`` (tenants forgotten after ``forget_tenant_after_s``)
+- ``dprobe_worker_event_loop_silent_seconds``: seconds since the worker's event loop last
+  ran (:func:`export_loop_silence`; it beats every second, so 0 to 1 while it runs): a
+  hung worker still answers scrapes, from the server's thread, and this says it is hung
 - ``dprobe_processing_latency_seconds``: histogram, from the moment the watermark let a
   window close to its TenantWindow delivered, measured on this worker's monotonic clock
   (event time never enters it, so replays and accelerated clocks measure the same thing)
@@ -56,7 +59,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -66,6 +69,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from dprobe.schema import LEVELS
+from dprobe.sinks.metrics_server import Heartbeat
 from dprobe.sinks.worker_stats import Histogram, TenantView, WorkerStats
 
 ACTIONS = ("scale_up", "scale_down")
@@ -105,6 +109,23 @@ def horizon_label(horizon_s: float) -> str:
     """
     h = float(horizon_s)
     return str(int(h)) if h.is_integer() else repr(h)
+
+
+def export_loop_silence(heartbeat: Heartbeat, registry: CollectorRegistry) -> None:
+    """Put ``dprobe_worker_event_loop_silent_seconds`` on ``registry``: the seconds since
+    ``heartbeat`` last beat, read at each scrape.
+
+    >>> reg, clock = CollectorRegistry(), [0.0]
+    >>> export_loop_silence(Heartbeat(clock=lambda: clock[0]), reg)
+    >>> clock[0] = 75.0
+    >>> reg.get_sample_value("dprobe_worker_event_loop_silent_seconds")
+    75.0
+    """
+    Gauge(
+        "dprobe_worker_event_loop_silent_seconds",
+        "Seconds since the worker's event loop last ran (it beats every second)",
+        registry=registry,
+    ).set_function(heartbeat.silent_s)
 
 
 class WorkerCollector(Collector):

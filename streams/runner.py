@@ -22,7 +22,7 @@ from dprobe.errors import UsageError
 from dprobe.folders import check_writable
 from dprobe.sinks.consumer_lag import ConsumerLag
 from dprobe.sinks.metrics_server import Heartbeat, MetricsServer
-from dprobe.sinks.worker_metrics import WorkerCollector
+from dprobe.sinks.worker_metrics import WorkerCollector, export_loop_silence
 from dprobe.streams.app import WorkerApp, build_app
 from dprobe.streams.provision import ensure_topics
 from dprobe.streams.shutdown_deadline import ShutdownDeadline
@@ -133,8 +133,10 @@ def _make_data_dir(s: WorkerSettings) -> None:
 def _serve_metrics(
     s: WorkerSettings, registry: CollectorRegistry, heartbeat: Heartbeat
 ) -> MetricsServer:
-    """/metrics of this worker, serving ``registry``, and /healthz (503 once the event
-    loop has been silent for ``health_stale_s``)."""
+    """/metrics of this worker, serving ``registry`` and how long the event loop has been
+    silent (a hung worker still answers scrapes, from the server's thread), and /healthz
+    (503 once the loop has been silent for ``health_stale_s``)."""
+    export_loop_silence(heartbeat, registry)
     server = MetricsServer(registry, s.metrics_addr, s.metrics_port, health=heartbeat.problem)
     server.serve()  # which logs the scrape URL, with the bound port
     return server

@@ -79,7 +79,7 @@ def test_alert_rules_pass_their_promtool_unit_tests() -> None:
         re.findall(r"alertname: (\w+)", (ROOT / "infra/prometheus/alerts_test.yml").read_text())
     )
     assert {"DprobeConsumerLagGrowing", "DprobeLostSnapshots", "DprobeDeadLetters",
-            "DprobeForecastErrorHigh"} <= tested  # fmt: skip
+            "DprobeForecastErrorHigh", "DprobeWorkerHung"} <= tested  # fmt: skip
 
 
 def _dashboard() -> dict[str, Any]:
@@ -229,8 +229,8 @@ def _scrapes() -> dict[str, list[Any]]:
     from dprobe.collectors.metrics import CollectorMetrics
     from dprobe.schema import Gpu, HostSnapshot, Proc
     from dprobe.sinks.lag_exporter import LagCollector
-    from dprobe.sinks.metrics_server import MetricsServer
-    from dprobe.sinks.worker_metrics import WorkerCollector
+    from dprobe.sinks.metrics_server import Heartbeat, MetricsServer
+    from dprobe.sinks.worker_metrics import WorkerCollector, export_loop_silence
     from dprobe.sinks.worker_stats import TenantView, WorkerStats
 
     stats = WorkerStats()
@@ -245,6 +245,7 @@ def _scrapes() -> dict[str, list[Any]]:
     )  # fmt: skip
     worker, lag, collector = CollectorRegistry(), CollectorRegistry(), CollectorRegistry()
     WorkerCollector(stats, registry=worker, lag=_Lag())
+    export_loop_silence(Heartbeat(), worker)
     LagCollector([_Lag()], registry=lag)  # type: ignore[list-item]
     metrics = CollectorMetrics(collector)
     metrics.backend_errors.labels(backend="nvml", kind="timeout").inc()
@@ -273,8 +274,9 @@ def _scrape_jobs() -> set[str]:
 
 def test_every_alert_expression_is_read() -> None:
     exprs = _alert_exprs()
-    assert len(exprs) == 13
+    assert len(exprs) == 14
     assert exprs["DprobeWorkerDown"] == 'up{job="dprobe-worker"} == 0'
+    assert "dprobe_worker_event_loop_silent_seconds" in exprs["DprobeWorkerHung"]
     assert exprs["DprobeLagExporterDown"] == 'up{job="dprobe-lag"} == 0'
     assert "dprobe_lag_last_refresh_timestamp_seconds" in exprs["DprobeLagStale"]
     assert "deriv(kafka_consumergroup_lag_sum" in exprs["DprobeConsumerLagGrowing"]

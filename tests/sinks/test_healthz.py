@@ -40,3 +40,23 @@ async def test_a_blocked_event_loop_makes_healthz_fail() -> None:
 def test_without_a_check_healthz_says_ok() -> None:
     with MetricsServer(CollectorRegistry(), port=0) as server:
         assert _get(server.url.replace("/metrics", "/healthz")) == (200, "ok\n")
+
+
+def test_the_worker_exports_how_long_its_event_loop_has_been_silent() -> None:
+    # Prometheus still scrapes a hung worker (from the server thread): the gauge says it
+    from dprobe.config import WorkerSettings
+    from dprobe.streams.runner import _serve_metrics
+
+    clock = [100.0]
+    beat = Heartbeat(stale_s=60, clock=lambda: clock[0])
+    settings = WorkerSettings(metrics_addr="127.0.0.1", metrics_port=0)
+    server = _serve_metrics(settings, CollectorRegistry(), beat)
+    try:
+        name = "dprobe_worker_event_loop_silent_seconds"
+        for now in (100.0, 175.5):
+            clock[0] = now
+            status, text = _get(server.url)
+            lines = [ln for ln in text.splitlines() if ln.startswith(name + " ")]
+            assert status == 200 and lines == [f"{name} {now - 100.0}"], lines
+    finally:
+        server.stop()
