@@ -34,7 +34,7 @@ from dprobe.config import BrokerSettings, KafkaSettings, ReplaySettings
 from dprobe.sinks.archive_schema import row_of
 from dprobe.sinks.parquet_archive import ArchiveWriter
 from dprobe.traces.archive_reader import archive_files, count_records, read_archive
-from dprobe.traces.replay_kafka import ensure_topics, replay_to_kafka
+from dprobe.traces.replay_kafka import ensure_topics, replay_to_kafka, topics_for
 
 T0 = 1_780_000_000.0
 
@@ -77,10 +77,12 @@ def build_archive(out: Path, hosts: int, ticks: int) -> tuple[int, int]:
 
 async def one_run(archive: Path, bootstrap: str) -> tuple[int, float]:
     prefix = f"bench{uuid.uuid4().hex[:8]}."
-    settings = ReplaySettings(kafka=KafkaSettings(bootstrap=bootstrap, topic_prefix=prefix))
-    topics = {k: settings.kafka.topic(k) for k in ("samples", "jobs")}
+    settings = ReplaySettings(kafka=KafkaSettings(bootstrap=bootstrap), topic_prefix=prefix)
+    topics = topics_for(settings)  # every kind the replay writes: samples, jobs, cluster
     files = archive_files(archive)
-    await ensure_topics(settings, sorted(topics.values()))  # not timed: topic creation
+    await ensure_topics(  # not timed: topic creation, as the replay itself creates them
+        settings, sorted(topics.values()), compacted={topics["cluster"]}, samples=topics["samples"]
+    )
     await asyncio.sleep(1.0)  # let the new partitions elect their leader
     t0 = time.perf_counter()
     stats = await replay_to_kafka(read_archive(archive, files), settings, topics)
