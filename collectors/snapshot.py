@@ -6,7 +6,10 @@ to ``on_fault`` with its kind (``nan``, ``negative``, ``out_of_range``). Process
 backend did not attribute are resolved to a tenant and job from their pid; a process that
 ended in the meantime, or could not be attributed, is kept as ``unassigned``
 (``proc_vanished``); a process on a GPU that is not in the reading (``orphan_proc``) and
-a repeated GPU (``duplicate_gpu``) are left out.
+a repeated GPU (``duplicate_gpu``) are left out, and so is a GPU whose UUID is longer than
+the contract's 256 characters (``out_of_range``); a longer model name is cut, and a MIG
+parent or batch size the contract refuses is dropped (``out_of_range``). So every
+snapshot passes the contract, whatever the backend read.
 
 Example:
     >>> from dprobe.collectors.backend import GpuReading, ProcReading, Reading
@@ -31,6 +34,8 @@ from dprobe.schema import UNASSIGNED, Gpu, HostSnapshot, Proc
 
 _MAX_BYTES = float(2**53)
 _MAX_PID = 2**31
+_MAX_BATCH = 2**31
+_MAX_ID = 256  # characters of an id or a label in the contract
 
 
 class SnapshotBuilder:
@@ -58,6 +63,22 @@ class SnapshotBuilder:
             return hi
         return float(value)
 
+    def _parent(self, uuid: str | None) -> str | None:
+        """A MIG parent's UUID, or None (counted) where the contract cannot hold it."""
+        if uuid is not None and not 0 < len(uuid) <= _MAX_ID:
+            self.on_fault("out_of_range")
+            return None
+        return uuid
+
+    def _batch(self, size: int | None) -> int | None:
+        """A batch size the contract holds, or None (counted when above its bound)."""
+        if size is None or size < 1:
+            return None
+        if size > _MAX_BATCH:
+            self.on_fault("out_of_range")
+            return None
+        return size
+
     def __call__(self, reading: Reading, *, seq: int, ts: float, interval_s: float) -> HostSnapshot:
         num = self._num
         gpus: list[Gpu] = []
@@ -65,6 +86,9 @@ class SnapshotBuilder:
         for g in reading.gpus:
             if g.uuid in seen or not g.uuid:
                 self.on_fault("duplicate_gpu")
+                continue
+            if len(g.uuid) > _MAX_ID:  # no id a consumer could hold: cut, two could clash
+                self.on_fault("out_of_range")
                 continue
             seen.add(g.uuid)
             total = int(num(g.mem_total, _MAX_BYTES))
@@ -78,8 +102,8 @@ class SnapshotBuilder:
                     mem_total=total,
                     power_w=num(g.power_w, 100_000.0),
                     sm_clock_mhz=None if g.sm_clock_mhz is None else num(g.sm_clock_mhz, 100_000.0),
-                    mig_parent=g.mig_parent,
-                    name=g.name[:256] if g.name else None,
+                    mig_parent=self._parent(g.mig_parent),
+                    name=g.name[:_MAX_ID] if g.name else None,
                 )
             )
         procs: list[Proc] = []
@@ -106,13 +130,13 @@ class SnapshotBuilder:
                 Proc(
                     pid=p.pid,
                     gpu=p.gpu,
-                    tenant=tenant[:256],
-                    job=job[:256],
+                    tenant=tenant[:_MAX_ID],
+                    job=job[:_MAX_ID],
                     sm_util=num(p.sm_util, 100.0),
                     mem_util=num(p.mem_util, 100.0),
                     mem_used=int(num(p.mem_used, _MAX_BYTES)),
-                    model=p.model,
-                    batch_size=p.batch_size if p.batch_size and p.batch_size > 0 else None,
+                    model=p.model[:_MAX_ID] if p.model is not None else None,
+                    batch_size=self._batch(p.batch_size),
                     amp=p.amp,
                 )
             )
