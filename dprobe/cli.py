@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from dprobe.errors import DprobeError
-from dprobe.journal_log import PLAIN_FORMAT, JournalFormatter, stderr_is_journal
+from dprobe.journal_log import PLAIN_FORMAT, JournalFormatter, error_prefix, stderr_is_journal
 from dprobe.log_repeats import RepeatedLines
 
 # name -> (module under dprobe.commands, one-line help)
@@ -79,7 +79,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """Bad usage: one line naming the command, the reason and where help is (exit 2),
         like every other refusal of dprobe, instead of argparse's usage block."""
-        self.exit(2, f"{self.prog}: {message} (see: {self.prog} --help)\n")
+        self.exit(2, f"{error_prefix()}{self.prog}: {message} (see: {self.prog} --help)\n")
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: Any = None
@@ -220,13 +220,13 @@ def _run(argv: Sequence[str] | None) -> int:
             raise
         extra = EXTRA_OF.get(args.command, "all")
         print(
-            f"dprobe {args.command}: needs {exc.name}, which the collector-only install "
-            f"leaves out: pip install '.[{extra}]' at the root of the dprobe checkout",
+            f"{error_prefix()}dprobe {args.command}: needs {exc.name}, which the collector-only "
+            f"install leaves out: pip install '.[{extra}]' at the root of the dprobe checkout",
             file=sys.stderr,
         )
         return 2
     except DprobeError as exc:
-        print(f"dprobe {args.command}: {exc}", file=sys.stderr)
+        print(f"{error_prefix()}dprobe {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from typing import IO, Any
 
@@ -34,6 +35,12 @@ def stderr_is_journal(stream: IO[Any], environ: Mapping[str, str] | None = None)
     except (OSError, ValueError, AttributeError):  # closed, or no file behind it
         return False
     return (st.st_dev, st.st_ino) == (int(dev), int(ino))
+
+
+def error_prefix(stream: IO[Any] | None = None) -> str:
+    """``<3>`` (error) when ``stream`` (default stderr) is the journal, else nothing: the
+    one line a command exits 1 or 2 with is then an error for ``journalctl -p warning``."""
+    return "<3>" if stderr_is_journal(sys.stderr if stream is None else stream) else ""
 
 
 def syslog_priority(levelno: int) -> int:
