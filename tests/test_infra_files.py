@@ -79,7 +79,8 @@ def test_alert_rules_pass_their_promtool_unit_tests() -> None:
         re.findall(r"alertname: (\w+)", (ROOT / "infra/prometheus/alerts_test.yml").read_text())
     )
     assert {"DprobeConsumerLagGrowing", "DprobeLostSnapshots", "DprobeDeadLetters",
-            "DprobeForecastErrorHigh", "DprobeWorkerHung"} <= tested  # fmt: skip
+            "DprobeForecastErrorHigh", "DprobeWorkerHung",
+            "DprobeCollectorNotSampling"} <= tested  # fmt: skip
 
 
 def _dashboard() -> dict[str, Any]:
@@ -274,7 +275,8 @@ def _scrape_jobs() -> set[str]:
 
 def test_every_alert_expression_is_read() -> None:
     exprs = _alert_exprs()
-    assert len(exprs) == 14
+    assert len(exprs) == 15
+    assert "dprobe_collector_snapshots_total" in exprs["DprobeCollectorNotSampling"]
     assert exprs["DprobeWorkerDown"] == 'up{job="dprobe-worker"} == 0'
     assert "dprobe_worker_event_loop_silent_seconds" in exprs["DprobeWorkerHung"]
     assert exprs["DprobeLagExporterDown"] == 'up{job="dprobe-lag"} == 0'
