@@ -1,0 +1,36 @@
+"""benchmarks/job_book.py (docs/worker.md): ``--before DIR`` measures the code of the
+checkout at DIR, so a DIR that holds no checkout exits 2 with one line instead of
+measuring this checkout twice and printing a ratio of 1.0x."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.benchmarks.scripts import refused_with, run_benchmark
+
+SMALL = ("--jobs", "10", "--events", "10", "--runs", "1")
+
+
+@pytest.mark.parametrize("where", ["missing", "empty"])
+def test_before_a_folder_without_a_checkout_is_one_line_and_exit_2(
+    tmp_path: Path, where: str
+) -> None:
+    folder = tmp_path / where
+    if where == "empty":
+        folder.mkdir()
+    done = run_benchmark("job_book.py", "--before", str(folder), *SMALL)
+    assert refused_with(done) == (
+        f"job_book.py: --before {folder}: not a checkout of dprobe (no dprobe/__init__.py there)"
+    )
+    assert done.stdout == ""
+
+
+def test_before_a_checkout_prints_both_and_their_ratio() -> None:
+    root = Path(__file__).resolve().parents[2]
+    done = run_benchmark("job_book.py", "--before", str(root), *SMALL)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines[2:4]] == ["before", "after"]
+    assert lines[4].startswith("after/before: ")
