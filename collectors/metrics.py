@@ -15,7 +15,8 @@ Names and meanings (all prefixed ``dprobe_collector_``):
 - ``send_latency_seconds``: time from sending a batch to Kafka's confirmation
 - ``spool_bytes`` / ``spool_pending_snapshots``: undelivered data on disk (read at scrape)
 - ``dropped_snapshots_total{reason}``: snapshots lost for good (``spool_full``,
-  ``spool_corrupt``, ``disk_full``: the disk had no room to spool one)
+  ``spool_corrupt``, ``disk_full``: the disk had no room to spool one, ``too_large``:
+  Kafka refuses one as larger than the topic takes)
 - ``kafka_up``: 1 while the last delivery succeeded
 - ``kafka_auth_failed``: 1 while Kafka refuses the collector's SASL credentials
 - ``gpus`` / ``processes``: GPUs and processes in the last snapshot
@@ -57,7 +58,7 @@ SAMPLE_FAULT_KINDS = (
     "spool_corrupt",
 )
 SEND_ERROR_KINDS = ("connect", "auth", "timeout")
-DROP_REASONS = ("spool_full", "spool_corrupt", "disk_full")
+DROP_REASONS = ("spool_full", "spool_corrupt", "disk_full", "too_large")
 BACKEND_ERROR_KINDS = (
     "timeout",
     "gpu_lost",

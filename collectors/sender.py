@@ -7,6 +7,9 @@ unreachable or too slow it backs off (0.5 s doubling to 5 s) and tries the same 
 again, so the spool absorbs any outage and everything is sent in order before newer data.
 After a failed delivery the producer is replaced by a fresh one: retrying a batch may
 write a snapshot twice (consumers drop duplicates by (host, seq)), but never leaves a gap.
+A snapshot Kafka refuses for good (larger than the topic's ``max.message.bytes``) is
+dropped, logged and counted in ``dropped_snapshots_total{reason="too_large"}``, and the
+snapshots after it are delivered: it never holds up the spool.
 
 Example:
     >>> from dprobe.config import KafkaSettings
@@ -26,7 +29,13 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.codec import has_gzip, has_lz4, has_snappy, has_zstd
-from aiokafka.errors import KafkaError, KafkaTimeoutError, RequestTimedOutError
+from aiokafka.errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RequestTimedOutError,
+)
 
 from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.spool import Spool
@@ -39,6 +48,9 @@ from dprobe.lifecycle import cancel_and_wait
 log = logging.getLogger(__name__)
 
 ProducerFactory = Callable[[], Any]
+# Kafka refuses such a record whatever the retry: larger than the topic's max.message.bytes
+# (or the producer's max_request_size)
+TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError)
 _CODECS: dict[str, Callable[[], bool]] = {
     "zstd": has_zstd,
     "lz4": has_lz4,
@@ -92,6 +104,8 @@ class KafkaSender:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._failures = 0
+        self._too_large: set[int] = set()  # seqs Kafka refused for good, not acked yet
+        self._suspects: set[int] = set()  # seqs of a batch refused as too large: sent alone
         self._down_since: float | None = None
         self._stopped = False
         self._closing = False  # the loop ends at its next turn (stop() after its flush)
@@ -181,8 +195,13 @@ class KafkaSender:
                         await asyncio.wait_for(self._wake.wait(), 1.0)
                     continue
                 if await self._send(batch):
+                    refused = sum(r.seq in self._too_large for r in batch)
+                    self._too_large.difference_update(r.seq for r in batch)
+                    self._suspects.difference_update(r.seq for r in batch)
                     self.spool.ack(batch[-1].end, len(batch))
-                    self.metrics.sent.inc(len(batch))
+                    self.metrics.sent.inc(len(batch) - refused)
+                    if refused:
+                        self.metrics.dropped.labels(reason="too_large").inc(refused)
                     backoff = 0.5
                 else:
                     await self._close_producer()
@@ -236,14 +255,34 @@ class KafkaSender:
         return True
 
     async def _send(self, batch: list[Any]) -> bool:
+        """Deliver ``batch``; True when Kafka confirmed every record of it but those it
+        refuses for good (noted in ``_too_large``, skipped when the batch is tried again).
+
+        Kafka refuses a size batch by batch, so records of a batch it refused as too large
+        are suspects: on the next try each is sent alone, and only one refused alone is
+        refused for good."""
         t0 = time.perf_counter()
         producer = self._producer
         try:
             async with asyncio.timeout(self.send_timeout_s):
-                futures = [
-                    await producer.send(self.topic, value=r.payload, key=self.key) for r in batch
-                ]
-                await asyncio.gather(*futures)
+                sent: list[tuple[Any, Any]] = []
+                for r in batch:
+                    if r.seq in self._too_large:
+                        continue
+                    alone = r.seq in self._suspects
+                    if alone:  # nothing else in flight: its batch holds it only
+                        await self._settle(sent)
+                        sent = []
+                    try:
+                        fut = await producer.send(self.topic, value=r.payload, key=self.key)
+                    except TOO_LARGE as exc:  # over the producer's own limit, alone
+                        self._refused(r, exc)
+                        continue
+                    sent.append((r, fut))
+                    if alone:
+                        await self._settle(sent)
+                        sent = []
+                await self._settle(sent)
         except (KafkaError, OSError, TimeoutError) as exc:
             timed_out = isinstance(exc, TimeoutError | KafkaTimeoutError | RequestTimedOutError)
             kind = "timeout" if timed_out else type(exc).__name__
@@ -255,6 +294,32 @@ class KafkaSender:
         self.metrics.send_latency.observe(time.perf_counter() - t0)
         self.metrics.kafka_up.set(1)
         return True
+
+    async def _settle(self, sent: list[tuple[Any, Any]]) -> None:
+        """Await the deliveries of ``sent``; raise the first failure. Records refused as
+        too large become suspects (a failure too), or refused for good when alone."""
+        outcomes = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
+        failed: BaseException | None = None
+        for (r, _), outcome in zip(sent, outcomes, strict=True):
+            if isinstance(outcome, TOO_LARGE) and len(sent) == 1:
+                self._refused(r, outcome)
+            elif isinstance(outcome, BaseException):
+                if isinstance(outcome, TOO_LARGE):
+                    self._suspects.add(r.seq)
+                failed = failed or outcome
+        if failed is not None:
+            raise failed
+
+    def _refused(self, record: Any, exc: BaseException) -> None:
+        """Note a record Kafka refuses for good: it is dropped when its batch is acked."""
+        self._suspects.discard(record.seq)
+        if record.seq not in self._too_large:
+            self._too_large.add(record.seq)
+            log.error(
+                "snapshot seq %d (%d bytes) dropped: Kafka refuses it for topic %s (%s); raise "
+                "the topic's max.message.bytes to take snapshots of this size",
+                record.seq, len(record.payload), self.topic, type(exc).__name__,
+            )  # fmt: skip
 
     def _log_failure(self, msg: str, *args: object) -> None:
         """Warn when Kafka goes away and once a minute while it stays away; else debug."""
