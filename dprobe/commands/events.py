@@ -157,6 +157,10 @@ class _Tail:
             self._prune()
         return self._print(released)
 
+    def handle_all(self, records: list[tuple[Any, Any]], seen: SeenIds) -> bool:
+        """:meth:`handle` each ``(partition, record)``; ``False`` once the tail must stop."""
+        return all(self.handle(tp, rec.offset, rec.value, seen) for tp, rec in records)
+
     def flush(self) -> bool:
         """Print the plans that can go out without a new event (an older one expired)."""
         return self._print(self.plans.release_ready()) if self.plans is not None else True
@@ -226,7 +230,7 @@ class _Tail:
 
 async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
     from aiokafka import AIOKafkaConsumer
-    from aiokafka.errors import KafkaConnectionError, KafkaError
+    from aiokafka.errors import CommitFailedError, KafkaConnectionError, KafkaError
 
     from dprobe.sinks.seen_ids import SeenIds
 
@@ -280,7 +284,9 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
                 await commit_start(consumer, batch, new)
             if not batch:
                 printed = tail.printed
-                more = tail.flush()  # plans held behind an older one that expired
+                # plans held behind an older one that expired; printed off the event loop,
+                # as below, so a reader that is slow to take stdout stalls no heartbeat
+                more = await asyncio.to_thread(tail.flush)
                 if args.group and tail.printed != printed:  # what it printed is committed
                     await consumer.commit(tail.commit_offsets())
                 if not more:
@@ -290,12 +296,19 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
                 continue
             last_record = time.monotonic()
             records = [(tp, r) for tp, rs in batch.items() for r in rs]
-            for tp, rec in records:
-                if not tail.handle(tp, rec.offset, rec.value, seen):
-                    stop.set()
-                    break
+            # Writing to stdout blocks while its reader is busy (`| sh` running one command
+            # after another): done on the loop, it would stall the group's heartbeats, and
+            # the group would drop this member and refuse the commit of what was printed.
+            if not await asyncio.to_thread(tail.handle_all, records, seen):
+                stop.set()
             if args.group and tail.done:
                 await consumer.commit(tail.commit_offsets())
+    except CommitFailedError:
+        raise DprobeError(
+            f"group {args.group} took its partitions back before what was printed could be "
+            "committed (stdout not read for over 5 minutes?): the next run of the group "
+            "prints those events again"
+        ) from None
     except KafkaError as exc:
         raise DprobeError(f"reading {topic} failed: {exc}") from None
     finally:

@@ -101,3 +101,67 @@ async def test_json_lines_are_the_events_as_produced_with_fields_this_version_do
     )
     assert done.returncode == 0, done.stderr
     assert [json.loads(line) for line in done.stdout.splitlines()] == produced
+
+
+@pytest.mark.timeout(180)
+async def test_a_reader_slower_than_the_group_session_loses_nothing(kafka) -> None:
+    # `dprobe events --group ... | sh` catching up: stdout fills while the reader runs one
+    # command after another; the group must keep the member (its heartbeats go on)
+    prefix = kafka.unique("slow") + "."
+    topic = await kafka.create_named(f"{prefix}scaling-events", 1)
+    events = [_event(f"s{i}", f"vc-{i % 7}", 8, 16 + i, f"plan-{i}") for i in range(600)]
+    await _send(kafka, topic, events)
+    group = kafka.unique("group")
+    cmd, env = _cmd(kafka, prefix, "--group", group, "--from-beginning", "--timeout", "3")
+    proc = _spawn(cmd, env)
+    try:
+        await asyncio.sleep(16.0)  # past the group's session timeout (10 s), unread
+        out, err = await asyncio.to_thread(proc.communicate, timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    ids = [line.split(" id=")[1].split()[0] for line in out.splitlines()]
+    assert ids == [e.event_id for e in events]
+    # and all of it was committed: the group's next run prints nothing
+    cmd, env = _cmd(kafka, prefix, "--group", group, "--timeout", "3")
+    again = await asyncio.to_thread(
+        subprocess.run, cmd, capture_output=True, text=True, env=env, timeout=90, check=False
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == ""
+
+
+# the group took the partitions back (stdout unread past max_poll_interval_ms): every
+# commit of what was printed is refused (the start of the group, with no offsets, is taken)
+REFUSING = """
+import sys
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import CommitFailedError
+from dprobe import cli
+
+async def refused(self, offsets=None):
+    if offsets:
+        raise CommitFailedError("Commit cannot be completed since the group has\\n  ...")
+
+AIOKafkaConsumer.commit = refused
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.timeout(120)
+async def test_a_commit_the_group_refuses_is_one_line_that_says_what_happens_next(kafka) -> None:
+    prefix = kafka.unique("refused") + "."
+    topic = await kafka.create_named(f"{prefix}scaling-events", 1)
+    await _send(kafka, topic, PLAN_A)
+    group = kafka.unique("group")
+    cmd, env = _cmd(kafka, prefix, "--group", group, "--from-beginning", "--timeout", "3")
+    cmd[1:3] = ["-c", REFUSING]  # `python -m dprobe.cli ARGS`, commits refused
+    res = await asyncio.to_thread(
+        subprocess.run, cmd, capture_output=True, text=True, env=env, timeout=90, check=False
+    )
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"dprobe events: group {group} took its partitions back before what was printed could "
+        "be committed (stdout not read for over 5 minutes?): the next run of the group prints "
+        "those events again"
+    )
