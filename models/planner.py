@@ -243,7 +243,9 @@ class Planner:
                 floor=min(ceil_to_node(t.need_gpus, node), desired[t.tenant]),
             )
             if t.quota_gpus < t.guaranteed_gpus:  # restoring a guarantee is never damped away
-                target = max(target, ceil_to_node(t.guaranteed_gpus, node))
+                # but never past the ceiling: the desired quota is already at most it
+                guarantee = ceil_to_node(t.guaranteed_gpus, node)
+                target = max(target, min(guarantee, desired[t.tenant]))
             damped[t.tenant] = target
         want = {
             t.tenant: damped[t.tenant] - t.quota_gpus
