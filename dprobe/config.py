@@ -210,6 +210,11 @@ class KafkaSettings:
                 path = getattr(self, name)
                 if path is not None and not _is_file(f"kafka.{name}", Path(path)):
                     raise ConfigError(f"kafka.{name}: {path}: no such file")
+                if path is not None and not os.access(path, os.R_OK):  # a root-only key
+                    raise ConfigError(
+                        f"kafka.{name}: {path}: cannot read: {os.strerror(errno.EACCES)} "
+                        "(this user may not read it)"
+                    )
             try:
                 self.ssl_context()
             except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError

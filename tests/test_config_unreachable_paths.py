@@ -95,6 +95,17 @@ def test_a_tls_file_in_a_folder_the_user_may_not_enter_is_refused(root_only: Pat
     assert out.startswith(f"ConfigError: kafka.ssl_cafile: {ca}: Permission denied"), out
 
 
+def test_a_tls_key_only_its_owner_may_read_is_refused_naming_it(root_only: Path) -> None:
+    """The client key left root-only (0600) without handing it over as a credential."""
+    key = root_only.parent / "client.key"  # in a folder every user may enter
+    key.write_text("not read\n")
+    key.chmod(0o600 if os.geteuid() == 0 else 0o000)
+    env = {"DPROBE_KAFKA_SECURITY_PROTOCOL": "SSL", "DPROBE_KAFKA_SSL_KEYFILE": str(key)}
+    out = _refusal_as_nobody(lambda: load(KafkaSettings, env=env))
+    assert out.startswith(f"ConfigError: kafka.ssl_keyfile: {key}: cannot read: "), out
+    assert "Permission denied" in out
+
+
 @pytest.mark.parametrize(
     ("cls", "name"),
     [
