@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from dprobe.models.planner import Plan
 from dprobe.schema import Forecast, ModelInfo, ScalingEvent
 
+MAX_EPOCH_S = 1e11  # the latest time a ScalingEvent carries (``dprobe.schema.EpochS``)
+
 
 def event_id(plan_id: str, tenant: str, window_end: float) -> str:
     """Deterministic id of one move of one plan."""
@@ -45,12 +47,18 @@ def scaling_events(
 ) -> list[ScalingEvent]:
     """One ``ScalingEvent`` per move of ``plan`` (deltas sum to zero), sorted by tenant.
 
-    ``window_end`` and the plan's ``ts`` are epoch seconds: a NaN, infinite or negative one
-    (which no consumer would decode) is refused with a ``ValueError``.
+    ``window_end`` and the plan's ``ts`` are epoch seconds: a NaN, infinite or negative one,
+    or one beyond 1e11 s (milliseconds), which no consumer would decode, is refused with a
+    ``ValueError``.
     """
     for name, t in (("window_end", window_end), ("the plan's ts", plan.ts)):
         if not (math.isfinite(t) and t >= 0):
             raise ValueError(f"{name} must be a finite time >= 0 (epoch seconds), not {t!r}")
+        if t > MAX_EPOCH_S:  # an event with it would not decode (nor one in milliseconds)
+            raise ValueError(
+                f"{name} must be a time in epoch seconds, at most {MAX_EPOCH_S:g}, not {t!r} "
+                "(milliseconds?)"
+            )
     when = datetime.fromtimestamp(plan.ts, tz=UTC).isoformat().replace("+00:00", "Z")
     seq = plan_seq(window_end)
     out = []

@@ -52,3 +52,13 @@ def test_a_plan_made_before_the_epoch_is_named() -> None:
     message = "the plan's ts must be a finite time >= 0 (epoch seconds), not -1.0"
     with pytest.raises(ValueError, match=re.escape(message)):
         scaling_events(plan, model_name="m", model_version="1", window_end=0.0)
+
+
+@pytest.mark.parametrize("when", ["window_end", "ts"])
+def test_a_time_in_milliseconds_is_named_not_a_year_out_of_range(when: str) -> None:
+    ms = 1_700_000_000_000.0  # epoch milliseconds given as seconds
+    plan = replace(_plan(), ts=ms) if when == "ts" else _plan()
+    window_end = ms if when == "window_end" else 1_700_000_000.0
+    name = "window_end" if when == "window_end" else "the plan's ts"
+    with pytest.raises(ValueError, match=re.escape(f"{name} must be a time in epoch seconds")):
+        scaling_events(plan, model_name="m", model_version="1", window_end=window_end)
