@@ -29,7 +29,8 @@ from dprobe.collectors.errors import BackendError
 
 @dataclass(slots=True)
 class GpuReading:
-    """One GPU or MIG instance as read (units: %, bytes, watts, MHz)."""
+    """One GPU or MIG instance as read (units: %, bytes, watts, MHz). ``mig_instance`` is
+    a MIG instance's GPU instance id (dcgm-exporter's ``GPU_I_ID``), when known."""
 
     uuid: str
     index: int
@@ -41,6 +42,7 @@ class GpuReading:
     sm_clock_mhz: float | None = None
     mig_parent: str | None = None
     name: str | None = None
+    mig_instance: int | None = None
 
 
 @dataclass(slots=True)

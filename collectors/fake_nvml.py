@@ -27,6 +27,7 @@ from typing import Any
 
 NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_TIMEOUT = 10
@@ -64,6 +65,7 @@ class FakeGpu:
     mig: list[FakeGpu] = field(default_factory=list)
     mig_enabled: bool = False
     supports_power: bool = True
+    gpu_instance_id: int | None = None  # of a MIG instance (default: its slot + 1)
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,13 @@ class FakeNvml:
         if i >= len(self._gpu(h).mig):
             raise NVMLError(NVML_ERROR_NOT_FOUND)
         return _Handle(h.index, i)
+
+    def nvmlDeviceGetGpuInstanceId(self, h: _Handle) -> int:
+        self._enter("nvmlDeviceGetGpuInstanceId", h)
+        if h.mig is None:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        gid = self._gpu(h).gpu_instance_id
+        return h.mig + 1 if gid is None else gid
 
     def nvmlDeviceGetMemoryInfo(self, h: _Handle) -> SimpleNamespace:
         self._enter("nvmlDeviceGetMemoryInfo", h)

@@ -271,6 +271,7 @@ class NvmlBackend(AsyncResource):
                     raise
                 muuid = _text(nvml.nvmlDeviceGetUUID(mh))
                 mmem = nvml.nvmlDeviceGetMemoryInfo(mh)
+                instance = self._optional(nvml.nvmlDeviceGetGpuInstanceId, mh)
                 gpus.append(
                     GpuReading(
                         uuid=muuid,
@@ -282,6 +283,7 @@ class NvmlBackend(AsyncResource):
                         power_w=0.0,
                         mig_parent=dev.uuid,
                         name=_text(nvml.nvmlDeviceGetName(mh)),
+                        mig_instance=int(instance) if instance is not None else None,
                     )
                 )
                 procs += self._processes(mh, muuid, with_util=False)

@@ -186,7 +186,11 @@ class Collector(AsyncService):
         snap = self.build(reading, seq=self.seq.peek(), ts=ts, interval_s=self.interval_s)
         payload = encode(snap)
         # the gauges describe the GPUs as read, whether or not the disk has room for it
-        self.metrics.fleet.observe(snap, {g.uuid: g.name for g in reading.gpus})
+        self.metrics.fleet.observe(
+            snap,
+            {g.uuid: g.name for g in reading.gpus},
+            {g.uuid: g.mig_instance for g in reading.gpus if g.mig_instance is not None},
+        )
         self.metrics.gpus.set(len(snap.gpus))
         self.metrics.processes.set(len(snap.procs))
         if not self._spool(payload):

@@ -94,6 +94,7 @@ async def driven(backend, tmp_path: Path) -> tuple[Collector, CollectorRegistry]
 def gpu_util(registry: CollectorRegistry) -> float | None:
     """The exported utilisation of the GPU that :func:`gpu` reads by default."""
     labels = {"gpu": "0", "UUID": "GPU-0", "Hostname": "h1", "modelName": ""}
+    labels |= {"GPU_I_PROFILE": "", "GPU_I_ID": ""}  # a whole GPU
     return registry.get_sample_value("dprobe_gpu_utilization_percent", labels)
 
 
