@@ -461,6 +461,8 @@ def _return_home(
             back[t.tenant] = max(0, amount - amount % node)
         elif after < t.nominal_gpus:
             owed[t.tenant] = ceil_to_node(t.nominal_gpus - after, node)
+            if t.max_quota_gpus is not None:  # never past its ceiling
+                owed[t.tenant] = min(owed[t.tenant], floor_to_node(t.max_quota_gpus, node) - after)
     return _match(owed, back, below, node)
 
 

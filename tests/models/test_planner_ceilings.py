@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import math
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from dprobe.models.planner import PlanInput, Planner, PlannerSettings, TenantState
 
 NODE = 8
@@ -27,3 +30,42 @@ def test_restoring_a_guarantee_stops_at_the_ceiling() -> None:
     assert got["a"] <= _ceiling_of(a, 24) == 8
     assert got["a"] == 8  # it is still raised as far as the ceiling lets it
     assert sum(got.values()) == 24
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 6),  # quota, nodes
+            st.integers(0, 60),  # guarantee, GPUs
+            st.integers(0, 60),  # ceiling above the guarantee, GPUs
+            st.floats(0, 80),  # p90
+            st.booleans(),  # with a nominal quota of 4 nodes
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    st.integers(0, 6),
+    st.booleans(),
+)
+def test_no_pass_raises_a_tenant_past_its_ceiling(
+    rows: list[tuple[int, int, int, float, bool]], spare_nodes: int, return_idle: bool
+) -> None:
+    tenants = tuple(
+        TenantState(
+            f"t{i}",
+            quota_gpus=q * NODE,
+            guaranteed_gpus=g,
+            idle_gpus=q * NODE,
+            p90=p90,
+            max_quota_gpus=g + extra,
+            nominal_gpus=4 * NODE if nominal else None,
+        )
+        for i, (q, g, extra, p90, nominal) in enumerate(rows)
+    )
+    capacity = sum(t.quota_gpus for t in tenants) + spare_nodes * NODE
+    plan = Planner(PlannerSettings(node_gpus=NODE, return_idle=return_idle)).plan(
+        PlanInput(ts=0.0, capacity_gpus=capacity, tenants=tenants)
+    )
+    for t, d in zip(tenants, plan.decisions, strict=True):
+        assert d.target_quota_gpus <= max(t.quota_gpus, _ceiling_of(t, capacity)), (t, d)
