@@ -63,14 +63,39 @@ def load_tenant_map(path: Path | str) -> TenantMap:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"tenant map {path}: {exc}") from None
-    problems = _problems(doc)
+    problems = _problems(doc, text)
     if problems:  # all of them at once, on one line (a service's error line)
         raise UsageError(f"tenant map {path}: {'; '.join(problems)}")
     tables = {name: {str(k): v for k, v in doc.get(name, {}).items()} for name in _TABLES}
     return TenantMap(**tables)
 
 
-def _problems(doc: dict[str, object]) -> list[str]:
+def _line_of(text: str, table: str, key: str) -> str:
+    """`` (line N)`` of ``key = ...`` in ``[table]`` of a mapping file written plainly, else "".
+
+    >>> _line_of('[users]  # uids\\nalice = 1\\n"1000" = 2\\n', "users", "1000")
+    ' (line 3)'
+    """
+    forms = {key, f'"{key}"', f"'{key}'"}
+    current = None
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            current = stripped.split("]", 1)[0].strip("[ ")
+        elif current == table and stripped.split("=", 1)[0].strip() in forms:
+            return f" (line {number})"
+    return ""
+
+
+def _shown(value: object) -> str:
+    """A value as an error line shows it: short, whatever its size."""
+    if isinstance(value, str) and len(value) > 256:
+        return f"a string of {len(value)} characters"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _problems(doc: dict[str, object], text: str = "") -> list[str]:
     """Every problem of a parsed mapping file, one line each (none: it is valid)."""
     listed = ", ".join(f"[{t}]" for t in _TABLES)
     problems: list[str] = []
@@ -83,12 +108,21 @@ def _problems(doc: dict[str, object]) -> list[str]:
         problems.append(f"unknown tables {named}: use {listed}")
     for name in _TABLES:
         table = doc.get(name, {})
-        if not isinstance(table, dict) or not all(
-            isinstance(v, str) and 0 < len(v) <= 256 for v in table.values()
-        ):
-            problems.append(f"[{name}] must map names to tenant strings")
+        if not isinstance(table, dict):
+            problems.append(
+                f'{name} is not a table: write [{name}] on a line of its own, then name = "tenant" '
+                "lines"
+            )
             continue
-        bad = next((v for v in table.values() if has_control_character(v)), None)
+        for key, value in table.items():
+            if not (isinstance(value, str) and 0 < len(value) <= 256):
+                problems.append(
+                    f"[{name}] {key!r}{_line_of(text, name, key)}: expected a tenant name of 1 "
+                    f"to 256 characters, got {_shown(value)}"
+                )
+        bad = next(
+            (v for v in table.values() if isinstance(v, str) and has_control_character(v)), None
+        )
         if bad is not None:
             problems.append(f"[{name}] tenant {bad!r} holds a control character")
     slices = doc.get("slices", {})

@@ -1,0 +1,46 @@
+"""A tenant map entry whose tenant is no tenant name is named, with its line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dprobe.collectors.tenant_map import load_tenant_map
+from dprobe.errors import UsageError
+
+
+def _problems(tmp_path: Path, text: str) -> list[str]:
+    path = tmp_path / "tenants.toml"
+    path.write_text(text)
+    with pytest.raises(UsageError) as err:
+        load_tenant_map(path)
+    return str(err.value).removeprefix(f"tenant map {path}: ").split("; ")
+
+
+def test_each_entry_that_maps_to_no_tenant_name_is_named_with_its_line(tmp_path: Path) -> None:
+    text = (
+        "# the tenants of this node\n"
+        "[users]\n"
+        'alice = "vc-a"\n'
+        "bob = 7\n"
+        '"1000" = ["vc-b"]\n'
+        "\n"
+        "[namespaces]\n"
+        'team-vision = ""\n'
+        f'team-nlp = "{"n" * 257}"\n'
+    )
+    assert _problems(tmp_path, text) == [
+        "[namespaces] 'team-vision' (line 8): expected a tenant name of 1 to 256 "
+        "characters, got ''",
+        "[namespaces] 'team-nlp' (line 9): expected a tenant name of 1 to 256 "
+        "characters, got a string of 257 characters",
+        "[users] 'bob' (line 4): expected a tenant name of 1 to 256 characters, got 7",
+        "[users] '1000' (line 5): expected a tenant name of 1 to 256 characters, got ['vc-b']",
+    ]
+
+
+def test_a_table_that_is_no_table_is_named(tmp_path: Path) -> None:
+    assert _problems(tmp_path, 'users = "vc-a"\n') == [
+        'users is not a table: write [users] on a line of its own, then name = "tenant" lines'
+    ]
