@@ -23,6 +23,8 @@ from dprobe.models.planner import Plan
 from dprobe.schema import Forecast, ModelInfo, ScalingEvent
 
 MAX_EPOCH_S = 1e11  # the latest time a ScalingEvent carries (``dprobe.schema.EpochS``)
+MAX_GPUS = 1e7  # the most GPUs a ScalingEvent's forecast carries (``dprobe.schema.Gpus``)
+MAX_MESSAGE = 256  # the longest message it carries (``dprobe.schema.Label``)
 
 
 def event_id(plan_id: str, tenant: str, window_end: float) -> str:
@@ -49,7 +51,8 @@ def scaling_events(
 
     ``window_end`` and the plan's ``ts`` are epoch seconds: a NaN, infinite or negative one,
     or one beyond 1e11 s (milliseconds), which no consumer would decode, is refused with a
-    ``ValueError``.
+    ``ValueError``. A forecast above 1e7 GPUs (a diverged model) is reported as 1e7, the
+    most an event carries.
     """
     for name, t in (("window_end", window_end), ("the plan's ts", plan.ts)):
         if not (math.isfinite(t) and t >= 0):
@@ -74,9 +77,13 @@ def scaling_events(
                 current_quota_gpus=float(d.current_quota_gpus),
                 target_quota_gpus=float(d.target_quota_gpus),
                 delta_gpus=float(d.delta_gpus),
-                forecast=Forecast(horizon_s=d.horizon_s, p50=d.p50, p90=d.p90),
+                # a diverged model's absurd forecast is reported as the most the contract
+                # carries: an event a consumer cannot decode would hold back every plan
+                forecast=Forecast(
+                    horizon_s=d.horizon_s, p50=min(d.p50, MAX_GPUS), p90=min(d.p90, MAX_GPUS)
+                ),
                 reason=d.reason,
-                message=d.message,
+                message=d.message[:MAX_MESSAGE],
                 model=ModelInfo(name=model_name, version=model_version),
                 source=source,
                 guaranteed_gpus=float(d.guaranteed_gpus),

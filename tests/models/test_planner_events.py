@@ -62,3 +62,21 @@ def test_a_time_in_milliseconds_is_named_not_a_year_out_of_range(when: str) -> N
     name = "window_end" if when == "window_end" else "the plan's ts"
     with pytest.raises(ValueError, match=re.escape(f"{name} must be a time in epoch seconds")):
         scaling_events(plan, model_name="m", model_version="1", window_end=window_end)
+
+
+@pytest.mark.parametrize("p90", [1e8, 1e300])
+def test_a_diverged_forecast_still_gives_events_every_consumer_decodes(p90: float) -> None:
+    # a model that diverges to a finite but absurd forecast: the plan sizes the tenant to
+    # the capacity, as for any forecast above it, and its event must still decode (one
+    # that a consumer dead-letters leaves the plan incomplete, holding back every later one)
+    tenants = (
+        TenantState("a", quota_gpus=16, p50=p90 / 2, p90=p90),
+        TenantState("b", quota_gpus=16, idle_gpus=16),
+    )
+    plan = Planner().plan(PlanInput(ts=600.0, capacity_gpus=32, tenants=tenants))
+    evs = scaling_events(plan, model_name="m", model_version="1", window_end=600.0)
+    assert [(e.tenant, e.delta_gpus) for e in evs] == [("a", 16.0), ("b", -16.0)]
+    for e in evs:
+        assert decode_scaling_event(encode(e)) == e
+    # reported as the contract's largest number of GPUs
+    assert (evs[0].forecast.p50, evs[0].forecast.p90) == (1e7, 1e7)
