@@ -158,17 +158,18 @@ def run(args: argparse.Namespace) -> int:
     if args.once:
         return asyncio.run(_once(s))
     if args.output:
-        try:
-            out = sys.stdout.buffer if args.output == "-" else open(args.output, "ab")  # noqa: SIM115
-        except OSError as exc:
-            raise UsageError(f"--output {args.output}: {exc.strerror or exc}") from None
-        try:
-            return asyncio.run(_write_lines(s, out, args.output, args.max_ticks))
-        finally:
-            if out is not sys.stdout.buffer:
-                with contextlib.suppress(OSError):  # a failed write was said already
-                    out.close()
+        return asyncio.run(_write_lines(s, args.output, args.max_ticks))
     return asyncio.run(_serve(s, args))
+
+
+def _open_output(output: str) -> BinaryIO:
+    """``--output``'s file, appended to (``-``: stdout); :class:`UsageError` naming why not."""
+    if output == "-":
+        return sys.stdout.buffer
+    try:
+        return open(output, "ab")  # closed by _write_lines
+    except OSError as exc:
+        raise UsageError(f"--output {output}: {exc.strerror or exc}") from None
 
 
 def _unavailable(exc: Exception, backend: str) -> UsageError:
@@ -209,10 +210,9 @@ async def _once(s: CollectorSettings) -> int:
     return 0
 
 
-async def _write_lines(
-    s: CollectorSettings, out: BinaryIO, output: str, max_ticks: int | None
-) -> int:
-    """Read the backend every interval; one JSON line per snapshot to ``out``."""
+async def _write_lines(s: CollectorSettings, output: str, max_ticks: int | None) -> int:
+    """Read the backend every interval; one JSON line per snapshot to ``output``, opened
+    once the backend has started (one that cannot start leaves no empty file behind)."""
     import asyncio
     import signal
 
@@ -225,8 +225,10 @@ async def _write_lines(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     seq = 0
+    out: BinaryIO | None = None
     try:
         async with backend:
+            out = _open_output(output)
             while not stop.is_set() and (max_ticks is None or seq < max_ticks):
                 started = clock.monotonic()
                 try:
@@ -258,6 +260,9 @@ async def _write_lines(
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        if out is not None and out is not sys.stdout.buffer:
+            with contextlib.suppress(OSError):  # a failed write was said already
+                out.close()
     print(f"dprobe collect: wrote {seq} snapshots of host {host} to {output}", file=sys.stderr)
     return 0
 
