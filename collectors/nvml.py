@@ -7,7 +7,9 @@ refused (``busy``) until the stuck call returns; so is opening NVML again after 
 while a call is stuck (never more than one thread waits on the driver). Errors on one
 device are collected in ``Reading.errors`` and the other devices are still read; a device
 with a fatal error (``gpu_lost``, ``reset_required``) is left out until the backend is
-reopened. An error of NVML as a whole (no driver, a driver of another version, NVML
+reopened; so is one that fails that way as NVML is opened (one that fails retriably then
+is opened again at the next read), so one broken GPU never keeps the others from being
+read. An error of NVML as a whole (no driver, a driver of another version, NVML
 uninitialised) fails the read with a fatal error, so the collector reopens the backend;
 no device is left out for it.
 Values a device lacks or NVML refuses to an unprivileged caller (``NO_PERMISSION``) are
@@ -59,6 +61,10 @@ class _Device:
     handle: Any
     uuid: str
     name: str
+
+
+def _index(dev: _Device) -> int:
+    return dev.index
 
 
 def _text(value: Any) -> str:
@@ -121,6 +127,8 @@ class NvmlBackend(AsyncResource):
         self._devices: list[_Device] = []
         self._last_seen: dict[str, int] = {}
         self._lost: set[str] = set()
+        self._unopened: dict[int, BackendError] = {}  # GPU index -> why it is not opened
+        self._unopened_said: set[int] = set()  # of those, fatal ones counted in a reading
         self._inflight: asyncio.Future[Reading] | None = None
         self._errors: tuple[type[BaseException], ...] = ()
         self._initialised = False
@@ -161,14 +169,37 @@ class NvmlBackend(AsyncResource):
         assert nvml is not None
         nvml.nvmlInit()
         self._initialised = True
-        devices = []
-        for i in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(i)
-            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-            devices.append(_Device(i, handle, uuid, _text(nvml.nvmlDeviceGetName(handle))))
-        self._devices = devices
+        self._devices = []
+        self._unopened = {}
+        self._unopened_said = set()
         self._lost.clear()
-        log.info("NVML: %d GPU(s): %s", len(devices), ", ".join(d.uuid for d in devices))
+        for i in range(nvml.nvmlDeviceGetCount()):
+            self._open_device(i)
+        log.info(
+            "NVML: %d GPU(s): %s", len(self._devices), ", ".join(d.uuid for d in self._devices)
+        )
+
+    def _open_device(self, index: int) -> BackendError | None:
+        """Add GPU ``index`` to the devices read; its error when it cannot be opened (it is
+        left out: for good after a fatal error, else until a later read opens it). An
+        error of NVML as a whole is raised."""
+        nvml = self._nvml
+        assert nvml is not None
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+            name = _text(nvml.nvmlDeviceGetName(handle))
+        except self._errors as exc:
+            err = to_backend_error(exc, device=str(index))
+            if err.kind in DRIVER_WIDE:
+                raise
+            if index not in self._unopened:
+                log.error("GPU %d cannot be opened, left out: %s", index, err)  # noqa: TRY400
+            self._unopened[index] = err
+            return err
+        self._unopened.pop(index, None)
+        self._devices = sorted([*self._devices, _Device(index, handle, uuid, name)], key=_index)
+        return None
 
     async def read(self) -> Reading:
         """Read every device; raises a retriable ``timeout`` or ``busy`` BackendError, or a
@@ -206,6 +237,18 @@ class NvmlBackend(AsyncResource):
     # everything below runs on the NVML thread
     def _read_sync(self) -> Reading:
         reading = Reading()
+        for index, err in list(self._unopened.items()):
+            if not err.retriable:  # left out until NVML is opened again: counted once
+                if index not in self._unopened_said:
+                    self._unopened_said.add(index)
+                    reading.errors.append(err)
+                continue
+            try:
+                failed = self._open_device(index)
+            except self._errors as exc:
+                raise self._whole(to_backend_error(exc, device=str(index))) from None
+            if failed is not None:
+                reading.errors.append(failed)
         for dev in self._devices:
             if dev.uuid in self._lost:
                 continue
@@ -214,14 +257,17 @@ class NvmlBackend(AsyncResource):
             except self._errors as exc:
                 err = to_backend_error(exc, device=dev.uuid)
                 if err.kind in DRIVER_WIDE:  # not this GPU: NVML must be initialised again
-                    raise BackendError(
-                        f"NVML failed as a whole: {err}", kind=err.kind, retriable=False
-                    ) from None
+                    raise self._whole(err) from None
                 if not err.retriable:
                     self._lost.add(dev.uuid)
                     log.error("leaving GPU %s out until restart: %s", dev.uuid, err)  # noqa: TRY400
                 reading.errors.append(err)
         return reading
+
+    @staticmethod
+    def _whole(err: BackendError) -> BackendError:
+        """The fatal error of a read that met a failure of NVML as a whole."""
+        return BackendError(f"NVML failed as a whole: {err}", kind=err.kind, retriable=False)
 
     def _optional(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)``, or None where the device, the driver or the caller's rights lack it."""

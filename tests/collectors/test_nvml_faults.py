@@ -240,3 +240,28 @@ async def test_reopening_a_hanging_nvml_refuses_while_busy_instead_of_a_thread_p
     assert stuck <= 1  # one thread waits on the driver, not one more per tick
     assert len(kinds) == 6 and set(kinds) <= {"timeout", "busy"}  # retriable, every tick
     assert [g.uuid for g in reading.gpus] == ["GPU-a", "GPU-b"]
+
+
+async def test_a_gpu_that_cannot_be_opened_is_left_out_not_every_gpu() -> None:
+    # a GPU fallen off the bus fails already when NVML is opened: the others are read
+    nvml = FakeNvml([FakeGpu(uuid="GPU-a", procs={101: GIB}), FakeGpu(uuid="GPU-b")])
+    nvml.fail("nvmlDeviceGetUUID", 15, device=1)  # NVML_ERROR_GPU_IS_LOST
+    async with NvmlBackend(nvml) as backend:
+        first = await backend.read()
+        second = await backend.read()
+    assert [g.uuid for g in first.gpus] == ["GPU-a"] == [g.uuid for g in second.gpus]
+    assert [p.pid for p in first.procs] == [101]
+    assert [(e.kind, e.retriable, e.device) for e in first.errors] == [("gpu_lost", False, "1")]
+    assert second.errors == []  # counted once, like a GPU lost while read
+
+
+async def test_a_gpu_that_could_not_be_opened_for_now_is_opened_at_a_later_read() -> None:
+    nvml = FakeNvml([FakeGpu(uuid="GPU-a"), FakeGpu(uuid="GPU-b")])
+    nvml.fail("nvmlDeviceGetUUID", 10, device=1)  # NVML_ERROR_TIMEOUT: may pass next time
+    async with NvmlBackend(nvml) as backend:
+        first = await backend.read()
+        nvml.heal()
+        second = await backend.read()
+    assert [g.uuid for g in first.gpus] == ["GPU-a"]
+    assert [(e.kind, e.retriable) for e in first.errors] == [("timeout", True)]
+    assert [g.uuid for g in second.gpus] == ["GPU-a", "GPU-b"] and second.errors == []
