@@ -9,10 +9,10 @@ device are collected in ``Reading.errors`` and the other devices are still read;
 with a fatal error (``gpu_lost``, ``reset_required``) is left out until the backend is
 reopened; so is one that fails that way as NVML is opened (one that fails retriably then
 is opened again at the next read), so one broken GPU never keeps the others from being
-read. An error of NVML as a whole (no driver, a driver of another version, NVML
-uninitialised) fails the read with a fatal error, so the collector reopens the backend;
-no device is left out for it.
-Values a device lacks or NVML refuses to an unprivileged caller (``NO_PERMISSION``) are
+read (when no GPU can be opened, opening fails with the first one's error). An error of
+NVML as a whole (no driver, a driver of another version, NVML uninitialised) fails the
+read with a fatal error, so the collector reopens the backend; no device is left out for
+it. Values a device lacks or NVML refuses to an unprivileged caller (``NO_PERMISSION``) are
 skipped; in MIG mode the parent's memory, which NVML gives only to a privileged caller,
 is otherwise the sum of its instances'.
 
@@ -175,6 +175,8 @@ class NvmlBackend(AsyncResource):
         self._lost.clear()
         for i in range(nvml.nvmlDeviceGetCount()):
             self._open_device(i)
+        if self._unopened and not self._devices:  # nothing to read: say why, as before
+            raise next(iter(self._unopened.values()))
         log.info(
             "NVML: %d GPU(s): %s", len(self._devices), ", ".join(d.uuid for d in self._devices)
         )

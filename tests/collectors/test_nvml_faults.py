@@ -265,3 +265,13 @@ async def test_a_gpu_that_could_not_be_opened_for_now_is_opened_at_a_later_read(
     assert [g.uuid for g in first.gpus] == ["GPU-a"]
     assert [(e.kind, e.retriable) for e in first.errors] == [("timeout", True)]
     assert [g.uuid for g in second.gpus] == ["GPU-a", "GPU-b"] and second.errors == []
+
+
+async def test_nvml_with_no_gpu_that_can_be_opened_fails_to_open_naming_why() -> None:
+    nvml = FakeNvml([FakeGpu(uuid="GPU-a"), FakeGpu(uuid="GPU-b")])
+    nvml.fail("nvmlDeviceGetUUID", NO_PERMISSION)  # e.g. a unit whose DeviceAllow= lacks them
+    backend = NvmlBackend(nvml)
+    with pytest.raises(BackendError) as info:
+        await backend.open()
+    await backend.close()
+    assert (info.value.kind, info.value.device) == ("no_permission", "0")
