@@ -279,6 +279,15 @@ def test_inconsistent_input_is_refused(bad: TenantState) -> None:
         Planner().plan(PlanInput(ts=0.0, capacity_gpus=64, tenants=(bad,)))
 
 
+@pytest.mark.parametrize("horizon_s", [0.0, 1e8])
+def test_a_horizon_no_scaling_event_carries_is_named(horizon_s: float) -> None:
+    # the plan went through, and every event of it failed on decode at the consumers
+    bad = TenantState("a", quota_gpus=8, horizon_s=horizon_s)
+    message = f"a: horizon_s must be > 0 and at most 1e+07 s, not {horizon_s!r}"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Planner().plan(PlanInput(ts=0.0, capacity_gpus=64, tenants=(bad,)))
+
+
 def test_a_ceiling_below_the_guarantee_is_named_not_silently_passed() -> None:
     # before, a (quota 0, guarantee 16, ceiling 8) was raised to 16, past its ceiling
     a = TenantState("a", quota_gpus=0, guaranteed_gpus=16, max_quota_gpus=8, p90=30.0)
