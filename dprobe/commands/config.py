@@ -41,15 +41,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "service",
         nargs="?",
-        choices=sections,
-        metavar="SERVICE",
+        metavar="SERVICE",  # checked by run(), which names a settings file given here
         help=f"with show: the service ({', '.join(sections)})",
     )
     p.add_argument("--json", action="store_true", help="with show: one JSON document on stdout")
 
 
 def run(args: argparse.Namespace) -> int:
+    from dprobe.config import SERVICES
+
     parser: argparse.ArgumentParser = args._parser
+    sections = [c.section for c in SERVICES]
+    if args.service is not None and args.service not in sections:
+        if "/" in args.service or "." in args.service:  # `config check /etc/dprobe/x.toml`
+            parser.error(
+                f"{args.service!r} is a settings file, not a SERVICE: give it with --config "
+                f"(dprobe --config {args.service} config {args.action})"
+            )
+        choices = ", ".join(repr(name) for name in sections)
+        parser.error(f"argument SERVICE: invalid choice: {args.service!r} (choose from {choices})")
     if args.action == "check":
         if args.service is not None or args.json:
             parser.error("check takes no SERVICE nor --json: it checks every service")
