@@ -5,6 +5,7 @@ worker, archive, lag, replay) from the file given with --config (or DPROBE_CONFI
 environment, as each service does when it starts. It prints one line per service that is
 fine and, for each that is not, one line per refused setting (all of them, not only the
 first), naming the setting and where it was given.
+Without a file it says so on stderr: it has then checked the defaults and the environment.
 It exits 2 if any service's settings are refused. Like `promtool check config`, it can run
 in a deployment pipeline: it talks to no broker. It does read the TLS files the [kafka]
 table names, as every service does when it starts.
@@ -27,6 +28,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -118,6 +120,12 @@ def _check(args: argparse.Namespace) -> int:
         print(f"dprobe config: {who} refused: {reason}", file=sys.stderr)
     for warning in dict.fromkeys(warnings):  # what a service would log on start, once
         print(f"dprobe config: warning: {warning}", file=sys.stderr)
+    if not (getattr(args, "config", None) or os.environ.get("DPROBE_CONFIG")):
+        print(
+            "dprobe config: no settings file given (--config FILE or DPROBE_CONFIG): checked "
+            "the defaults and the environment only",
+            file=sys.stderr,
+        )
     if not refused:
         kafka = _load(KafkaSettings, args)
         placeholders = example_hosts(kafka.bootstrap)

@@ -321,7 +321,9 @@ def test_check_says_which_environment_variables_no_service_reads(
     assert captured.out.splitlines() == [f"[{s}] ok" for s in SECTIONS]
     assert captured.err.splitlines() == [
         "dprobe config: warning: environment variable DPROBE_COLLECTOR_INTERVALS names no "
-        "collector setting: ignored; did you mean DPROBE_COLLECTOR_INTERVAL_S?"
+        "collector setting: ignored; did you mean DPROBE_COLLECTOR_INTERVAL_S?",
+        "dprobe config: no settings file given (--config FILE or DPROBE_CONFIG): checked the "
+        "defaults and the environment only",
     ]
 
 
