@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Final
 
 from dprobe.errors import UsageError
-from dprobe.sinks.parquet_archive import fsync_dir
+from dprobe.sinks.parquet_archive import ArchiveWriteError, fsync_dir
 
 MANIFEST_NAME: Final = "dprobe-archive.json"
 LOCK_NAME: Final = ".dprobe-archive.lock"
@@ -117,8 +117,16 @@ class ArchiveManifest:
             self.committed = on_disk.committed
 
     def save(self, out_dir: Path, *, fsync: bool = True) -> None:
-        """Write the manifest atomically (temp file, fsync, rename, fsync of the folder)."""
+        """Write the manifest atomically (temp file, fsync, rename, fsync of the folder);
+        :class:`~dprobe.sinks.parquet_archive.ArchiveWriteError` naming it when the disk
+        refuses (full, read-only)."""
         path = out_dir / MANIFEST_NAME
+        try:
+            self._write(path, fsync=fsync)
+        except OSError as exc:
+            raise ArchiveWriteError.of(path, exc) from exc
+
+    def _write(self, path: Path, *, fsync: bool) -> None:
         tmp = path.with_name(f".{MANIFEST_NAME}.tmp")
         body = {
             "group_id": self.group_id,
@@ -135,7 +143,7 @@ class ArchiveManifest:
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
         if fsync:
-            fsync_dir(out_dir)
+            fsync_dir(path.parent)
 
     def describe(self) -> str:
         """``group 'g' on Kafka cluster 'c' (topics a, b)``."""
@@ -146,7 +154,12 @@ class ArchiveManifest:
 @contextlib.contextmanager
 def _locked(out_dir: Path) -> Iterator[None]:
     """An exclusive lock on the folder's manifest, between processes."""
-    with open(out_dir / LOCK_NAME, "a") as fh:
+    path = out_dir / LOCK_NAME
+    try:
+        fh = open(path, "a")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise ArchiveWriteError.of(path, exc) from exc
+    with fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
