@@ -22,7 +22,8 @@ stays until it holds none, then goes with its damping history; it is a new tenan
 comes back. So memory and
 checkpoints follow the tenants of the last week, not every tenant ever seen. Quotas the
 loop only guessed that no longer fit a smaller capacity shrink in proportion to what each
-holds, in whole nodes, to what the reported quotas leave. A tenant whose windows change
+holds, in whole nodes, to what the reported quotas leave; while reported quotas hold more
+than the capacity, no tenant is raised past the capacity. A tenant whose windows change
 length (a worker restarted with another ``window_s``) starts afresh in the forecaster.
 A checkpoint saved under other cluster settings (``capacity_gpus``, ``node_gpus``,
 ``initial_quotas``) keeps its forecaster but not its quotas; one saved by another model
@@ -54,7 +55,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -303,6 +304,12 @@ class PlanLoop:
             )
         states.sort(key=lambda st: st.tenant)
         capacity = max(self.capacity_gpus, sum(st.quota_gpus for st in states))
+        if capacity > self.capacity_gpus:
+            # reported quotas hold more than the capacity: none is raised past the capacity
+            states = [
+                replace(st, max_quota_gpus=max(self.capacity_gpus, st.guaranteed_gpus))
+                for st in states
+            ]
         plan = self.planner.plan(PlanInput(ts=at, capacity_gpus=capacity, tenants=tuple(states)))
         self._quotas.update(plan.targets())
         name = getattr(self.forecaster, "name", type(self.forecaster).__name__)

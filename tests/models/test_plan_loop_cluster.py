@@ -149,6 +149,16 @@ def test_a_smaller_reported_capacity_re_splits_only_the_guessed_quotas() -> None
     assert sum(quotas.values()) <= 32
 
 
+def test_no_tenant_is_raised_past_a_capacity_smaller_than_the_reported_quotas() -> None:
+    loop = _loop(capacity=64)
+    # half the nodes are gone, and the scheduler still reports the quotas of before
+    loop.on_cluster(ClusterReport(ts=0.0, source="s", capacity_gpus=32, quotas={"a": 32, "b": 32}))
+    events = _step(loop, W, {"a": (8.0, 56.0), "b": (0.0, 0.0)})  # a's jobs want 64 GPUs
+    assert all(e.target_quota_gpus <= 32 for e in events), _moves(events)
+    assert max(loop.quotas().values()) <= loop.capacity_gpus == 32
+    assert sum(e.delta_gpus for e in events) == 0
+
+
 def test_a_smaller_capacity_shrinks_guessed_quotas_in_proportion_and_gives_none_away() -> None:
     loop = PlanLoop(
         LastValue(),
