@@ -16,6 +16,7 @@ inputs bring (median over seeds).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -58,6 +59,29 @@ def _inputs(args: argparse.Namespace) -> tuple[float, float, list[Any]]:
     return start, end, list(read_jobs(args.trace, time_unit_s=args.time_unit))
 
 
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%MZ")
+
+
+def _unscorable(windows: list[Any], start: float) -> str | None:
+    """Why no forecast of the longest horizon could be scored from ``start``, or None."""
+    first = min((w.window_end for w in windows), default=math.inf)
+    last = max((w.window_end for w in windows), default=-math.inf)
+    if start > last:
+        return f"--test-start {_iso(start)} is after the trace's last window ({_iso(last)})"
+    if start <= first:
+        return (
+            f"--test-start {_iso(start)} leaves no window to fit on (the first ends {_iso(first)})"
+        )
+    if last - start < HORIZONS[-1]:
+        return (
+            f"the test span {_iso(start)} .. {_iso(last)} ({(last - start) / 3600:.3g} h) is "
+            f"shorter than the longest horizon ({HORIZONS[-1] / 3600:g} h): give an earlier "
+            "--test-start, a later --test-end or a longer trace"
+        )
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     default = Path(os.environ.get("DPROBE_TRACE_DIR", "")) / "philly-chronus"
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -73,6 +97,8 @@ def main(argv: list[str] | None = None) -> None:
     except (UsageError, ValueError) as exc:
         p.exit(2, f"{p.prog}: {exc}\n")
     windows = [w for w in job_windows(jobs, 600.0) if w.window_end <= end]
+    if why := _unscorable(windows, start):  # the comparison at 6 h needs a 6-h span
+        p.exit(2, f"{p.prog}: {why}\n")
     gains: dict[float, list[float]] = {h: [] for h in HORIZONS[1:]}
     print(f"{len(windows)} windows; test from {args.test_start}")
     print(f"{'seed':>4s} {'model':>22s} {'horizon':>8s} {'pinball':>8s} {'cover':>6s} {'MASE':>6s}")

@@ -53,3 +53,27 @@ def test_a_missing_trace_says_how_to_point_at_one(tmp_path: Path) -> None:
     assert refused_with(done) == (
         f"job_inputs.py: --trace {gone}: not found (set DPROBE_TRACE_DIR or pass --trace)"
     )
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "says"),
+    [  # windows end 00:10 .. 03:50: 20 jobs of 30 min, one every 10 min, the last ending
+        # at 03:40 (its end is an event of the window 03:40 .. 03:50)
+        ("1970-01-01T01:00", None, "the test span 1970-01-01T01:00Z .. 1970-01-01T03:50Z (2.83 h)"),
+        (
+            "1970-01-01T00:30",
+            "1970-01-01T03:00",
+            "the test span 1970-01-01T00:30Z .. 1970-01-01T03:00Z",
+        ),
+        ("1970-01-02", None, "--test-start 1970-01-02T00:00Z is after the trace's last window"),
+        ("1970-01-01", None, "--test-start 1970-01-01T00:00Z leaves no window to fit on"),
+    ],
+)
+def test_a_test_span_that_cannot_score_6_h_is_one_line_and_exit_2(
+    trace: Path, start: str, end: str | None, says: str
+) -> None:
+    """The script compares the models at 1 h and 6 h: a span that cannot score a 6-h
+    forecast is refused before any model runs (it ended in a KeyError traceback)."""
+    done = _run("--trace", str(trace), "--test-start", start, *(["--test-end", end] if end else []))
+    assert refused_with(done).startswith(f"job_inputs.py: {says}")
+    assert done.stdout == ""
