@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import socket
 import statistics
 import tempfile
@@ -159,8 +160,19 @@ def main() -> None:
     p.add_argument("--gpus", type=int, default=8)
     p.add_argument("--procs", type=int, default=8, help="processes per GPU")
     p.add_argument("--no-fsync", action="store_true", help="do not fsync the spool")
+    args = p.parse_args()
+    for flag, value in (
+        ("--runs", args.runs),
+        ("--ticks", args.ticks),
+        ("--gpus", args.gpus),
+        ("--procs", args.procs),
+    ):
+        if value < 1:  # nothing would be measured: one line, exit 2
+            p.exit(2, f"{p.prog}: {flag} must be >= 1, got {value}\n")
+    if not 0 < args.interval < math.inf:
+        p.exit(2, f"{p.prog}: --interval must be > 0 seconds, got {args.interval:g}\n")
     logging.basicConfig(level=logging.WARNING)
-    asyncio.run(main_async(p.parse_args()))
+    asyncio.run(main_async(args))
 
 
 if __name__ == "__main__":

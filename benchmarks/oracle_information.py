@@ -163,6 +163,8 @@ def _cells(args: argparse.Namespace) -> list[tuple[float, str]]:
     from dprobe.models.forecast.registry import FORECASTERS
     from dprobe.sim.policies import POLICIES
 
+    if args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
     if not Path(args.helios).is_dir():
         raise ValueError(f"{args.helios}: no such folder (set DPROBE_TRACE_DIR or pass --helios)")
     if unknown := set(args.rules.split(",")) - set(RULES):
@@ -225,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
         for policy in args.policies.split(",")
         for rule in dict.fromkeys(["reactive", *args.rules.split(",")])
     ]
-    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
         one = partial(
             simulate,
             folder=args.helios,

@@ -64,6 +64,9 @@ def main() -> None:
     ap.add_argument("--plans", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=7)
     a = ap.parse_args()
+    for flag, value in (("--tenants", a.tenants), ("--plans", a.plans), ("--repeats", a.repeats)):
+        if value < 1:  # nothing would be timed: one line, exit 2
+            ap.exit(2, f"{ap.prog}: {flag} must be >= 1, got {value}\n")
     medians = [statistics.median(one_run(a.tenants, a.plans, seed)) for seed in range(a.repeats)]
     print(
         f"planner: {a.tenants} VCs, {a.plans} plans x {a.repeats} runs: median "

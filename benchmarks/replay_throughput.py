@@ -101,6 +101,9 @@ def main() -> None:
     ap.add_argument("--ticks", type=int, default=200)
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
+    for flag, value in (("--hosts", args.hosts), ("--ticks", args.ticks), ("--runs", args.runs)):
+        if value < 1:  # nothing would be replayed: one line, exit 2
+            ap.exit(2, f"{ap.prog}: {flag} must be >= 1, got {value}\n")
 
     broker = None
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP")

@@ -16,13 +16,14 @@ from the same windows. With forgetting, the state follows the tenants of the las
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import time
 
 import torch
 
 from dprobe.models.checkpoint import state_bytes
-from dprobe.models.forecast.registry import make_forecaster
+from dprobe.models.forecast.registry import FORECASTERS, make_forecaster
 from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
 from dprobe.schema import LevelCounts, TenantWindow
 
@@ -75,6 +76,16 @@ def main() -> None:
     p.add_argument("--forget-h", type=float, default=2.0, help="forget after (2 h)")
     p.add_argument("--model", default="dprobe-mmoe")
     args = p.parse_args()
+    for flag, value in (("--generations", args.generations), ("--tenants", args.tenants)):
+        if value < 1:  # nothing would be measured: one line, exit 2
+            p.exit(2, f"{p.prog}: {flag} must be >= 1, got {value}\n")
+    if not STEP_S / 3600 <= args.life_h < math.inf:
+        why = "must be > 0 hours (at least one 60-s window)"
+        p.exit(2, f"{p.prog}: --life-h {why}, got {args.life_h:g}\n")
+    if not 0 <= args.forget_h < math.inf:
+        p.exit(2, f"{p.prog}: --forget-h must be >= 0 hours (0: never), got {args.forget_h:g}\n")
+    if args.model not in FORECASTERS:
+        p.exit(2, f"{p.prog}: --model {args.model!r}: choose from {', '.join(FORECASTERS)}\n")
     torch.set_num_threads(1)
     forgetting = run(args, args.forget_h)
     keeping = run(args, 0.0)

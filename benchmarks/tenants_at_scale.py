@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.worker_throughput import committed, create_topics, end_total, kafka_bootstrap
 from dprobe import schema
+from dprobe.models.forecast.registry import FORECASTERS
 from tests.streams.helpers import worker_process
 
 PARTITIONS = 4
@@ -183,6 +185,18 @@ def main() -> None:
     ap.add_argument("--model", default="dprobe-mmoe", help="the worker's forecaster")
     ap.add_argument("--json", action="store_true", help="print one JSON object last")
     args = ap.parse_args()
+    for flag, value in (
+        ("--tenants", args.tenants),
+        ("--hosts", args.hosts),
+        ("--procs", args.procs),
+    ):
+        if value < 1:  # no traffic: one line, exit 2
+            ap.exit(2, f"{ap.prog}: {flag} must be >= 1, got {value}\n")
+    for flag, seconds in (("--seconds", args.seconds), ("--every", args.every)):
+        if not 0 < seconds < math.inf:
+            ap.exit(2, f"{ap.prog}: {flag} must be > 0 seconds, got {seconds:g}\n")
+    if args.model not in FORECASTERS:
+        ap.exit(2, f"{ap.prog}: --model {args.model!r}: choose from {', '.join(FORECASTERS)}\n")
     with tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
         tmp = Path(tmpdir)
         bootstrap = kafka_bootstrap(stack, tmp)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import statistics
@@ -341,6 +342,22 @@ def main() -> None:
         "--procs-per-gpu", type=int, default=8, help="processes per GPU (8 GPUs per snapshot)"
     )
     args = ap.parse_args()
+    for flag, value in (
+        ("--snapshots", args.snapshots),
+        ("--hosts", args.hosts),
+        ("--runs", args.runs),
+        ("--workers", args.workers),
+        ("--partitions", args.partitions),
+        ("--procs-per-gpu", args.procs_per_gpu),
+    ):
+        if value < 1:  # nothing would be measured: one line, exit 2
+            ap.exit(2, f"{ap.prog}: {flag} must be >= 1, got {value}\n")
+    if not 0 <= args.latency_s < math.inf:
+        ap.exit(
+            2,
+            f"{ap.prog}: --latency-s must be >= 0 seconds (0: no latency run), "
+            f"got {args.latency_s:g}\n",
+        )
     global PROCS_PER_GPU
     PROCS_PER_GPU = args.procs_per_gpu
     shape = {"workers": args.workers, "partitions": args.partitions}
