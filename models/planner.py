@@ -182,6 +182,8 @@ def plan_id(inp: PlanInput, settings: PlannerSettings) -> str:
     >>> plan_id(i, PlannerSettings()) == plan_id(i, PlannerSettings())
     True
     """
+    # tenants in name order: the same tenants given in another order are the same plan
+    inp = replace(inp, tenants=tuple(sorted(inp.tenants, key=lambda t: t.tenant)))
     body = json.dumps([asdict(inp), asdict(settings)], sort_keys=True, default=str)
     return hashlib.sha256(body.encode()).hexdigest()[:24]
 

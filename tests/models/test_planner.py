@@ -261,6 +261,21 @@ def test_state_round_trips_and_plan_id_is_deterministic() -> None:
     assert Planner().plan(replace(inp, ts=1.0)).plan_id != first.plan_id
 
 
+def test_the_same_tenants_in_another_order_are_the_same_plan_and_ids() -> None:
+    # a caller that gathers its tenants from a dict or a set (in another order after a
+    # restart) re-emits the same plan: consumers must be able to drop it as a duplicate
+    tenants = (
+        TenantState("a", quota_gpus=16, idle_gpus=16),
+        TenantState("b", quota_gpus=16, p90=24.0),
+        TenantState("c", quota_gpus=0, need_gpus=8.0),
+    )
+    plans = [
+        Planner().plan(PlanInput(ts=600.0, capacity_gpus=32, tenants=order))
+        for order in itertools.permutations(tenants)
+    ]
+    assert all(p == plans[0] for p in plans)
+
+
 @pytest.mark.parametrize(
     "bad",
     [
