@@ -101,7 +101,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--output",
         metavar="FILE|-",
         help="write each snapshot as one JSON line to FILE ('-': stdout) instead of Kafka; "
-        "no spool, no /metrics (for checks and debugging)",
+        "appended to a FILE that exists, with seq from 0 again; no spool, no /metrics "
+        "(for checks and debugging)",
     )
     run_group.add_argument("--max-ticks", type=int, metavar="N", help="stop after N snapshots")
     run_group.add_argument(
