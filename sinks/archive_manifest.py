@@ -160,7 +160,10 @@ def _locked(out_dir: Path) -> Iterator[None]:
     except OSError as exc:
         raise ArchiveWriteError.of(path, exc) from exc
     with fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        except OSError as exc:  # a file system without locks (NFS without its lock daemon)
+            raise ArchiveWriteError.of(path, exc) from exc
         try:
             yield
         finally:

@@ -18,7 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from dprobe import cli, schema
 from dprobe.sinks import archive_manifest
-from dprobe.sinks.archive_manifest import MANIFEST_NAME
+from dprobe.sinks.archive_manifest import LOCK_NAME, MANIFEST_NAME
 
 pytestmark = [pytest.mark.integration]
 
@@ -64,5 +64,31 @@ def test_no_room_for_the_manifest_is_one_line_not_a_traceback(
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == (
         f"dprobe archive: cannot write {out / MANIFEST_NAME}: No space left on device"
+    )
+    assert code == 1
+
+
+def test_a_folder_that_cannot_lock_the_manifest_is_one_line_not_a_traceback(
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    prefix = f"al{uuid.uuid4().hex[:8]}."
+    asyncio.run(_jobs_topic(kafka_bootstrap, prefix))
+
+    def no_locks(*_: Any) -> None:  # an NFS mount without a lock daemon
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(archive_manifest.fcntl, "flock", no_locks)
+    monkeypatch.delenv("DPROBE_CONFIG", raising=False)
+    monkeypatch.setenv("DPROBE_KAFKA_TOPIC_PREFIX", prefix)
+    out = tmp_path / "archive"
+    argv = ["--bootstrap", kafka_bootstrap, "archive", "--out", str(out), "--until-end"]
+    code = cli.main([*argv, "--group-id", f"g-{uuid.uuid4().hex[:8]}"])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"dprobe archive: cannot write {out / LOCK_NAME}: {os.strerror(errno.ENOLCK)}"
     )
     assert code == 1
