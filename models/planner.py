@@ -72,6 +72,7 @@ Reason = Literal[
 
 HISTORY_KEEP_S = 3600.0  # the least time a tenant's quota changes are remembered
 MAX_HORIZON_S = 1e7  # the longest forecast horizon a ScalingEvent carries (dprobe.schema)
+MAX_NAME = 256  # the longest tenant name a ScalingEvent carries (dprobe.schema)
 
 
 @dataclass(frozen=True)
@@ -326,6 +327,9 @@ def _validate(inp: PlanInput, node: int) -> None:
     names = [t.tenant for t in inp.tenants]
     if len(set(names)) != len(names):
         raise ValueError("tenant names must be unique")
+    for name in names:
+        if not 1 <= len(name) <= MAX_NAME:  # no ScalingEvent would carry it
+            raise ValueError(f"tenant names must be 1 to {MAX_NAME} characters, not {name[:40]!r}")
     total = sum(t.quota_gpus for t in inp.tenants)
     if total > inp.capacity_gpus:
         raise ValueError(f"quotas sum to {total} GPUs, more than the capacity {inp.capacity_gpus}")

@@ -303,6 +303,14 @@ def test_a_horizon_no_scaling_event_carries_is_named(horizon_s: float) -> None:
         Planner().plan(PlanInput(ts=0.0, capacity_gpus=64, tenants=(bad,)))
 
 
+@pytest.mark.parametrize("name", ["", "x" * 257])
+def test_a_tenant_name_no_scaling_event_carries_is_named(name: str) -> None:
+    # the plan went through, and the tenant's events failed on decode at the consumers
+    tenants = (TenantState(name, quota_gpus=0, need_gpus=8.0), TenantState("b", 8, idle_gpus=8))
+    with pytest.raises(ValueError, match="tenant names must be 1 to 256 characters"):
+        Planner().plan(PlanInput(ts=0.0, capacity_gpus=8, tenants=tenants))
+
+
 def test_a_ceiling_below_the_guarantee_is_named_not_silently_passed() -> None:
     # before, a (quota 0, guarantee 16, ceiling 8) was raised to 16, past its ceiling
     a = TenantState("a", quota_gpus=0, guaranteed_gpus=16, max_quota_gpus=8, p90=30.0)
