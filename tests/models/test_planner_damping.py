@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
 
@@ -93,3 +94,22 @@ def test_lowest_quota_is_what_the_scale_down_limit_leaves_in_the_period() -> Non
     assert lowest_quota(DampingSettings(), h, ts=10.0, current=48, node_gpus=8) == 0
     frozen = DampingSettings(scale_down_max_percent=0.0)
     assert lowest_quota(frozen, h, ts=10.0, current=48, node_gpus=8) == 48
+
+
+@pytest.mark.parametrize(
+    ("percent", "current"), [(13.0, 800), (16.0, 200), (18.0, 1200), (36.0, 600)]
+)
+def test_a_percentage_that_is_a_whole_number_of_nodes_allows_all_of_them(
+    percent: float, current: int
+) -> None:
+    # exactly 13 % of 800 GPUs is 104 GPUs, 13 nodes: 800 * 1.13 reads 903.99... in floating
+    # point, and the limit lost the last node (as 18 % of 1200 lost one on the way down)
+    exact = math.floor(Fraction(current) * Fraction(percent) / 100 / 8) * 8  # reference
+    up = DampingSettings(scale_up_max_percent=percent, scale_up_max_nodes=0)
+    assert damp(up, MoveHistory(), ts=0.0, current=current, desired=10**6, node_gpus=8) == (
+        current + exact
+    )
+    down = DampingSettings(scale_down_max_percent=percent)
+    assert lowest_quota(down, MoveHistory(), ts=0.0, current=current, node_gpus=8) == (
+        current - exact
+    )
