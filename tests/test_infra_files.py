@@ -284,7 +284,7 @@ def test_every_alert_expression_is_read() -> None:
     assert "deriv(kafka_consumergroup_lag_sum" in exprs["DprobeConsumerLagGrowing"]
     assert ") > 0.5 and max by" in exprs["DprobeForecastErrorHigh"]
     assert exprs["DprobeForecastErrorHigh"].endswith("[1h])) >= 1")
-    assert 'kind=~"gpu_lost|reset_required"' in exprs["DprobeCollectorGpuLost"]
+    assert 'kind=~"gpu_lost|reset_required|' in exprs["DprobeCollectorGpuLost"]
     assert "dprobe_conflicting_snapshots_total" in exprs["DprobeHostIdConflict"]
 
 
