@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaConnectionError
 from prometheus_client import CollectorRegistry
 
 from dprobe.broker import LocalBroker
@@ -172,7 +173,11 @@ def main() -> None:
     if not 0 < args.interval < math.inf:
         p.exit(2, f"{p.prog}: --interval must be > 0 seconds, got {args.interval:g}\n")
     logging.basicConfig(level=logging.WARNING)
-    asyncio.run(main_async(args))
+    try:
+        asyncio.run(main_async(args))
+    except KafkaConnectionError:  # no broker at --bootstrap: one line, exit 2
+        where = args.bootstrap or "the temporary broker"
+        p.exit(2, f"{p.prog}: cannot reach Kafka at {where}: no broker answered\n")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from dprobe.broker import LocalBroker
 from dprobe.collectors.snapshot import SnapshotBuilder
 from dprobe.collectors.synthetic import SyntheticBackend
 from dprobe.config import BrokerSettings, KafkaSettings, ReplaySettings
+from dprobe.errors import UsageError
 from dprobe.sinks.archive_schema import row_of
 from dprobe.sinks.parquet_archive import ArchiveWriter
 from dprobe.traces.archive_reader import archive_files, count_records, read_archive
@@ -128,7 +129,10 @@ def main() -> None:
             )
             rates = []
             for run in range(args.runs):
-                n, secs = asyncio.run(one_run(archive, bootstrap))
+                try:
+                    n, secs = asyncio.run(one_run(archive, bootstrap))
+                except UsageError as exc:  # cannot reach Kafka at KAFKA_BOOTSTRAP: exit 2
+                    ap.exit(2, f"{ap.prog}: {exc}\n")
                 assert n == records
                 rates.append(n / secs)
                 print(f"run {run + 1}: {n} records in {secs:.2f} s = {n / secs:,.0f} records/s")

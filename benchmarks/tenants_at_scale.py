@@ -33,10 +33,18 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaConnectionError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.worker_throughput import committed, create_topics, end_total, kafka_bootstrap
+from benchmarks.worker_throughput import (
+    WorkerExited,
+    check_running,
+    committed,
+    create_topics,
+    end_total,
+    kafka_bootstrap,
+)
 from dprobe import schema
 from dprobe.models.forecast.registry import FORECASTERS
 from tests.streams.helpers import worker_process
@@ -93,15 +101,17 @@ async def run(args: argparse.Namespace, bootstrap: str, tmp: Path) -> dict[str, 
     await create_topics(bootstrap, prefix, PARTITIONS)
     samples_topic = f"{prefix}samples"
     rows: list[dict[str, float]] = []
+    log = tmp / f"{app_id}.log"
     env = {
         "DPROBE_WORKER_MODEL": args.model,
         "DPROBE_WORKER_CAPACITY_GPUS": str(args.hosts * GPUS),  # the fleet the traffic has
     }
     with worker_process(
         bootstrap, prefix=prefix, app_id=app_id, data_dir=tmp / app_id, window_s=60.0,
-        grace_s=10.0, partitions=PARTITIONS, log=tmp / f"{app_id}.log", env=env,
+        grace_s=10.0, partitions=PARTITIONS, log=log, env=env,
     ) as worker:  # fmt: skip
         await asyncio.sleep(12)  # the worker joins its group
+        check_running([worker], [log])
         prod = AIOKafkaProducer(
             bootstrap_servers=bootstrap, linger_ms=20, acks="all", max_batch_size=1 << 20,
             compression_type="lz4",
@@ -124,6 +134,7 @@ async def run(args: argparse.Namespace, bootstrap: str, tmp: Path) -> dict[str, 
                     s = snapshot(h, seq, tick, args.procs, args.tenants)
                     await prod.send(samples_topic, key=s.host.encode(), value=schema.encode(s))
                 seq += 1
+                check_running([worker], [log])
                 got = await features.getmany(timeout_ms=1)
                 for tp, records in got.items():
                     if tp.topic.endswith("features"):
@@ -200,7 +211,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
         tmp = Path(tmpdir)
         bootstrap = kafka_bootstrap(stack, tmp)
-        out = asyncio.run(run(args, bootstrap, tmp))
+        try:
+            out = asyncio.run(run(args, bootstrap, tmp))
+        except WorkerExited as exc:  # its own error, such as a bad DPROBE_WORKER_* setting
+            ap.exit(2 if exc.code == 2 else 1, f"{ap.prog}: {exc}\n")
+        except KafkaConnectionError:  # no broker at KAFKA_BOOTSTRAP: one line, exit 2
+            ap.exit(2, f"{ap.prog}: cannot reach Kafka at {bootstrap}: no broker answered\n")
     print(
         f"{out['tenants']} tenants, {out['hosts']} hosts x {out['procs_per_host']} processes "
         f"at 1 Hz for {out['seconds']:.0f} s: RSS peak {out['rss_peak_gb']:.2f} GB, growth "

@@ -46,7 +46,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import GroupCoordinatorNotAvailableError
+from aiokafka.errors import GroupCoordinatorNotAvailableError, KafkaConnectionError
 from aiokafka.structs import TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -159,6 +159,29 @@ async def stable_members(admin: AIOKafkaAdminClient, group: str) -> int:
     return 0
 
 
+class WorkerExited(Exception):
+    """A worker process ended during a run: its exit code and the last line it logged."""
+
+    def __init__(self, code: int, log: Path) -> None:
+        lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+        last = lines[-1].strip() if lines else "(it logged nothing)"
+        super().__init__(f"a worker exited with code {code}: {last}")
+        self.code = code
+
+
+def check_running(workers: list[subprocess.Popen[bytes]], logs: list[Path]) -> None:
+    """Raise :class:`WorkerExited` for the first of ``workers`` (logging to ``logs``) that
+    is no longer running."""
+    for proc, log in zip(workers, logs, strict=True):
+        if (code := proc.poll()) is not None:
+            raise WorkerExited(code, log)
+
+
+def worker_logs(tmp: Path, app_id: str, workers: int) -> list[Path]:
+    """Where :func:`start_workers` has each worker log."""
+    return [tmp / f"{app_id}-{w}.log" for w in range(workers)]
+
+
 def start_workers(
     stack: ExitStack,
     bootstrap: str,
@@ -182,10 +205,10 @@ def start_workers(
                 window_s=window_s,
                 grace_s=grace_s,
                 partitions=partitions,
-                log=tmp / f"{app_id}-{w}.log",
+                log=log,
             )
         )
-        for w in range(workers)
+        for w, log in enumerate(worker_logs(tmp, app_id, workers))
     ]
 
 
@@ -220,8 +243,7 @@ async def throughput_run(
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
-                if any(proc.poll() is not None for proc in started):
-                    raise RuntimeError(f"a worker exited; see {tmp}/{app_id}-*.log")
+                check_running(started, worker_logs(tmp, app_id, workers))
                 c = await committed(admin, app_id, samples)
                 if first_t is None and c > 0:
                     if c >= n:
@@ -276,11 +298,12 @@ async def latency_run(
     rng = random.Random(2)
     delays: list[float] = []
     with ExitStack() as procs:
-        start_workers(
+        started = start_workers(
             procs, bootstrap, prefix, app_id, tmp=tmp, workers=workers,
             partitions=partitions, window_s=window_s, grace_s=grace_s,
         )  # fmt: skip
         await asyncio.sleep(12)  # the workers join their group
+        check_running(started, worker_logs(tmp, app_id, workers))
         prod = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
         cons = AIOKafkaConsumer(
             f"{prefix}features",
@@ -297,6 +320,7 @@ async def latency_run(
                     s = snapshot(rng, f"h{h}", seq, tick)
                     await prod.send(f"{prefix}samples", key=s.host.encode(), value=schema.encode(s))
                 seq += 1
+                check_running(started, worker_logs(tmp, app_id, workers))
                 batch = await cons.getmany(timeout_ms=10)
                 for records in batch.values():
                     for r in records:
@@ -358,6 +382,17 @@ def main() -> None:
             f"{ap.prog}: --latency-s must be >= 0 seconds (0: no latency run), "
             f"got {args.latency_s:g}\n",
         )
+    try:
+        measure(args)
+    except WorkerExited as exc:  # its own error, such as a bad DPROBE_WORKER_* setting
+        ap.exit(2 if exc.code == 2 else 1, f"{ap.prog}: {exc}\n")
+    except KafkaConnectionError:  # no broker at KAFKA_BOOTSTRAP: one line, exit 2
+        where = os.environ.get("KAFKA_BOOTSTRAP", "the local broker")
+        ap.exit(2, f"{ap.prog}: cannot reach Kafka at {where}: no broker answered\n")
+
+
+def measure(args: argparse.Namespace) -> None:
+    """The runs ``args`` ask for, printed as they end."""
     global PROCS_PER_GPU
     PROCS_PER_GPU = args.procs_per_gpu
     shape = {"workers": args.workers, "partitions": args.partitions}
