@@ -27,7 +27,13 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from dprobe.errors import DprobeError
-from dprobe.journal_log import PLAIN_FORMAT, JournalFormatter, error_prefix, stderr_is_journal
+from dprobe.journal_log import (
+    PLAIN_FORMAT,
+    JournalFormatter,
+    error_prefix,
+    journal_excepthook,
+    stderr_is_journal,
+)
 from dprobe.log_repeats import RepeatedLines
 
 # name -> (module under dprobe.commands, one-line help)
@@ -207,6 +213,8 @@ def _run(argv: Sequence[str] | None) -> int:
     theirs = list(root.handlers)  # a host program's own (or a test runner's) stay as they are
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format=PLAIN_FORMAT)
     journal = stderr_is_journal(sys.stderr)  # under systemd: priorities, journald's time
+    if journal:  # a bug's traceback: error lines too
+        sys.excepthook = journal_excepthook
     for handler in root.handlers:
         if handler not in theirs:
             handler.addFilter(RepeatedLines())  # a Kafka client retrying: once a minute

@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
+import types
 from collections.abc import Mapping
 from typing import IO, Any
 
@@ -41,6 +43,15 @@ def error_prefix(stream: IO[Any] | None = None) -> str:
     """``<3>`` (error) when ``stream`` (default stderr) is the journal, else nothing: the
     one line a command exits 1 or 2 with is then an error for ``journalctl -p warning``."""
     return "<3>" if stderr_is_journal(sys.stderr if stream is None else stream) else ""
+
+
+def journal_excepthook(
+    kind: type[BaseException], value: BaseException, tb: types.TracebackType | None
+) -> None:
+    """``sys.excepthook`` under systemd: an uncaught exception's traceback (a bug, exit 1)
+    as ``<3>`` error lines, each of which journald takes as an entry of its own."""
+    text = "".join(traceback.format_exception(kind, value, tb))
+    sys.stderr.write("".join(f"<3>{line}\n" for line in text.splitlines()))
 
 
 def syslog_priority(levelno: int) -> int:

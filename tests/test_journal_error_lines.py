@@ -50,3 +50,35 @@ def test_the_reason_a_command_exits_2_with_is_an_error_in_the_journal(
     elsewhere.touch()
     code, lines = _stderr_of(argv, elsewhere, journal_stream=err)
     assert code == 2 and len(lines) == 1 and lines[0].startswith("dprobe collect: "), lines
+
+
+CRASHING_COMMAND = """
+import sys
+import dprobe.commands.config as command
+def run(args):
+    raise RuntimeError("a bug")
+command.run = run  # a command failing in a way it does not expect: a bug
+from dprobe.cli import main
+sys.exit(main(["config", "check"]))
+"""
+
+
+def test_a_crash_traceback_is_an_error_in_the_journal_line_by_line(tmp_path: Path) -> None:
+    """A bug exits 1 with a traceback: under systemd each of its lines is an error too."""
+    err = tmp_path / "stderr"
+    err.touch()
+    st = os.stat(err)
+    with open(err, "a") as fh:
+        done = subprocess.run(
+            [sys.executable, "-c", CRASHING_COMMAND],
+            env={**os.environ, "JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"},
+            stdout=subprocess.DEVNULL,
+            stderr=fh,
+            timeout=120,
+            check=False,
+        )
+    lines = err.read_text().splitlines()
+    assert done.returncode == 1
+    assert lines[0] == "<3>Traceback (most recent call last):", lines
+    assert lines[-1] == "<3>RuntimeError: a bug"
+    assert all(line.startswith("<3>") for line in lines), lines
