@@ -8,13 +8,13 @@ order: a complete plan waits while an older one is still incomplete (events of a
 with several partitions arrive out of order), so the quotas applied never pass through a
 state no plan made. A plan older than one already released (it began to arrive only
 after) is released only with the events of tenants that no newer plan has set, so every
-tenant ends at the target of the newest plan that moved it; a second plan made at the
-same window end (``plan_seq``) as one applied (another ``plan_id``), whatever its
-tenants, is not applied at all. Duplicate ``event_id`` s are dropped; a plan still
-incomplete after ``max_age_s`` is dropped with a warning, never applied in part, and
-the plans it held back go out (call :meth:`release_ready` when no event comes, so they
-need not wait for the next one, and :meth:`end_of_input` when none ever will); its
-events count as new if they are delivered again.
+tenant ends at the target of the newest plan that moved it, and holds no newer plan
+back; a second plan made at the same window end (``plan_seq``) as one applied (another
+``plan_id``), whatever its tenants, is not applied at all. Duplicate ``event_id`` s are
+dropped; a plan still incomplete after ``max_age_s`` is dropped with a warning, never
+applied in part, and the plans it held back go out (call :meth:`release_ready` when no
+event comes, so they need not wait for the next one, and :meth:`end_of_input` when none
+ever will); its events count as new if they are delivered again.
 
 Example:
     >>> from dprobe.schema import Forecast, ModelInfo, ScalingEvent
@@ -100,8 +100,11 @@ class PlanAssembler:
         return self._flush()
 
     def _flush(self) -> list[ScalingEvent]:
+        # the oldest plan still coming that can still come before the others: one older
+        # than a plan applied already goes out whenever it completes (filtered)
+        applied = max(self._seq_plan, default=0)
         oldest = min(
-            (evs[0].plan_seq for _, evs in self._pending.values() if evs[0].plan_seq > 0),
+            (s for _, evs in self._pending.values() if (s := evs[0].plan_seq) > applied),
             default=None,
         )
         out: list[ScalingEvent] = []

@@ -183,3 +183,26 @@ def test_a_second_plan_for_the_same_window_end_on_other_tenants_is_not_applied()
     # a later window end's plan is applied as usual
     later = [_event("n1", 6, "vc-c", 16, 24), _event("n2", 6, "vc-d", 16, 8)]
     assert [m.event_id for e in later for m in plans.add(e)] == ["n1", "n2"]
+
+
+def test_a_plan_older_than_one_applied_holds_no_newer_plan_back() -> None:
+    # plan 1 begins to arrive only after plan 2 went out: it can no longer come before
+    # it, so plan 3 need not wait for it (it waited until plan 1 expired, 300 s)
+    plans = PlanAssembler(max_age_s=300, clock=lambda: 0.0)
+    two = [_event("b1", 2, "vc-b", 16, 8), _event("b2", 2, "vc-c", 8, 16)]
+    assert [m.event_id for e in two for m in plans.add(e)] == ["b1", "b2"]
+    assert plans.add(_event("a1", 1, "vc-a", 8, 16)) == []  # one of plan 1's two events
+    three = [_event("c1", 3, "vc-c", 16, 8), _event("c2", 3, "vc-d", 8, 16)]
+    assert [m.event_id for e in three for m in plans.add(e)] == ["c1", "c2"]
+    # plan 1 completed late: only its tenants that no newer plan set
+    assert [m.event_id for m in plans.add(_event("a2", 1, "vc-e", 16, 8))] == ["a1", "a2"]
+
+
+def test_an_older_plan_still_incomplete_holds_newer_ones_back() -> None:
+    plans = PlanAssembler(max_age_s=300, clock=lambda: 0.0)
+    assert plans.add(_event("a1", 1, "vc-a", 8, 16)) == []
+    three = [_event("c1", 3, "vc-c", 16, 8), _event("c2", 3, "vc-d", 8, 16)]
+    assert [m.event_id for e in three for m in plans.add(e)] == []
+    assert [m.event_id for m in plans.add(_event("a2", 1, "vc-e", 16, 8))] == [
+        "a1", "a2", "c1", "c2",
+    ]  # fmt: skip
