@@ -241,15 +241,24 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps({"runs": rows, "summary": summary}, indent=1))
         return
     print(f"seeds {args.seeds}; policies {args.policies}; wait = share of reactive's average")
-    print(f"{'latency s':>9s} {'reclaim':>8s} {'rule':>20s} {'mean':>6s} {'geo':>6s} "
-          f"{'below':>7s} {'lost GPU-h (reactive)':>22s}")  # fmt: skip
+    print("\n".join(summary_lines(summary)))
+
+
+def summary_lines(summary: list[dict[str, Any]]) -> list[str]:
+    """The table of :func:`summarise`'s rows: a heading, then one line per row."""
+    w = max(len(rule) for rule in RULES)
+    lines = [
+        f"{'latency s':>9s} {'reclaim':>8s} {'rule':>{w}s} {'mean':>6s} {'geo':>6s} "
+        f"{'below':>7s} {'lost GPU-h (reactive)':>22s}"
+    ]
     for s in summary:
-        print(
-            f"{s['latency_s']:9.0f} {s['reclaim']:>8s} {s['rule']:>20s} "
+        lines.append(
+            f"{s['latency_s']:9.0f} {s['reclaim']:>8s} {s['rule']:>{w}s} "
             f"{s['mean_share']:6.3f} {s['geo_share']:6.3f} "
             f"{s['below_reactive']:>3d}/{s['runs']:<3d} "
             f"{s['lost_gpu_h']:10.0f} ({s['reactive_lost_gpu_h']:.0f})"
         )
+    return lines
 
 
 if __name__ == "__main__":

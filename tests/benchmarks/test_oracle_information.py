@@ -34,3 +34,19 @@ def test_a_missing_folder_is_one_line(tmp_path: Path) -> None:
     assert refused_with(done) == (
         f"oracle_information.py: {gone}: no such folder (set DPROBE_TRACE_DIR or pass --helios)"
     )
+
+
+def test_the_summary_table_keeps_its_columns_for_every_rule_name() -> None:
+    """``predictive-latency-lead`` is longer than the rule column was wide: its row pushed
+    the figures right of their headings."""
+    from benchmarks.oracle_information import RULES, summary_lines
+
+    figures = {"runs": 18, "mean_share": 0.5, "geo_share": 0.25, "below_reactive": 9}
+    lost = {"lost_gpu_h": 1234.0, "reactive_lost_gpu_h": 4875.0}
+    cell = {"latency_s": 900.0, "reclaim": "preempt"}
+    summary = [{**cell, "rule": rule, **figures, **lost} for rule in RULES]
+    header, *rows = summary_lines(summary)
+    for heading in ("rule", "mean", "geo"):  # right-aligned: values end where it ends
+        end = header.index(heading) + len(heading)
+        assert all(row[end - 1] != " " and row[end] == " " for row in rows), (heading, rows)
+    assert [row.split()[2] for row in rows] == list(RULES)
