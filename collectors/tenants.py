@@ -158,6 +158,7 @@ class TenantResolver:
         self._pods: dict[str, tuple[str, str]] = {}
         self._pods_read_at = float("-inf")
         self._pod_dir_errors: set[str] = set()
+        self._env_denied_said = False  # a process's environment could not be read
         # pod UID not in the log folder -> (when to look again, the wait before that)
         self._pod_retry: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
@@ -230,7 +231,17 @@ class TenantResolver:
             return {}
         try:
             raw = self._read_bytes(pid, "environ")
-        except PermissionError:
+        except PermissionError as exc:
+            if not self._env_denied_said:  # every process of another user would say it
+                self._env_denied_said = True
+                log.warning(
+                    "tenant_env_vars: process %d: its environment cannot be read (%s): "
+                    "reading other users' needs CAP_SYS_PTRACE (add it to the unit's "
+                    "CapabilityBoundingSet= and AmbientCapabilities=); until then such "
+                    "processes are attributed without it (said once)",
+                    pid,
+                    exc.strerror or exc,
+                )
             return {}
         wanted = set(self.env_vars)
         found: dict[str, str] = {}
