@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from dprobe.commands._common import settings
+from dprobe.commands._common import not_applying, settings
 from dprobe.config import SYNTHETIC_MAX, CollectorSettings, check_topic_name
 from dprobe.errors import UsageError
 
@@ -157,6 +157,12 @@ def run(args: argparse.Namespace) -> int:
     if args.topic is not None:
         check_topic_name("--topic", args.topic)
     if args.once:
+        if args.output:  # the file asked for would not be written
+            raise not_applying(
+                ["--output"],
+                "with --once (it prints one snapshot on stdout; for a file: "
+                "--output FILE --max-ticks 1)",
+            )
         return asyncio.run(_once(s))
     if args.output:
         return asyncio.run(_write_lines(s, args.output, args.max_ticks))
