@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import statistics
 import subprocess
@@ -40,6 +41,32 @@ def _use_code_of(root: Path) -> None:
     import dprobe
 
     dprobe.__path__[:] = [str(root / "dprobe"), str(root)]
+
+
+MEASURED = (
+    "dprobe.schema",
+    "dprobe.sinks.worker_stats",
+    "dprobe.streams.codec",
+    "dprobe.streams.deadletter",
+    "dprobe.streams.state.window_agg",
+    "dprobe.streams.windows",
+)
+
+
+def _foreign_code(root: Path) -> str | None:
+    """Why the modules measured cannot all come from the checkout at ``root``, or None:
+    one it lacks would be imported from the installed dprobe instead."""
+    for name in MEASURED:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # its code of another version: say what failed
+            return f"cannot import its {name}: {exc}"
+    imported = [*MEASURED, *sorted(n for n in sys.modules if n.startswith("dprobe."))]
+    for name in imported:  # the measured ones first, then what they import
+        where = getattr(sys.modules[name], "__file__", None)
+        if where and not Path(where).is_relative_to(root):
+            return f"it has no {name} (found only in {Path(where).parent})"
+    return None
 
 
 class _Table:
@@ -187,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         p.exit(2, f"{p.prog}: --before {a.before}: {why}\n")
     if a.root is not None:
         _use_code_of(a.root.resolve())
+        if foreign := _foreign_code(a.root.resolve()):
+            p.exit(2, f"{p.prog}: --before {a.root}: {foreign}\n")
     else:
         _use_code_of(Path(__file__).resolve().parents[1])
     after = measure(a.jobs, a.events, a.runs)
@@ -194,7 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.before is not None:
         child = [sys.executable, __file__, "--root", str(a.before), "--json", "--jobs",
                  str(a.jobs), "--events", str(a.events), "--runs", str(a.runs)]  # fmt: skip
-        before = json.loads(subprocess.run(child, check=True, capture_output=True).stdout)
+        done = subprocess.run(child, check=False, capture_output=True, text=True)
+        if done.returncode:  # the other checkout's own refusal or failure, as it said it
+            sys.stderr.write(done.stderr)
+            return done.returncode
+        before = json.loads(done.stdout)
     if a.json:
         print(json.dumps(after if before is None else {"before": before, "after": after}))
         return 0

@@ -34,3 +34,28 @@ def test_before_a_checkout_prints_both_and_their_ratio() -> None:
     lines = done.stdout.splitlines()
     assert [line.split()[0] for line in lines[2:4]] == ["before", "after"]
     assert lines[4].startswith("after/before: ")
+
+
+def test_before_a_checkout_without_the_modules_measured_is_one_line_and_exit_2(
+    tmp_path: Path,
+) -> None:
+    """Modules DIR lacks would be imported from this checkout instead: the figures would
+    mix the two versions' code."""
+    (tmp_path / "dprobe").mkdir()
+    (tmp_path / "dprobe" / "__init__.py").write_text("")
+    (tmp_path / "dprobe" / "schema.py").write_text("raise ImportError('not this one')\n")
+    done = run_benchmark("job_book.py", "--before", str(tmp_path), *SMALL)
+    line = refused_with(done)
+    assert line.startswith(f"job_book.py: --before {tmp_path}: ")
+    assert "dprobe.schema" in line or "not this one" in line
+    assert done.stdout == ""
+
+
+def test_before_a_checkout_lacking_a_module_is_not_measured_with_this_one(tmp_path: Path) -> None:
+    (tmp_path / "dprobe").mkdir()
+    (tmp_path / "dprobe" / "__init__.py").write_text("")
+    done = run_benchmark("job_book.py", "--before", str(tmp_path), *SMALL)
+    line = refused_with(done)
+    assert line.startswith(f"job_book.py: --before {tmp_path}: ")
+    assert "dprobe.schema" in line
+    assert done.stdout == ""
