@@ -101,7 +101,9 @@ def apply_tolerance(s: DampingSettings, current: int, desired: int) -> int:
     >>> apply_tolerance(DampingSettings(), 80, 86), apply_tolerance(DampingSettings(), 80, 96)
     (80, 96)
     """
-    if current > 0 and abs(desired - current) <= s.tolerance * current:
+    # the band's edge is within it, also where floating point puts it a hair inside
+    # (0.29 * 800 is 231.99..., not 232)
+    if current > 0 and abs(desired - current) <= s.tolerance * current * (1 + 1e-12):
         return current
     return desired
 

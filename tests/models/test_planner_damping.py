@@ -113,3 +113,15 @@ def test_a_percentage_that_is_a_whole_number_of_nodes_allows_all_of_them(
     assert lowest_quota(down, MoveHistory(), ts=0.0, current=current, node_gpus=8) == (
         current - exact
     )
+
+
+@pytest.mark.parametrize(
+    ("tolerance", "current", "desired"), [(0.29, 800, 1032), (0.35, 1440, 936)]
+)
+def test_a_change_exactly_at_the_tolerance_is_within_it(
+    tolerance: float, current: int, desired: int
+) -> None:
+    # |1032 - 800| is exactly 29 % of 800 (232 GPUs), but 0.29 * 800 is 231.99... in
+    # floating point: a change on the band's edge went through
+    assert abs(Fraction(desired - current)) == Fraction(current) * Fraction(str(tolerance))
+    assert apply_tolerance(DampingSettings(tolerance=tolerance), current, desired) == current
