@@ -7,6 +7,8 @@ import re
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dprobe.models.planner import Plan, PlanInput, Planner, TenantState
 from dprobe.models.planner_events import scaling_events
@@ -80,3 +82,32 @@ def test_a_diverged_forecast_still_gives_events_every_consumer_decodes(p90: floa
         assert decode_scaling_event(encode(e)) == e
     # reported as the contract's largest number of GPUs
     assert (evs[0].forecast.p50, evs[0].forecast.p90) == (1e7, 1e7)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 8),  # quota, nodes
+            st.integers(0, 8),  # idle, nodes (at most the quota)
+            st.floats(0, 1e12),  # p90: up to a diverged model's
+            st.floats(0, 200),  # need now
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_every_event_of_any_plan_decodes_and_the_plan_sums_to_zero(
+    rows: list[tuple[int, int, float, float]],
+) -> None:
+    tenants = tuple(
+        TenantState(f"vc-{i}", q * 8, idle_gpus=min(idle, q) * 8, p50=p90 / 2, p90=p90, need_gpus=n)
+        for i, (q, idle, p90, n) in enumerate(rows)
+    )
+    capacity = sum(t.quota_gpus for t in tenants) + 16
+    plan = Planner().plan(PlanInput(ts=600.0, capacity_gpus=capacity, tenants=tenants))
+    evs = scaling_events(plan, model_name="m", model_version="1", window_end=600.0)
+    assert sum(e.delta_gpus for e in evs) == 0
+    assert all(e.plan_size == len(evs) == len(plan.moves) for e in evs)
+    for e in evs:
+        assert decode_scaling_event(encode(e)) == e
