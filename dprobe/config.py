@@ -43,8 +43,11 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
 def _cache_dir(name: str) -> Path:
-    """Default location of local state: ``$XDG_CACHE_HOME/dprobe/NAME`` (~/.cache)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    """Default location of local state: ``$XDG_CACHE_HOME/dprobe/NAME`` (~/.cache; a
+    relative ``XDG_CACHE_HOME`` is ignored, as the XDG spec says)."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        base = str(Path.home() / ".cache")
     return Path(base) / "dprobe" / name
 
 
