@@ -99,11 +99,15 @@ def _time(text: str) -> float:
 def _parse(
     args: argparse.Namespace,
 ) -> tuple[float, list[tuple[float, float]], list[tuple[str, dict[str, Any]]]]:
-    """``--end``, ``--fold``, ``--variant``, ``--models`` and ``--format``, checked; a bad one
-    raises ValueError with a line for the user."""
+    """``--end``, ``--fold``, ``--variant``, ``--models``, ``--format``, ``--window-s`` and
+    ``--time-unit``, checked; a bad one raises ValueError or UsageError with a line for the
+    user."""
+    from dprobe.commands._common import positive
     from dprobe.models.forecast.calibration import Calibrated
     from dprobe.models.forecast.registry import FORECASTERS
 
+    positive(args.window_s, "--window-s")
+    positive(args.time_unit, "--time-unit")
     if args.format not in FORMATS:
         raise ValueError(f"--format {args.format!r}: choose from {', '.join(FORMATS)}")
     if unknown := [m for m in args.models.split(",") if m not in FORECASTERS]:

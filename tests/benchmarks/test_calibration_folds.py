@@ -45,6 +45,8 @@ def _run(trace: Path, *extra: str) -> subprocess.CompletedProcess[str]:
         (["--fold", "2020-06-01"], "not START:END"),
         (["--fold", "2020-06-02:2020-06-01"], "START must be before END"),
         (["--models", "last-valu"], "unknown last-valu"),
+        (["--window-s", "0"], "--window-s must be a finite number > 0, got 0"),
+        (["--time-unit", "0"], "--time-unit must be a finite number > 0, got 0"),
     ],
 )
 def test_a_bad_setting_is_one_line_and_exit_2(tmp_path: Path, extra: list[str], says: str) -> None:
