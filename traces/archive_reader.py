@@ -12,8 +12,8 @@ before ``cluster`` was archived has no ``cluster`` folder and reads as it did. `
 may be the archive folder, one topic's folder, one of its day (``date=``) or hour
 (``hour=``) folders, or one file. A file that is not such an
 archive (a column missing or of another type, a null ``partition``, ``offset`` or
-``value``, a ``ts`` that is not a finite number) is a ``UsageError`` naming the file and,
-for a bad value, the row.
+``value``, a ``ts`` that is not epoch seconds within the schema's bounds, such as one in
+milliseconds) is a ``UsageError`` naming the file and, for a bad value, the row.
 
 Example:
     >>> import tempfile
@@ -45,6 +45,7 @@ from dprobe.errors import UsageError
 from dprobe.sinks.archive_schema import KINDS, SCHEMAS
 from dprobe.sinks.parquet_archive import NAME_RE, ArchiveFile, list_files
 from dprobe.traces.replay_record import ReplayRecord
+from dprobe.traces.row_input import MAX_EPOCH_S, MIN_EPOCH_S
 
 _COLUMNS = ["ts", "partition", "offset", "key", "value"]
 _NOT_NULL = ("partition", "offset", "value")
@@ -206,9 +207,12 @@ def _columns(path: Path, kind: str) -> dict[str, list[Any]]:
             row = column.is_null().to_pylist().index(True)
             raise UsageError(f"{path}: row {row + 1}: {name} is null")
     d = table.to_pydict()
-    bad = next((i for i, t in enumerate(d["ts"]) if not _finite(t)), None)
+    bad = next((i for i, t in enumerate(d["ts"]) if not _epoch_s(t)), None)
     if bad is not None:
-        raise UsageError(f"{path}: row {bad + 1}: ts must be a finite number")
+        raise UsageError(
+            f"{path}: row {bad + 1}: ts must be a finite number of epoch seconds within "
+            f"[{MIN_EPOCH_S:g}, {MAX_EPOCH_S:g}] (1970 .. 5138), got {d['ts'][bad]!r}"
+        )
     return d
 
 
@@ -239,5 +243,10 @@ def _check_kind(path: Path, kind: str, names: set[str]) -> None:
             )
 
 
-def _finite(x: object) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
+def _epoch_s(x: object) -> bool:
+    """Whether ``x`` is an event time the schema allows (not milliseconds, not NaN).
+
+    >>> _epoch_s(1_590_000_000.0), _epoch_s(1_590_000_000_000), _epoch_s(float("nan"))
+    (True, False, False)
+    """
+    return isinstance(x, (int, float)) and math.isfinite(x) and MIN_EPOCH_S <= x <= MAX_EPOCH_S
