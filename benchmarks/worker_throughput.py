@@ -20,7 +20,7 @@ local single-node Kafka:
 
 With ``--json`` the last line is one JSON object: ``samples_per_s``, ``bare_samples_per_s``,
 ``ratio`` (medians; the ratio is each run's own), ``p99_close_delay_s``, ``workers``,
-``runs``, plus ``partitions`` and ``samples_per_s_range``.
+``runs``, plus ``partitions``, ``samples_per_s_range`` and ``samples_per_snapshot``.
 
 Worker settings come from the environment as usual (``DPROBE_WORKER_BATCH_MAX=2000
 python benchmarks/worker_throughput.py`` measures another batch size). Uses
