@@ -666,6 +666,11 @@ class WorkerSettings:
             raise ConfigError(
                 "worker.plan_horizon_s must be > 0, move_latency_s and lend_horizon_s >= 0"
             )
+        if self.plan_lead_s > MAX_DURATION_S:  # no scaling event carries a longer horizon
+            raise ConfigError(
+                f"worker.move_latency_s + window_s (the planning lead, {self.plan_lead_s:g} s) "
+                f"must be at most {MAX_DURATION_S:g} s"
+            )
         if not 0 < self.shutdown_timeout_s <= 3600:
             raise ConfigError("worker.shutdown_timeout_s must be within (0, 3600] seconds")
         if not 6 <= self.session_timeout_s <= 1800:  # Kafka's own group.*.session.timeout.ms
