@@ -22,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import gzip
 import math
 import statistics
 import zlib
@@ -35,7 +34,7 @@ import numpy as np
 from dprobe.errors import UsageError
 from dprobe.traces.demand_series import gpu_count, parse_ts
 from dprobe.traces.jobs_csv import JobRecord
-from dprobe.traces.row_input import at_line, csv_rows, shown
+from dprobe.traces.row_input import at_line, csv_rows, open_text, shown
 
 
 def days_text(days: float) -> str:
@@ -154,14 +153,11 @@ def read_vc_file(path: Path, node_gpus: int = 8) -> VcSeries:
     """:func:`read_vc_series` of a ``.csv`` or ``.csv.gz`` file; a file that cannot be read
     (a folder, not gzip, cut short) is a :class:`UsageError` naming it."""
     try:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8", newline="") as fh:
+        with open_text(path) as fh:  # a byte that is not UTF-8 is named by its line
             return read_vc_series(fh, str(path), node_gpus)
     except (OSError, EOFError, zlib.error) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise UsageError(f"{path}: cannot read: {reason}") from None
-    except UnicodeDecodeError as exc:  # decoded a chunk at a time: no exact line to name
-        raise UsageError(f"{path}: not UTF-8 text ({exc.reason})") from None
 
 
 def generate(

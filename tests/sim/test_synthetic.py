@@ -151,9 +151,13 @@ def test_more_large_job_demand_than_demand_is_a_usage_error(tmp_path: Path) -> N
             gzip.compress(((HEAD + GOOD + "\n") * 50).encode(), mtime=0)[:60],
             r"vcG\.csv\.gz:\d+: unreadable: .*ended",
         ),
-        (gzip.compress(b"time,\xff\n", mtime=0), r"vcG\.csv\.gz: not UTF-8 text"),
+        (gzip.compress(b"time,\xff\n", mtime=0), r"vcG\.csv\.gz:1: not UTF-8 text \(byte 0xff\)"),
+        (
+            gzip.compress((HEAD + GOOD + "\n").encode() + b"2020-05-01 00:01\xe9,8\n", mtime=0),
+            r"vcG\.csv\.gz:3: not UTF-8 text \(byte 0xe9\)",
+        ),
     ],
-    ids=["not-gzip", "truncated", "not-utf8"],
+    ids=["not-gzip", "truncated", "not-utf8", "not-utf8-line-3"],
 )
 def test_a_bad_gzip_file_is_a_usage_error_naming_it(
     tmp_path: Path, content: bytes, match: str
