@@ -45,6 +45,8 @@ REFUSED = [
     ("worker_throughput.py", "--procs-per-gpu", "0", ">= 1"),
     ("worker_throughput.py", "--latency-s", "-1", ">= 0 seconds (0: no latency run)"),
     ("oracle_information.py", "--workers", "0", ">= 1"),
+    ("nvml_read_cost.py", "--runs", "0", ">= 1"),
+    ("nvml_read_cost.py", "--reads", "-5", ">= 1"),
 ]
 
 
