@@ -71,6 +71,8 @@ class VcSeries:
     large_share: float
 
 
+MAX_GAP_HOURS = 366 * 24  # hours without a row that a series may skip (they hold its demand)
+
 # The columns read; the header may spell them in any case (Helios files write ``Time`` or
 # ``time``) and hold more.
 COLUMNS = (
@@ -87,8 +89,9 @@ def read_vc_series(fh: IO[str], name: str = "<series>", node_gpus: int = 8) -> V
     """Size, hourly mean demand and large-job share of one Helios VC minute series.
 
     A row that is not a Helios minute (a missing field, a count that is not finite or
-    below 0, a time before the previous row's) is a :class:`UsageError` naming ``name``
-    and the line."""
+    below 0, a time before the previous row's or over a year after it) is a
+    :class:`UsageError` naming ``name`` and the line. Hours without a row hold the demand
+    of the last hour that has rows."""
     rows = csv_rows(fh, name=name)
     fail = at_line(name)
     totals, hours, big, allg = [], [], 0.0, 0.0
@@ -131,6 +134,12 @@ def read_vc_series(fh: IO[str], name: str = "<series>", node_gpus: int = 8) -> V
         if h != hour and n:
             hours.append(acc / n)
             acc, n = 0.0, 0
+            # hours without a row hold the last hour's demand, so later hours keep their
+            # time; a gap of over a year is not a minute series
+            skipped = int(h - hour - 1) if hour is not None else 0
+            if skipped > MAX_GAP_HOURS:
+                raise fail(f"time jumps {skipped + 1} hours after the previous row's", line)
+            hours.extend([hours[-1]] * skipped)
         hour = h
         acc, n = acc + d, n + 1
         totals.append(total)

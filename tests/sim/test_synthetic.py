@@ -185,3 +185,26 @@ def test_header_case_and_a_byte_order_mark_are_read(tmp_path: Path) -> None:
     (tmp_path / "vcA.csv").write_text("\ufeff" + HEAD.replace("time", "Time") + GOOD + "\n")
     _, sizes = generate(tmp_path, SyntheticSettings(days=1 / 24))
     assert sizes == {"vcA": 2}
+
+
+def test_hours_without_rows_hold_the_last_demand_and_later_hours_keep_their_time(
+    tmp_path: Path,
+) -> None:
+    # rows for hours 0-1 (nothing running) and hour 5 (64 GPUs); hours 2-4 have no row
+    rows = [f"2020-05-01 0{h}:{m:02d}:00,0,0,64,0,0" for h in (0, 1) for m in range(60)]
+    rows += [f"2020-05-01 05:{m:02d}:00,64,0,64,0,0" for m in range(60)]
+    _plain(tmp_path / "vcA.csv", rows)
+    jobs, _ = generate(tmp_path, SyntheticSettings(days=6 / 24, seed=1))
+    assert jobs  # 64 GPUs for an hour
+    assert all(5 * 3600 <= j.submit_s < 6 * 3600 for j in jobs)
+    (tmp_path / "vcA.csv").write_text(HEAD + "2020-05-01 00:00:00,8,0,8,0,0\n"
+                                      "2020-05-01 03:10:00,16,0,8,0,0\n")  # fmt: skip
+    from dprobe.sim.synthetic import read_vc_file
+
+    assert read_vc_file(tmp_path / "vcA.csv").hourly_demand == [8.0, 8.0, 8.0, 16.0]
+
+
+def test_a_gap_of_over_a_year_is_a_usage_error_naming_the_line(tmp_path: Path) -> None:
+    _plain(tmp_path / "vcA.csv", [GOOD, "2021-06-01 00:00:00,8,0,16,8,0"])
+    with pytest.raises(UsageError, match=r"vcA\.csv:3: time jumps 9504 hours after"):
+        generate(tmp_path, SyntheticSettings(days=1 / 24))
