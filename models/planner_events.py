@@ -24,6 +24,7 @@ from dprobe.schema import Forecast, ModelInfo, ScalingEvent
 
 MAX_EPOCH_S = 1e11  # the latest time a ScalingEvent carries (``dprobe.schema.EpochS``)
 MAX_GPUS = 1e7  # the most GPUs a ScalingEvent's forecast carries (``dprobe.schema.Gpus``)
+MAX_HORIZON_S = 1e7  # the longest horizon it carries (``dprobe.schema.PositiveS``)
 MAX_MESSAGE = 256  # the longest message it carries (``dprobe.schema.Label``)
 
 
@@ -51,8 +52,8 @@ def scaling_events(
 
     ``window_end`` and the plan's ``ts`` are epoch seconds: a NaN, infinite or negative one,
     or one beyond 1e11 s (milliseconds), which no consumer would decode, is refused with a
-    ``ValueError``. A forecast above 1e7 GPUs (a diverged model) is reported as 1e7, the
-    most an event carries.
+    ``ValueError``. A forecast above 1e7 GPUs (a diverged model) is reported as 1e7, and a
+    horizon above 1e7 s as 1e7 s, the most an event carries.
     """
     for name, t in (("window_end", window_end), ("the plan's ts", plan.ts)):
         if not (math.isfinite(t) and t >= 0):
@@ -80,7 +81,9 @@ def scaling_events(
                 # a diverged model's absurd forecast is reported as the most the contract
                 # carries: an event a consumer cannot decode would hold back every plan
                 forecast=Forecast(
-                    horizon_s=d.horizon_s, p50=min(d.p50, MAX_GPUS), p90=min(d.p90, MAX_GPUS)
+                    horizon_s=min(d.horizon_s, MAX_HORIZON_S),
+                    p50=min(d.p50, MAX_GPUS),
+                    p90=min(d.p90, MAX_GPUS),
                 ),
                 reason=d.reason,
                 message=d.message[:MAX_MESSAGE],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dprobe.config import ConfigError, WorkerSettings
-from dprobe.models.planner import MAX_HORIZON_S
+from dprobe.models.planner_events import MAX_HORIZON_S
 
 
 def test_a_move_latency_that_puts_the_lead_beyond_what_an_event_holds_is_named() -> None:
