@@ -319,8 +319,9 @@ def read_trace(
 ) -> Iterator[DemandPoint]:
     """Points of a file or folder, merged in time order across files (ties keep file order).
 
-    Each file must itself be in time order (both formats are); a point earlier than the
-    previous one of the same file raises :class:`TraceFormatError`, or with ``on_bad`` is
+    Each file must itself be in time order (both formats are), with one point per tenant
+    and time; a point earlier than the previous one of the same file, or a second one of
+    its tenant at the same time, raises :class:`TraceFormatError`, or with ``on_bad`` is
     passed to it and skipped, like every bad row.
 
     >>> import tempfile, pathlib
@@ -351,6 +352,7 @@ def _when(ts: float) -> str:
 def _in_time_order(points: Iterator[DemandPoint], on_bad: OnBad | None) -> Iterator[DemandPoint]:
     last = -math.inf
     then = "row skipped" if on_bad else "sort the file by time"
+    at: dict[str, int] = {}  # the line of each tenant's row at time ``last``
 
     def ordered(line: int, pt: DemandPoint) -> DemandPoint:
         nonlocal last
@@ -360,7 +362,17 @@ def _in_time_order(points: Iterator[DemandPoint], on_bad: OnBad | None) -> Itera
                 path=pt.path,
                 line=line,
             )
+        if pt.ts > last:
+            at.clear()
+        elif pt.tenant in at:  # which of the two demands would hold at that time?
+            raise TraceFormatError(
+                f"tenant {pt.tenant} has a row at this time on line {at[pt.tenant]} "
+                f"({_when(pt.ts)}); {'row skipped' if on_bad else 'keep one of them'}",
+                path=pt.path,
+                line=line,
+            )
         last = pt.ts
+        at[pt.tenant] = line
         return pt
 
     return parsed_rows(((pt.line, pt) for pt in points), ordered, on_bad)

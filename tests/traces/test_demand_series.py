@@ -173,6 +173,32 @@ def test_time_going_backwards_is_an_error(tmp_path: Path) -> None:
     assert "(1970-01-01T00:01:00Z (60 s) after 1970-01-01T00:02:00Z (120 s))" in str(e.value)
 
 
+@pytest.mark.parametrize("fmt", ["demand-csv", "helios-vc"])
+def test_a_second_row_of_a_tenant_at_the_same_time_is_an_error_or_skipped(
+    tmp_path: Path, fmt: str
+) -> None:
+    # which of the two demands holds at that minute? (evaluate averaged them, replay sent
+    # both to the same hosts)
+    if fmt == "demand-csv":
+        f = tmp_path / "d.csv"
+        f.write_text("ts,tenant,demand_gpus\n60,a,4\n60,b,8\n60,a,40\n120,a,5\n")
+        expected = [(60.0, "a", 4.0), (60.0, "b", 8.0), (120.0, "a", 5.0)]
+    else:
+        f = tmp_path / "vcA.csv"
+        f.write_text(HELIOS_HEADER + _helios_row(1, 4, 0) + "\n" + _helios_row(1, 40, 0)
+                     + _helios_row(2, 5, 0))  # fmt: skip
+        expected = [(60.0, "vcA", 4.0), (120.0, "vcA", 5.0)]
+        expected = [(1588291200.0 + t, a, d) for t, a, d in expected]
+    line = 4
+    where = rf"{f.name}:{line}: tenant \w+ has a row at this time on line 2"
+    with pytest.raises(TraceFormatError, match=where):
+        list(read_trace(f, fmt))
+    bad: list[str] = []
+    got = [(p.ts, p.tenant, p.demand_gpus) for p in read_trace(f, fmt, on_bad=bad.append)]
+    assert got == expected
+    assert len(bad) == 1 and bad[0].startswith(f"{f}:{line}: ")
+
+
 def test_missing_path_and_empty_folder(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError, match="no such file or folder"):
         trace_files(tmp_path / "nope", "demand-csv")
