@@ -105,20 +105,24 @@ def _check(args: argparse.Namespace) -> int:
         CollectorSettings: check_tenant_map,
     }
     refused: dict[str, list[str]] = {}  # reason -> the services refused for it
+    relative: dict[str, str] = {}  # setting -> its warning, once whatever the services
     with _warnings_of("dprobe.config") as warnings:  # e.g. a misspelt DPROBE_* variable
         for cls in SERVICES:
+            origins: dict[str, str] = {}
             try:
-                more.get(cls, lambda _: None)(_load(cls, args))
+                service = _load(cls, args, origins)
+                more.get(cls, lambda _: None)(service)
             except UsageError as exc:  # each refused setting on a line of its own
                 reasons = exc.problems if isinstance(exc, ConfigError) else (str(exc),)
                 for reason in reasons:
                     refused.setdefault(reason, []).append(f"[{cls.section}]")
             else:
                 print(f"[{cls.section}] ok")
+                relative.update(_relative_paths(_tables(service, cls.section), origins))
     for reason, services in refused.items():  # a file-wide problem is told once
         who = "every service" if len(services) == len(SERVICES) else ", ".join(services)
         print(f"dprobe config: {who} refused: {reason}", file=sys.stderr)
-    for warning in dict.fromkeys(warnings):  # what a service would log on start, once
+    for warning in [*dict.fromkeys(warnings), *relative.values()]:  # each said once
         print(f"dprobe config: warning: {warning}", file=sys.stderr)
     if not (getattr(args, "config", None) or os.environ.get("DPROBE_CONFIG")):
         print(
@@ -157,6 +161,33 @@ def _warnings_of(logger_name: str) -> Iterator[list[str]]:
     finally:
         logger.removeHandler(keep)
         logger.propagate = propagate
+
+
+def _relative_paths(tables: dict[str, dict[str, Any]], origins: dict[str, str]) -> dict[str, str]:
+    """A warning for each path a settings file gives relative: a service takes it from
+    the folder it starts in (``/`` under systemd), not from the file's."""
+    found: dict[str, str] = {}
+    for section, table in tables.items():
+        for key, value in table.items():
+            origin = origins.get(f"{section}.{key}", "")
+            path = value if isinstance(value, str) else ""
+            given = origin.startswith("config file") and path and _is_path(section, key)
+            if given and not os.path.isabs(os.path.expanduser(path)):
+                found[f"{section}.{key}"] = (
+                    f"{section}.{key} = {path!r} ({origin}) is a relative path: a service "
+                    f"takes it from the folder it starts in (here {os.getcwd()}; / under "
+                    "systemd): write it in full"
+                )
+    return found
+
+
+def _is_path(section: str, key: str) -> bool:
+    """Whether setting ``section.key`` is a file or folder path."""
+    from dprobe.config import SERVICES
+
+    cls = next((c for c in SERVICES if c.section == section), None)
+    fields = {f.name: f for f in dataclasses.fields(cls)} if cls else {}
+    return key in fields and "Path" in str(fields[key].type)
 
 
 def example_hosts(bootstrap: str) -> list[str]:
