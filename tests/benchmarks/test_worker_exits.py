@@ -14,7 +14,7 @@ import pytest
 
 from tests.benchmarks.scripts import BENCHMARKS
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # starts dprobe worker processes
 
 WORKER_SAYS = "dprobe worker: environment DPROBE_WORKER_BATCH_MAX: expected an integer, got 'abc'"
 SMALL = {
