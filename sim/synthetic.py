@@ -34,7 +34,7 @@ import numpy as np
 from dprobe.errors import UsageError
 from dprobe.traces.demand_series import gpu_count, parse_ts
 from dprobe.traces.jobs_csv import JobRecord
-from dprobe.traces.row_input import at_line, csv_rows, open_text, shown
+from dprobe.traces.row_input import CSV_SUFFIXES, at_line, csv_rows, open_text, shown
 
 
 def days_text(days: float) -> str:
@@ -180,7 +180,7 @@ def generate(
     if not Path(folder).is_dir():
         what = "is a file, not a folder" if Path(folder).exists() else "no such folder"
         raise UsageError(f"{folder}: {what} (--helios takes the folder of the Helios VC series)")
-    files = sorted(Path(folder).glob("vc*.csv*"))
+    files = sorted(f for f in Path(folder).glob("vc*") if f.name.endswith(CSV_SUFFIXES))
     if not files:
         raise UsageError(f"{folder}: no Helios VC series (vc*.csv or vc*.csv.gz)")
     rng = np.random.default_rng(s.seed)

@@ -208,3 +208,13 @@ def test_a_gap_of_over_a_year_is_a_usage_error_naming_the_line(tmp_path: Path) -
     _plain(tmp_path / "vcA.csv", [GOOD, "2021-06-01 00:00:00,8,0,16,8,0"])
     with pytest.raises(UsageError, match=r"vcA\.csv:3: time jumps 9504 hours after"):
         generate(tmp_path, SyntheticSettings(days=1 / 24))
+
+
+def test_only_csv_and_csv_gz_files_are_series(tmp_path: Path) -> None:
+    # a backup or a partial download beside the series is not one more VC (evaluate and
+    # replay read the same folder as one VC too)
+    _plain(tmp_path / "vcA.csv", [GOOD])
+    _plain(tmp_path / "vcB.csv.bak", [GOOD])
+    (tmp_path / "vcC.csv.gz.part").write_bytes(b"\x1f\x8b")
+    _, sizes = generate(tmp_path, SyntheticSettings(days=1 / 24))
+    assert sizes == {"vcA": 2}
