@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import statistics
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
@@ -69,6 +69,7 @@ class VcSeries:
     nodes: int
     hourly_demand: list[float]
     large_share: float
+    first_hour: int = 0  # the hour of the first row, in hours since the epoch
 
 
 MAX_GAP_HOURS = 366 * 24  # hours without a row that a series may skip (they hold its demand)
@@ -96,6 +97,7 @@ def read_vc_series(fh: IO[str], name: str = "<series>", node_gpus: int = 8) -> V
     fail = at_line(name)
     totals, hours, big, allg = [], [], 0.0, 0.0
     acc, n, hour, last = 0.0, 0, None, None
+    first_ts: float | None = None
     first = next(rows, None)
     if first is None:
         raise UsageError(f"{name}:1: empty file (no header)")
@@ -122,6 +124,8 @@ def read_vc_series(fh: IO[str], name: str = "<series>", node_gpus: int = 8) -> V
         if last is not None and ts < last[0]:
             raise fail(f"time {shown(text)} is before the previous row's ({shown(last[1])})", line)
         last = (ts, text)
+        if first_ts is None:
+            first_ts = ts
         running, pending, total, run8, pend8 = (
             gpu_count(row[i], c, line, fail) for i, c in zip(at[1:], COLUMNS[1:], strict=True)
         )
@@ -155,7 +159,8 @@ def read_vc_series(fh: IO[str], name: str = "<series>", node_gpus: int = 8) -> V
             f"({allg:g} GPU-minutes) over the series"
         )
     nodes = max(1, math.ceil(statistics.median(totals) / node_gpus))
-    return VcSeries(nodes, hours, big / allg if allg else 0.0)
+    first_hour = int(first_ts // 3600) if first_ts is not None else 0
+    return VcSeries(nodes, hours, big / allg if allg else 0.0, first_hour)
 
 
 def read_vc_file(path: Path, node_gpus: int = 8) -> VcSeries:
@@ -167,6 +172,22 @@ def read_vc_file(path: Path, node_gpus: int = 8) -> VcSeries:
     except (OSError, EOFError, zlib.error) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise UsageError(f"{path}: cannot read: {reason}") from None
+
+
+def _aligned(every: list[tuple[str, VcSeries]], folder: Path) -> list[tuple[str, VcSeries]]:
+    """The series on one clock: hour 0 is the first hour of the earliest series, and a
+    series that starts later has no demand before its first row."""
+    start = min(series.first_hour for _, series in every)
+    out = []
+    for tenant, series in every:
+        late = series.first_hour - start
+        if late > MAX_GAP_HOURS:
+            raise UsageError(
+                f"{folder}: VC {tenant}'s series starts {late} hours after the earliest one "
+                "(over a year)"
+            )
+        out.append((tenant, replace(series, hourly_demand=[0.0] * late + series.hourly_demand)))
+    return out
 
 
 def generate(
@@ -195,6 +216,7 @@ def generate(
             raise UsageError(f"{folder}: VC {tenant} is in two files: {seen[tenant]} and {f}")
         seen[tenant] = f
     every = [(tenant, read_vc_file(f, s.node_gpus)) for tenant, f in seen.items()]
+    every = _aligned(every, Path(folder))
     longest = max(len(series.hourly_demand) for _, series in every)
     if not s.days * 24 < longest + 1:  # whole hours, as the slice below takes them
         raise UsageError(

@@ -218,3 +218,16 @@ def test_only_csv_and_csv_gz_files_are_series(tmp_path: Path) -> None:
     (tmp_path / "vcC.csv.gz.part").write_bytes(b"\x1f\x8b")
     _, sizes = generate(tmp_path, SyntheticSettings(days=1 / 24))
     assert sizes == {"vcA": 2}
+
+
+def test_a_vc_whose_series_starts_later_keeps_its_time(tmp_path: Path) -> None:
+    # vcA from 00:00 (nothing running), vcB only from 02:00 (64 GPUs): vcB's jobs come in
+    # the third hour, as in the series, not in the first
+    _plain(tmp_path / "vcA.csv", [f"2020-05-01 0{h}:00:00,0,0,64,0,0" for h in range(3)])
+    _plain(tmp_path / "vcB.csv", [f"2020-05-01 02:{m:02d}:00,64,0,64,0,0" for m in range(60)])
+    jobs, _ = generate(tmp_path, SyntheticSettings(days=3 / 24, seed=1))
+    assert jobs and {j.tenant for j in jobs} == {"vcB"}
+    assert all(2 * 3600 <= j.submit_s < 3 * 3600 for j in jobs)
+    _plain(tmp_path / "vcB.csv", ["2021-06-01 00:00:00,64,0,64,0,0"])
+    with pytest.raises(UsageError, match=r"VC vcB's series starts 9504 hours after the earliest"):
+        generate(tmp_path, SyntheticSettings(days=1 / 24))
