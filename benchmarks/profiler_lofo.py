@@ -64,6 +64,9 @@ def main() -> None:
             rows = load_profiles(table)
         except ProfileTableError as exc:  # a missing or bad table: one line, exit 2
             ap.exit(2, f"{ap.prog}: {exc}\n")
+        if len(families := sorted({r.family for r in rows})) < 2:  # nothing left to fit on
+            why = f"1 model family ({families[0]}); holding one out needs at least 2"
+            ap.exit(2, f"{ap.prog}: {table}: {why}\n")
         report(f"{table}", rows)
     else:
         print("\n(set DPROBE_TRACE_DIR or pass --table to also score the Lucid profiles)")

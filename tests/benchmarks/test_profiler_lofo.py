@@ -1,0 +1,29 @@
+"""benchmarks/profiler_lofo.py (docs/profiler.md): a table with fewer than two model
+families leaves nothing to fit on when its one family is held out, so it exits 2 with one
+line instead of printing an accuracy of 0.000."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.benchmarks.scripts import refused_with, run_benchmark
+
+HEADER = "family,batch_size,amp,gpu_util_pct,gpu_mem_mb\n"
+
+
+def test_a_table_of_one_family_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    table = tmp_path / "one.csv"
+    table.write_text(HEADER + "resnet,32,1,90,8000\nresnet,64,0,95,12000\n")
+    done = run_benchmark("profiler_lofo.py", "--table", str(table))
+    assert refused_with(done) == (
+        f"profiler_lofo.py: {table}: 1 model family (resnet); holding one out needs at least 2"
+    )
+    assert str(table) not in done.stdout  # no report of it
+
+
+def test_a_table_of_two_families_is_scored(tmp_path: Path) -> None:
+    table = tmp_path / "two.csv"
+    table.write_text(HEADER + "resnet,32,1,90,8000\nresnet,64,0,95,12000\nbert,16,1,40,6000\n")
+    done = run_benchmark("profiler_lofo.py", "--table", str(table))
+    assert done.returncode == 0, done.stderr
+    assert f"== {table}: 3 profiles, 2 families" in done.stdout
