@@ -287,7 +287,8 @@ def trace_files(path: str | Path, fmt: TraceFormat) -> list[Path]:
     """The files ``path`` names: itself, or the sorted ``.csv``/``.csv.gz`` files of a folder.
 
     For ``helios-vc`` folders, files that are not per-VC series (no ``vc`` prefix, such as
-    ``earth_gpu_number.csv``) are skipped.
+    ``earth_gpu_number.csv``) are skipped, and a VC in two files (``vcA.csv`` beside
+    ``vcA.csv.gz``) is an error naming both: its minutes would be read twice.
     """
     p = Path(path)
     if p.is_file():
@@ -297,6 +298,14 @@ def trace_files(path: str | Path, fmt: TraceFormat) -> list[Path]:
     files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(CSV_SUFFIXES))
     if fmt == "helios-vc":
         files = [f for f in files if f.name.startswith("vc")]
+        seen: dict[str, Path] = {}
+        for f in files:
+            if (tenant := tenant_of(f)) in seen:
+                raise TraceFormatError(
+                    f"VC {tenant} is in two files: {seen[tenant].name} and {f.name}; keep one",
+                    path=p,
+                )
+            seen[tenant] = f
     if not files:
         names = "vc*.csv or vc*.csv.gz" if fmt == "helios-vc" else ".csv or .csv.gz"
         raise TraceFormatError(f"folder holds no {fmt} files ({names})", path=p)

@@ -278,3 +278,15 @@ def test_a_stray_quote_costs_its_own_row_and_is_named_by_its_line(tmp_path: Path
     with pytest.raises(TraceFormatError) as exc:
         list(read_trace(f, fmt))
     assert exc.value.line == stray + 2
+
+
+def test_a_helios_vc_in_two_files_is_an_error_naming_both(tmp_path: Path) -> None:
+    # vcA.csv decompressed beside vcA.csv.gz: every minute would be read (and replayed) twice
+    (tmp_path / "vcA.csv").write_text(HELIOS_HEADER + _helios_row(0, 1, 0))
+    with gzip.open(tmp_path / "vcA.csv.gz", "wt") as fh:
+        fh.write(HELIOS_HEADER + _helios_row(0, 1, 0))
+    (tmp_path / "vcB.csv").write_text(HELIOS_HEADER + _helios_row(0, 1, 0))
+    with pytest.raises(
+        TraceFormatError, match=r"VC vcA is in two files: vcA\.csv and vcA\.csv\.gz"
+    ):
+        read_trace(tmp_path, "helios-vc")
