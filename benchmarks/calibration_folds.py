@@ -142,6 +142,24 @@ def _parse(
     return end, folds, variants
 
 
+def _check_folds(
+    windows: list[Any], folds: list[tuple[float, float]], texts: Sequence[str]
+) -> None:
+    """Raise ValueError for the first fold in which no forecast at the longest horizon
+    could be scored: its windows must reach that far past its START."""
+    from dprobe.commands.evaluate import _iso
+
+    for (start, stop), text in zip(folds, texts, strict=True):
+        ends = [float(w.window_end) for w in windows if start <= w.window_end <= stop]
+        if not ends:
+            raise ValueError(f"--fold {text!r}: no window of the trace ends in it")
+        if max(ends) - start < HORIZONS[-1]:
+            raise ValueError(
+                f"--fold {text!r}: the trace's windows in it end at {_iso(max(ends))}, less than "
+                f"the longest horizon ({HORIZONS[-1] / 3600:g} h) after its START"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trace", default=str(HELIOS))
@@ -172,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         end, folds, variants = _parse(args)
         windows = _windows(args, end)
+        _check_folds(windows, folds, args.fold or FOLDS)
     except (UsageError, ValueError) as exc:
         p.exit(2, f"{p.prog}: {exc}\n")
     t0 = time.monotonic()

@@ -68,3 +68,23 @@ def test_good_settings_still_run(tmp_path: Path) -> None:
     done = _run(_trace(tmp_path / "d.csv"), "--variant", 'half3={"activity_halflife": 3}')
     assert done.returncode == 0, done.stderr
     assert "half3 fold 0      last-value     600 s  cover" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("fold", "says"),
+    [  # the trace's windows end 2020-06-01T00:10 .. 2020-06-03T00:00
+        (f"{T0 + 2 * 86_400 - 10_800}:{T0 + 2 * 86_400}", "less than the longest horizon (6 h)"),
+        (f"{T0 + 3 * 86_400}:{T0 + 4 * 86_400}", "no window of the trace ends in it"),
+    ],
+)
+def test_a_fold_that_cannot_score_6_h_is_one_line_and_exit_2(
+    tmp_path: Path, fold: str, says: str
+) -> None:
+    """Refused before the recording; it ended in a traceback (min() of nothing) after it."""
+    done = run_benchmark(
+        "calibration_folds.py", "--trace", str(_trace(tmp_path / "d.csv")), "--format",
+        "demand-csv", "--models", "last-value", "--end", "2020-06-05", "--fold", fold,
+    )  # fmt: skip
+    line = refused_with(done)
+    assert line.startswith(f"calibration_folds.py: --fold {fold!r}: ") and says in line
+    assert "recorded" not in done.stderr
