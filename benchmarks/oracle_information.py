@@ -177,8 +177,8 @@ def _cells(args: argparse.Namespace) -> list[tuple[float, str]]:
         )
     if not all(s.strip().isdigit() for s in args.seeds.split(",")):
         raise ValueError(f"--seeds {args.seeds!r}: not a list of whole numbers >= 0")
-    if not args.days > 0:
-        raise ValueError(f"--days must be > 0, got {args.days:g}")
+    if not args.days * 24 >= 1:  # as dprobe simulate --days
+        raise ValueError(f"--days must be > 0 (at least one hour, 1/24), got {args.days:g}")
     if args.lend_horizon is not None and not args.lend_horizon >= 0:
         raise ValueError(f"--lend-horizon must be >= 0 seconds, got {args.lend_horizon:g}")
     cells = []

@@ -21,6 +21,7 @@ from tests.benchmarks.scripts import refused_with, run_benchmark
         (["--forecaster", "recent_peak"], "unknown forecaster 'recent_peak'"),
         (["--rules", "oracle"], "unknown rules ['oracle']"),
         (["--days", "0"], "--days must be > 0"),
+        (["--days", "0.01"], "--days must be > 0 (at least one hour, 1/24), got 0.01"),
     ],
 )
 def test_a_bad_flag_is_one_line_and_exit_2(tmp_path: Path, extra: list[str], says: str) -> None:
