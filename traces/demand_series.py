@@ -94,6 +94,7 @@ class DemandPoint:
 # would be dead-lettered by the worker and overflow calendar maths.
 MAX_TENANT_GPUS = 1_000_000
 MAX_TIME_S = MAX_EPOCH_S
+MAX_GAP_S = 366 * 86_400.0  # the most a file's time may move on from one row to the next
 
 
 def parse_ts(text: str) -> float:
@@ -329,8 +330,9 @@ def read_trace(
     """Points of a file or folder, merged in time order across files (ties keep file order).
 
     Each file must itself be in time order (both formats are), with one point per tenant
-    and time; a point earlier than the previous one of the same file, or a second one of
-    its tenant at the same time, raises :class:`TraceFormatError`, or with ``on_bad`` is
+    and time; a point earlier than the previous one of the same file, over
+    :data:`MAX_GAP_S` (a year) after it, or a second one of its tenant at the same time,
+    raises :class:`TraceFormatError`, or with ``on_bad`` is
     passed to it and skipped, like every bad row.
 
     >>> import tempfile, pathlib
@@ -362,12 +364,22 @@ def _in_time_order(points: Iterator[DemandPoint], on_bad: OnBad | None) -> Itera
     last = -math.inf
     then = "row skipped" if on_bad else "sort the file by time"
     at: dict[str, int] = {}  # the line of each tenant's row at time ``last``
+    last_line = 0
 
     def ordered(line: int, pt: DemandPoint) -> DemandPoint:
-        nonlocal last
+        nonlocal last, last_line
         if pt.ts < last:
             raise TraceFormatError(
                 f"time goes backwards ({_when(pt.ts)} after {_when(last)}); {then}",
+                path=pt.path,
+                line=line,
+            )
+        # a typo, most likely: a replay would send snapshots every tick across the gap
+        if last_line and pt.ts - last > MAX_GAP_S:
+            raise TraceFormatError(
+                f"time jumps {(pt.ts - last) / 86_400:,.0f} days after line {last_line}'s "
+                f"({_when(pt.ts)} after {_when(last)}); "
+                f"{'row skipped' if on_bad else 'a digit too many?'}",
                 path=pt.path,
                 line=line,
             )
@@ -380,7 +392,7 @@ def _in_time_order(points: Iterator[DemandPoint], on_bad: OnBad | None) -> Itera
                 path=pt.path,
                 line=line,
             )
-        last = pt.ts
+        last, last_line = pt.ts, line
         at[pt.tenant] = line
         return pt
 

@@ -199,6 +199,21 @@ def test_a_second_row_of_a_tenant_at_the_same_time_is_an_error_or_skipped(
     assert len(bad) == 1 and bad[0].startswith(f"{f}:{line}: ")
 
 
+def test_a_row_over_a_year_after_the_one_before_is_an_error_or_skipped(tmp_path: Path) -> None:
+    # a digit too many in a time: a replay would send every tenant's snapshots every tick
+    # across the 4,000 years up to it
+    f = tmp_path / "d.csv"
+    f.write_text("ts,tenant,demand_gpus\n1590000000,a,4\n15900000000,a,5\n1590000060,a,6\n")
+    with pytest.raises(TraceFormatError, match=r"d\.csv:3: time jumps 165,625 days after line 2's"):
+        list(read_trace(f, "demand-csv"))
+    bad: list[str] = []
+    got = [(p.ts, p.demand_gpus) for p in read_trace(f, "demand-csv", on_bad=bad.append)]
+    assert got == [(1590000000.0, 4.0), (1590000060.0, 6.0)]
+    assert [b.split(": ")[0] for b in bad] == [f"{f}:3"]
+    f.write_text("ts,tenant,demand_gpus\n0,a,4\n31622400,a,5\n")  # 366 days: taken
+    assert len(list(read_trace(f, "demand-csv"))) == 2
+
+
 def test_missing_path_and_empty_folder(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError, match="no such file or folder"):
         trace_files(tmp_path / "nope", "demand-csv")
