@@ -96,6 +96,20 @@ def _time(text: str) -> float:
     return parse(text, "--fold/--end")
 
 
+def _span(fold: str) -> tuple[float, float]:
+    """``START:END`` as two times; ISO times hold colons too, so the split is at the
+    first colon with a time on either side."""
+    from dprobe.errors import UsageError
+
+    for i, c in enumerate(fold):
+        if c == ":":
+            try:
+                return _time(fold[:i]), _time(fold[i + 1 :])
+            except UsageError:
+                continue
+    raise ValueError(f"--fold {fold!r}: not START:END (ISO-8601 or epoch seconds each)")
+
+
 def _parse(
     args: argparse.Namespace,
 ) -> tuple[float, list[tuple[float, float]], list[tuple[str, dict[str, Any]]]]:
@@ -117,10 +131,7 @@ def _parse(
     end = _time(args.end)
     folds = []
     for fold in args.fold or FOLDS:
-        start, sep, stop = fold.partition(":")
-        if not sep:
-            raise ValueError(f"--fold {fold!r}: not START:END")
-        span = (_time(start), _time(stop))
+        span = _span(fold)
         if not span[0] < span[1] <= end:
             raise ValueError(f"--fold {fold!r}: START must be before END, and END not after --end")
         folds.append(span)

@@ -88,3 +88,15 @@ def test_a_fold_that_cannot_score_6_h_is_one_line_and_exit_2(
     line = refused_with(done)
     assert line.startswith(f"calibration_folds.py: --fold {fold!r}: ") and says in line
     assert "recorded" not in done.stderr
+
+
+def test_a_fold_given_in_iso_times_is_split_at_the_colon_between_them(tmp_path: Path) -> None:
+    """``2020-06-01T12:00:2020-06-02`` is START 12:00 on the first day, END the second:
+    split at the first colon, its START was '2020-06-01T12' and END '00:2020-06-02'."""
+    done = run_benchmark(
+        "calibration_folds.py", "--trace", str(_trace(tmp_path / "d.csv")), "--format",
+        "demand-csv", "--models", "last-value", "--end", "2020-06-03",
+        "--fold", "2020-06-01T12:00:2020-06-02T00:00", "--variant", "default={}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "default fold 0      last-value   21600 s  cover" in done.stdout
