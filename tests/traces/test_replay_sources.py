@@ -217,6 +217,28 @@ def test_jobs_csv_events_start_at_submit_and_running_telemetry(tmp_path: Path) -
     assert _running_by_ts(snaps, "vc_b")[420.0] == 4
 
 
+def test_a_job_submitted_over_a_year_after_every_other_ended_is_an_error_or_skipped(
+    tmp_path: Path,
+) -> None:
+    # a digit too many in submit_time: the tenants' hosts would send idle snapshots every
+    # tick for 162 years up to it
+    f = tmp_path / "jobs.csv"
+    f.write_text(
+        "job_id,user,num_gpu,submit_time,duration\n"
+        "1,a,2,0,60\n"
+        "2,a,2,85550000,60\n"  # line 3: minutes, 162 years on
+        "3,b,2,10,500000\n"  # runs 347 days; job 4 comes 62 days after it ends
+        "4,b,2,590000,5\n"
+    )
+    with pytest.raises(UsageError, match=rf"{f.name}:3: submitted 59,000 days after"):
+        open_source(f, "jobs-csv", strict=True)
+    bad: list[str] = []
+    recs = list(open_source(f, "jobs-csv", on_bad=bad.append)[0])
+    assert [b.split(": ")[0] for b in bad] == [f"{f}:3"]
+    _, jobs = _decode(recs)
+    assert {j.job for j in jobs} == {"1", "3", "4"}
+
+
 def test_first_hours_of_event_time(tmp_path: Path) -> None:
     f = tmp_path / "d.csv"
     f.write_text("ts,tenant,demand_gpus\n" + "".join(f"{60 * k},a,1\n" for k in range(200)))
