@@ -18,38 +18,24 @@ import pytest
 
 from dprobe.cli import main
 from dprobe.config import BrokerSettings, CollectorSettings, ConfigError, KafkaSettings, load
+from tests.as_nobody import run_as_nobody
 
-NOBODY = 65534
 TOO_LONG = "a" * 300  # a file name holds at most 255 bytes
 
 
 def _refusal_as_nobody(build: Callable[[], object]) -> str:
-    """``build()`` in a child process run as an unprivileged user: the refusal, or ``ok``."""
+    """``build()`` run as an unprivileged user: the refusal, or ``ok``."""
     with contextlib.suppress(Exception):  # import what it needs: the child may not read it
         build()
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        os.close(read)
+
+    def body() -> str:
         try:
-            if os.geteuid() == 0:
-                os.setgid(NOBODY)
-                os.setuid(NOBODY)
-            try:
-                build()
-                result = "ok"
-            except ConfigError as exc:
-                result = f"ConfigError: {exc}"
-            except BaseException as exc:  # reported to the parent
-                result = f"{type(exc).__name__}: {exc}"
-            os.write(write, result.encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        out = pipe.read().decode()
-    os.waitpid(pid, 0)
-    return out
+            build()
+        except ConfigError as exc:
+            return f"ConfigError: {exc}"
+        return "ok"
+
+    return run_as_nobody(body)
 
 
 @pytest.fixture

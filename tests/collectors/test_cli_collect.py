@@ -24,17 +24,7 @@ from dprobe.collectors.service import Collector
 from dprobe.collectors.spool import Spool
 from dprobe.collectors.tenants import TenantResolver
 from dprobe.schema import decode_snapshot
-
-
-def _has_nvidia_driver() -> bool:
-    import pynvml
-
-    try:
-        pynvml.nvmlInit()
-    except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError, OSError):
-        return False
-    pynvml.nvmlShutdown()
-    return True
+from tests.nvidia_driver import has_nvidia_driver
 
 
 def test_once_prints_one_valid_snapshot(capsys, tmp_path, monkeypatch) -> None:
@@ -48,7 +38,7 @@ def test_once_prints_one_valid_snapshot(capsys, tmp_path, monkeypatch) -> None:
 
 
 def test_nvml_without_a_driver_is_one_clear_line_and_exit_2(capsys, tmp_path, monkeypatch) -> None:
-    if _has_nvidia_driver():
+    if has_nvidia_driver():
         pytest.skip("this machine has an NVIDIA driver")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     code = main(["collect", "--backend", "nvml", "--metrics-port", "0", "--no-send"])

@@ -7,21 +7,11 @@ from pathlib import Path
 import pytest
 
 from dprobe.cli import main
-
-
-def _has_nvidia_driver() -> bool:
-    import pynvml
-
-    try:
-        pynvml.nvmlInit()
-    except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError, OSError):
-        return False
-    pynvml.nvmlShutdown()
-    return True
+from tests.nvidia_driver import has_nvidia_driver
 
 
 def test_output_without_a_driver_exits_2_and_creates_no_file(capsys, tmp_path: Path) -> None:
-    if _has_nvidia_driver():
+    if has_nvidia_driver():
         pytest.skip("this machine has an NVIDIA driver")
     out = tmp_path / "snaps.jsonl"
     assert main(["collect", "--backend", "nvml", "--output", str(out), "--max-ticks", "3"]) == 2

@@ -11,42 +11,29 @@ from pathlib import Path
 import pytest
 
 from dprobe.collectors.tenants import TenantResolver
-
-NOBODY = 65534
+from tests.as_nobody import run_as_nobody
 
 
 def _warnings_resolving_as_nobody(pids: list[int]) -> list[str]:
     """The warnings a resolver logs while resolving ``pids``, run as an unprivileged user."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        os.close(read)
+
+    def body() -> str:
+        got: list[str] = []
+
+        class _Keep(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                got.append(record.getMessage())
+
+        logging.getLogger("dprobe.collectors.tenants").addHandler(_Keep(logging.WARNING))
+        resolver = TenantResolver("/proc", env_vars=["PATH"], pod_log_dir=None)
         try:
-            got: list[str] = []
+            for p in pids:
+                resolver.resolve(p)
+        except Exception as exc:  # reported to the parent, which fails on it
+            got.append(f"resolve failed: {exc!r}")
+        return "\n".join(got)
 
-            class _Keep(logging.Handler):
-                def emit(self, record: logging.LogRecord) -> None:
-                    got.append(record.getMessage())
-
-            logger = logging.getLogger("dprobe.collectors.tenants")
-            logger.addHandler(_Keep(logging.WARNING))
-            if os.geteuid() == 0:
-                os.setgid(NOBODY)
-                os.setuid(NOBODY)
-            resolver = TenantResolver("/proc", env_vars=["PATH"], pod_log_dir=None)
-            try:
-                for p in pids:
-                    resolver.resolve(p)
-            except Exception as exc:  # reported to the parent, which fails on it
-                got.append(f"resolve failed: {exc!r}")
-            os.write(write, "\n".join(got).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        out = pipe.read().decode()
-    os.waitpid(pid, 0)
-    return out.splitlines()
+    return run_as_nobody(body).splitlines()
 
 
 def test_an_environment_the_collector_may_not_read_is_said_once() -> None:
