@@ -39,6 +39,7 @@ from dprobe.time_text import utc_text
 from dprobe.traces.row_input import (
     CSV_SUFFIXES,
     MAX_EPOCH_S,
+    MAX_GAP_S,
     MAX_TENANT_CHARS,
     MIN_EPOCH_S,
     ErrorAt,
@@ -94,7 +95,6 @@ class DemandPoint:
 # would be dead-lettered by the worker and overflow calendar maths.
 MAX_TENANT_GPUS = 1_000_000
 MAX_TIME_S = MAX_EPOCH_S
-MAX_GAP_S = 366 * 86_400.0  # the most a file's time may move on from one row to the next
 
 
 def parse_ts(text: str) -> float:

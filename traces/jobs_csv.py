@@ -36,6 +36,7 @@ from dprobe.text_input import read_text
 from dprobe.traces.row_input import (
     CSV_SUFFIXES,
     MAX_EPOCH_S,
+    MAX_GAP_S,
     MAX_ID_CHARS,
     MAX_LABEL_CHARS,
     MAX_TENANT_CHARS,
@@ -122,9 +123,34 @@ def read_jobs(
     time_unit_flag: str | None = None,
 ) -> list[JobRecord]:
     """All jobs of ``source``, sorted by submit time (stable); ``time_unit_flag`` as for
-    :func:`iter_jobs`."""
+    :func:`iter_jobs`. A job submitted over a year after every job before it had finished
+    raises (:func:`without_far_jobs`)."""
     jobs = iter_jobs(source, time_unit_s=time_unit_s, time_unit_flag=time_unit_flag)
-    return sorted(jobs, key=lambda j: j.submit_s)
+    name = str(source) if isinstance(source, str | Path) else getattr(source, "name", "<jobs-csv>")
+    return without_far_jobs(jobs, name, None)
+
+
+def without_far_jobs(jobs: Iterable[JobRecord], name: str, on_bad: OnBad | None) -> list[JobRecord]:
+    """``jobs`` by submit time, less a job submitted more than :data:`MAX_GAP_S` (a year)
+    after every job before it ended: a typo, most likely, that would stretch a simulation's
+    span (its allocation ratio) and an evaluation's windows, and across which a replay's
+    synthetic hosts would send a snapshot each tick. Such a job raises, or with ``on_bad``
+    is passed to it and skipped."""
+    out: list[JobRecord] = []
+    end = -math.inf  # when the jobs kept so far have all finished
+    for job in sorted(jobs, key=lambda j: j.submit_s):
+        if out and job.submit_s - end > MAX_GAP_S:
+            err = UsageError(
+                f"{name}:{job.line}: submitted {(job.submit_s - end) / 86_400:,.0f} days after "
+                "every job before it had finished (a digit too many?)"
+            )
+            if on_bad is None:
+                raise err
+            on_bad(str(err))
+            continue
+        end = max(end, job.submit_s + job.duration_s)
+        out.append(job)
+    return out
 
 
 def _iter(

@@ -25,19 +25,17 @@ Example:
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
 from dprobe.errors import UsageError
 from dprobe.traces.archive_reader import archive_files, count_records, read_archive
-from dprobe.traces.demand_series import MAX_GAP_S, read_trace
-from dprobe.traces.jobs_csv import DEFAULT_TIME_UNIT_S, JobRecord, iter_jobs
+from dprobe.traces.demand_series import read_trace
+from dprobe.traces.jobs_csv import DEFAULT_TIME_UNIT_S, iter_jobs, without_far_jobs
 from dprobe.traces.replay_demand import DemandLayout, demand_records
 from dprobe.traces.replay_jobs import jobs_records
 from dprobe.traces.replay_record import ReplayRecord
-from dprobe.traces.row_input import OnBad
 
 FORMATS: Final = ("dprobe-parquet", "demand-csv", "helios-vc", "jobs-csv")
 
@@ -63,33 +61,8 @@ def open_source(
         return demand_records(points, layout), None
     if fmt == "jobs-csv":
         jobs = iter_jobs(path, time_unit_s=time_unit_s, on_bad=skip, time_unit_flag=time_unit_flag)
-        return jobs_records(_without_far_jobs(jobs, str(path), skip), layout), None
+        return jobs_records(without_far_jobs(jobs, str(path), skip), layout), None
     raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
-
-
-def _without_far_jobs(
-    jobs: Iterable[JobRecord], name: str, on_bad: OnBad | None
-) -> list[JobRecord]:
-    """``jobs`` by submit time, less a job submitted more than :data:`MAX_GAP_S` (a year)
-    after every job before it ended: a typo, most likely, across which every tenant's
-    synthetic hosts would send a snapshot each tick. Such a job raises, or with
-    ``on_bad`` is passed to it and skipped."""
-    out: list[JobRecord] = []
-    end = -math.inf  # when the jobs kept so far have all finished
-    for job in sorted(jobs, key=lambda j: j.submit_s):
-        if out and job.submit_s - end > MAX_GAP_S:
-            err = UsageError(
-                f"{name}:{job.line}: submitted {(job.submit_s - end) / 86_400:,.0f} days after "
-                "every job before it had finished (a digit too many?); a replay would send "
-                "idle snapshots every tick across the gap"
-            )
-            if on_bad is None:
-                raise err
-            on_bad(str(err))
-            continue
-        end = max(end, job.submit_s + job.duration_s)
-        out.append(job)
-    return out
 
 
 def first_hours(records: Iterable[ReplayRecord], hours: float) -> Iterator[ReplayRecord]:

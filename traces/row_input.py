@@ -61,6 +61,9 @@ MAX_LABEL_CHARS: Final[int] = get_args(Label)[1].max_length  # model names: 256
 MIN_EPOCH_S: Final[float] = get_args(EpochS)[1].ge  # 0
 MAX_EPOCH_S: Final[float] = get_args(EpochS)[1].le  # 1e11 s, the year 5138
 CSV_SUFFIXES: Final = (".csv", ".csv.gz")  # the trace files a folder is read for
+# The most a trace's time may move on with nothing in between (rows of a series, jobs that
+# all ended): beyond it a time is a typo, such as a digit too many.
+MAX_GAP_S: Final[float] = 366 * 86_400.0
 
 _UNDECODED = re.compile("[\udc80-\udcff]")  # how surrogateescape keeps a non-UTF-8 byte
 

@@ -223,3 +223,21 @@ def test_a_row_with_a_field_more_than_the_header_is_refused(tmp_path: Path) -> N
     assert bad == [f"{p}:3: 7 fields, the header has 6"]
     with pytest.raises(UsageError, match=r"jobs\.csv:3: 7 fields, the header has 6"):
         read_jobs(p)
+
+
+def test_a_job_submitted_over_a_year_after_the_others_ended_is_refused(tmp_path: Path) -> None:
+    # a submit_time with a digit too many: a simulation's span (and so its allocation
+    # ratio) and an evaluation's windows would stretch over 162 years
+    f = tmp_path / "jobs.csv"
+    f.write_text(
+        "job_id,user,num_gpu,submit_time,duration\n"
+        "1,a,2,0,60\n"
+        "2,a,2,85550000,60\n"
+        "3,b,2,10,500000\n"  # runs 347 days; job 4 comes 62 days after it ends
+        "4,b,2,590000,5\n"
+    )
+    with pytest.raises(UsageError, match=rf"{f.name}:3: submitted 59,000 days after every job"):
+        read_jobs(f)
+    f.write_text("job_id,user,num_gpu,submit_time,duration\n1,a,2,0,60\n3,b,2,10,500000\n"
+                 "4,b,2,590000,5\n")  # fmt: skip
+    assert [j.job_id for j in read_jobs(f)] == ["1", "3", "4"]
