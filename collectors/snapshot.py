@@ -30,12 +30,9 @@ from collections.abc import Callable
 from dprobe.collectors.backend import Reading
 from dprobe.collectors.errors import ProcessGone
 from dprobe.collectors.tenants import TenantResolver
-from dprobe.schema import UNASSIGNED, Gpu, HostSnapshot, Proc
+from dprobe.schema import MAX_BATCH, MAX_ID_CHARS, MAX_PID, UNASSIGNED, Gpu, HostSnapshot, Proc
 
 _MAX_BYTES = float(2**53)
-_MAX_PID = 2**31
-_MAX_BATCH = 2**31
-_MAX_ID = 256  # characters of an id or a label in the contract
 
 
 class SnapshotBuilder:
@@ -65,7 +62,7 @@ class SnapshotBuilder:
 
     def _parent(self, uuid: str | None) -> str | None:
         """A MIG parent's UUID, or None (counted) where the contract cannot hold it."""
-        if uuid is not None and not 0 < len(uuid) <= _MAX_ID:
+        if uuid is not None and not 0 < len(uuid) <= MAX_ID_CHARS:
             self.on_fault("out_of_range")
             return None
         return uuid
@@ -74,7 +71,7 @@ class SnapshotBuilder:
         """A batch size the contract holds, or None (counted when above its bound)."""
         if size is None or size < 1:
             return None
-        if size > _MAX_BATCH:
+        if size > MAX_BATCH:
             self.on_fault("out_of_range")
             return None
         return size
@@ -87,7 +84,7 @@ class SnapshotBuilder:
             if g.uuid in seen or not g.uuid:
                 self.on_fault("duplicate_gpu")
                 continue
-            if len(g.uuid) > _MAX_ID:  # no id a consumer could hold: cut, two could clash
+            if len(g.uuid) > MAX_ID_CHARS:  # no id a consumer could hold: cut, two could clash
                 self.on_fault("out_of_range")
                 continue
             seen.add(g.uuid)
@@ -103,7 +100,7 @@ class SnapshotBuilder:
                     power_w=num(g.power_w, 100_000.0),
                     sm_clock_mhz=None if g.sm_clock_mhz is None else num(g.sm_clock_mhz, 100_000.0),
                     mig_parent=self._parent(g.mig_parent),
-                    name=g.name[:_MAX_ID] if g.name else None,
+                    name=g.name[:MAX_ID_CHARS] if g.name else None,
                 )
             )
         procs: list[Proc] = []
@@ -123,19 +120,19 @@ class SnapshotBuilder:
                         # it held the GPU when the backend listed it: keep it, unattributed
                         self.on_fault("proc_vanished")
                         tenant, job = tenant or UNASSIGNED, job or f"pid-{p.pid}"
-            if not 0 <= p.pid <= _MAX_PID:
+            if not 0 <= p.pid <= MAX_PID:
                 self.on_fault("out_of_range")
                 continue
             procs.append(
                 Proc(
                     pid=p.pid,
                     gpu=p.gpu,
-                    tenant=tenant[:_MAX_ID],
-                    job=job[:_MAX_ID],
+                    tenant=tenant[:MAX_ID_CHARS],
+                    job=job[:MAX_ID_CHARS],
                     sm_util=num(p.sm_util, 100.0),
                     mem_util=num(p.mem_util, 100.0),
                     mem_used=int(num(p.mem_used, _MAX_BYTES)),
-                    model=p.model[:_MAX_ID] if p.model is not None else None,
+                    model=p.model[:MAX_ID_CHARS] if p.model is not None else None,
                     batch_size=self._batch(p.batch_size),
                     amp=p.amp,
                 )

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from dprobe.collectors.cgroup import is_tenant_slice
 from dprobe.errors import UsageError
+from dprobe.schema import MAX_ID_CHARS
 from dprobe.text_input import has_control_character, read_text
 
 _TABLES = ("pods", "namespaces", "accounts", "slices", "users")
@@ -89,7 +90,7 @@ def _line_of(text: str, table: str, key: str) -> str:
 
 def _shown(value: object) -> str:
     """A value as an error line shows it: short, whatever its size."""
-    if isinstance(value, str) and len(value) > 256:
+    if isinstance(value, str) and len(value) > MAX_ID_CHARS:
         return f"a string of {len(value)} characters"
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -115,10 +116,10 @@ def _problems(doc: dict[str, object], text: str = "") -> list[str]:
             )
             continue
         for key, value in table.items():
-            if not (isinstance(value, str) and 0 < len(value) <= 256):
+            if not (isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS):
                 problems.append(
                     f"[{name}] {key!r}{_line_of(text, name, key)}: expected a tenant name of 1 "
-                    f"to 256 characters, got {_shown(value)}"
+                    f"to {MAX_ID_CHARS} characters, got {_shown(value)}"
                 )
         bad = next(
             (v for v in table.values() if isinstance(v, str) and has_control_character(v)), None

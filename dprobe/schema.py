@@ -39,17 +39,25 @@ WINDOW_VERSION: Final = 2  # TenantWindow: v2 added the optional ``flow``
 MAX_FLOW_EDGES: Final = 15  # bucket edges of a JobFlow (so at most 16 buckets)
 DEFAULT_MAX_BYTES: Final = 1_048_576  # a HostSnapshot of 8 GPUs x 64 processes is ~15 KiB
 
+# Bounds of the contracts, for producers that cut or refuse a value before sending it.
+MAX_ID_CHARS: Final = 256  # an id (tenant, job, host, GPU UUID) or a label (a model name)
+MAX_EPOCH_S: Final = 1e11  # the latest time a message carries (the year 5138)
+MAX_SPAN_S: Final = 1e7  # the longest duration or horizon a message carries (115 days)
+MAX_GPUS: Final = 1e7  # the most GPUs a message carries
+MAX_PID: Final = 2**31  # the largest pid a message carries
+MAX_BATCH: Final = 2**31  # the largest batch size a message carries
+
 # Field types shared by the contracts. Bounds make NaN, +-inf and absurd values fail.
 Pct = Annotated[float, msgspec.Meta(ge=0.0, le=100.0)]
 Bytes = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
 NonNegFloat = Annotated[float, msgspec.Meta(ge=0.0, le=1e15)]
-EpochS = Annotated[float, msgspec.Meta(ge=0.0, le=1e11)]
-PositiveS = Annotated[float, msgspec.Meta(gt=0.0, le=1e7)]
-Gpus = Annotated[float, msgspec.Meta(ge=0.0, le=1e7)]
-SignedGpus = Annotated[float, msgspec.Meta(ge=-1e7, le=1e7)]
-Id = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
-Label = Annotated[str, msgspec.Meta(max_length=256)]
+EpochS = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_EPOCH_S)]
+PositiveS = Annotated[float, msgspec.Meta(gt=0.0, le=MAX_SPAN_S)]
+Gpus = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_GPUS)]
+SignedGpus = Annotated[float, msgspec.Meta(ge=-MAX_GPUS, le=MAX_GPUS)]
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS)]
+Label = Annotated[str, msgspec.Meta(max_length=MAX_ID_CHARS)]
 
 UNASSIGNED: Final = "unassigned"
 
@@ -102,7 +110,7 @@ class Gpu(_Part, frozen=True, kw_only=True):
 class Proc(_Part, frozen=True, kw_only=True):
     """One GPU process at one tick, attributed to a tenant and a job."""
 
-    pid: Annotated[int, msgspec.Meta(ge=0, le=2**31)]
+    pid: Annotated[int, msgspec.Meta(ge=0, le=MAX_PID)]
     gpu: Id
     tenant: Id
     job: Id
@@ -110,7 +118,7 @@ class Proc(_Part, frozen=True, kw_only=True):
     mem_util: Pct
     mem_used: Bytes
     model: Label | None = None
-    batch_size: Annotated[int, msgspec.Meta(ge=1, le=2**31)] | None = None
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=MAX_BATCH)] | None = None
     amp: bool | None = None
 
 
@@ -143,7 +151,7 @@ class JobEvent(_Msg, frozen=True, kw_only=True):
     tenant: Id
     gpus: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
     model: Label | None = None
-    batch_size: Annotated[int, msgspec.Meta(ge=1, le=2**31)] | None = None
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=MAX_BATCH)] | None = None
     amp: bool | None = None
     params_m: NonNegFloat | None = None
 

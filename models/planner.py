@@ -55,6 +55,7 @@ from dprobe.models.planner_damping import (
     record,
     whole_number,
 )
+from dprobe.schema import MAX_ID_CHARS
 
 Reason = Literal[
     "waiting_jobs",  # raised for jobs that wait now (its need is above its quota)
@@ -71,7 +72,6 @@ Reason = Literal[
 
 
 HISTORY_KEEP_S = 3600.0  # the least time a tenant's quota changes are remembered
-MAX_NAME = 256  # the longest tenant name a ScalingEvent carries (dprobe.schema)
 
 
 @dataclass(frozen=True)
@@ -327,8 +327,10 @@ def _validate(inp: PlanInput, node: int) -> None:
     if len(set(names)) != len(names):
         raise ValueError("tenant names must be unique")
     for name in names:
-        if not 1 <= len(name) <= MAX_NAME:  # no ScalingEvent would carry it
-            raise ValueError(f"tenant names must be 1 to {MAX_NAME} characters, not {name[:40]!r}")
+        if not 1 <= len(name) <= MAX_ID_CHARS:  # no ScalingEvent would carry it
+            raise ValueError(
+                f"tenant names must be 1 to {MAX_ID_CHARS} characters, not {name[:40]!r}"
+            )
     total = sum(t.quota_gpus for t in inp.tenants)
     if total > inp.capacity_gpus:
         raise ValueError(f"quotas sum to {total} GPUs, more than the capacity {inp.capacity_gpus}")

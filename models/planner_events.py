@@ -20,12 +20,15 @@ import math
 from datetime import UTC, datetime
 
 from dprobe.models.planner import Plan
-from dprobe.schema import Forecast, ModelInfo, ScalingEvent
-
-MAX_EPOCH_S = 1e11  # the latest time a ScalingEvent carries (``dprobe.schema.EpochS``)
-MAX_GPUS = 1e7  # the most GPUs a ScalingEvent's forecast carries (``dprobe.schema.Gpus``)
-MAX_HORIZON_S = 1e7  # the longest horizon it carries (``dprobe.schema.PositiveS``)
-MAX_MESSAGE = 256  # the longest message it carries (``dprobe.schema.Label``)
+from dprobe.schema import (
+    MAX_EPOCH_S,
+    MAX_GPUS,
+    MAX_ID_CHARS,
+    MAX_SPAN_S,
+    Forecast,
+    ModelInfo,
+    ScalingEvent,
+)
 
 
 def event_id(plan_id: str, tenant: str, window_end: float) -> str:
@@ -81,12 +84,12 @@ def scaling_events(
                 # a diverged model's absurd forecast is reported as the most the contract
                 # carries: an event a consumer cannot decode would hold back every plan
                 forecast=Forecast(
-                    horizon_s=min(d.horizon_s, MAX_HORIZON_S),
+                    horizon_s=min(d.horizon_s, MAX_SPAN_S),
                     p50=min(d.p50, MAX_GPUS),
                     p90=min(d.p90, MAX_GPUS),
                 ),
                 reason=d.reason,
-                message=d.message[:MAX_MESSAGE],
+                message=d.message[:MAX_ID_CHARS],
                 model=ModelInfo(name=model_name, version=model_version),
                 source=source,
                 guaranteed_gpus=float(d.guaranteed_gpus),
