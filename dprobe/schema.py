@@ -336,8 +336,9 @@ def encode(msg: Message) -> bytes:
     return _encoder.encode(msg)
 
 
-def decode(raw: bytes | None, kind: type[M], *, max_bytes: int = DEFAULT_MAX_BYTES) -> M:
+def decode(raw: bytes | None, kind: type[M], *, max_bytes: int | None = DEFAULT_MAX_BYTES) -> M:
     """Decode and validate ``raw`` as ``kind``; raise :class:`SchemaError` naming the field.
+    ``max_bytes=None`` takes a record of any size (one Kafka held already).
     Every way ``raw`` can fail (size, JSON, UTF-8, nesting, types, values) is a
     :class:`SchemaError`, so a caller that dead-letters those never stops on a record.
 
@@ -348,7 +349,7 @@ def decode(raw: bytes | None, kind: type[M], *, max_bytes: int = DEFAULT_MAX_BYT
     """
     if raw is None:
         raise SchemaError("empty record (a tombstone)", "malformed_json")
-    if len(raw) > max_bytes:
+    if max_bytes is not None and len(raw) > max_bytes:
         raise SchemaError(
             f"message of {len(raw)} bytes exceeds the limit of {max_bytes}", "oversized"
         )

@@ -34,7 +34,14 @@ import numpy as np
 from dprobe.errors import UsageError
 from dprobe.traces.demand_series import gpu_count, parse_ts
 from dprobe.traces.jobs_csv import JobRecord
-from dprobe.traces.row_input import CSV_SUFFIXES, at_line, csv_rows, open_text, shown
+from dprobe.traces.row_input import (
+    CSV_SUFFIXES,
+    MAX_GAP_S,
+    at_line,
+    csv_rows,
+    open_text,
+    shown,
+)
 
 
 def days_text(days: float) -> str:
@@ -72,7 +79,7 @@ class VcSeries:
     first_hour: int = 0  # the hour of the first row, in hours since the epoch
 
 
-MAX_GAP_HOURS = 366 * 24  # hours without a row that a series may skip (they hold its demand)
+MAX_GAP_HOURS = int(MAX_GAP_S // 3600)  # hours a series may skip (they hold its demand)
 
 # The columns read; the header may spell them in any case (Helios files write ``Time`` or
 # ``time``) and hold more.

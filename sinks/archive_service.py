@@ -598,19 +598,14 @@ def _one_line(exc: Exception) -> str:
     return text if text.startswith(name) else f"{name}: {text}".rstrip(": ")
 
 
-# Kafka bounds a record's size already: the archive keeps any valid record it holds (a
-# worker whose max_message_bytes was raised takes records above the 1 MiB default).
-_ANY_SIZE = 2**31 - 1
-
-
 def _decode(kind: str, value: bytes | None) -> HostSnapshot | JobEvent | ClusterReport:
     """The message of a record of topic ``kind``, whatever its size; :class:`SchemaError`
     when invalid."""
     if kind == "samples":
-        return decode(value, HostSnapshot, max_bytes=_ANY_SIZE)
+        return decode(value, HostSnapshot, max_bytes=None)
     if kind == "cluster":
-        return decode(value, ClusterReport, max_bytes=_ANY_SIZE)
-    return decode(value, JobEvent, max_bytes=_ANY_SIZE)
+        return decode(value, ClusterReport, max_bytes=None)
+    return decode(value, JobEvent, max_bytes=None)
 
 
 class _Rebalance(ConsumerRebalanceListener):
