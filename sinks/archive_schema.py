@@ -22,9 +22,27 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from dprobe.schema import ClusterReport, HostSnapshot, JobEvent
+from dprobe.schema import ClusterReport, HostSnapshot, JobEvent, decode
 
 KINDS: Final = ("samples", "jobs", "cluster")
+
+
+def decode_record(kind: str, value: bytes | None) -> HostSnapshot | JobEvent | ClusterReport:
+    """The message of a record of topic ``kind`` (one of :data:`KINDS`), whatever its size;
+    :class:`~dprobe.schema.SchemaError` when invalid.
+
+    >>> raw = b'{"v":1,"ts":1,"event":"finish","job":"j","tenant":"a","gpus":1}'
+    >>> decode_record("jobs", raw).job
+    'j'
+    """
+    if kind == "samples":
+        return decode(value, HostSnapshot, max_bytes=None)
+    if kind == "cluster":
+        return decode(value, ClusterReport, max_bytes=None)
+    if kind == "jobs":
+        return decode(value, JobEvent, max_bytes=None)
+    raise ValueError(f"unknown topic kind {kind!r} (expected one of {KINDS})")
+
 
 _COMMON = [
     pa.field("partition", pa.int32(), nullable=False),

@@ -75,9 +75,9 @@ from dprobe.consumer_stop import stop_consumer
 from dprobe.errors import DprobeError, UsageError
 from dprobe.kafka_auth import start_client
 from dprobe.lifecycle import AsyncService
-from dprobe.schema import ClusterReport, HostSnapshot, JobEvent, SchemaError, decode
+from dprobe.schema import SchemaError
 from dprobe.sinks.archive_manifest import ArchiveManifest
-from dprobe.sinks.archive_schema import KINDS, row_of
+from dprobe.sinks.archive_schema import KINDS, decode_record, row_of
 from dprobe.sinks.parquet_archive import ArchiveWriter, list_files
 
 log = logging.getLogger(__name__)
@@ -202,7 +202,7 @@ class Archiver(AsyncService):
                 if r.value is None and kind == "cluster":
                     continue  # a tombstone retires a source (docs/worker.md): no report
                 try:
-                    msg = _decode(kind, r.value)
+                    msg = decode_record(kind, r.value)
                 except SchemaError as exc:
                     self._invalid(tp, r.offset, exc)
                     continue
@@ -596,16 +596,6 @@ def _one_line(exc: Exception) -> str:
     name = type(exc).__name__
     text = " ".join(str(exc).split())
     return text if text.startswith(name) else f"{name}: {text}".rstrip(": ")
-
-
-def _decode(kind: str, value: bytes | None) -> HostSnapshot | JobEvent | ClusterReport:
-    """The message of a record of topic ``kind``, whatever its size; :class:`SchemaError`
-    when invalid."""
-    if kind == "samples":
-        return decode(value, HostSnapshot, max_bytes=None)
-    if kind == "cluster":
-        return decode(value, ClusterReport, max_bytes=None)
-    return decode(value, JobEvent, max_bytes=None)
 
 
 class _Rebalance(ConsumerRebalanceListener):

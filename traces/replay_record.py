@@ -14,7 +14,8 @@ from typing import Literal
 
 import msgspec
 
-from dprobe.schema import ClusterReport, HostSnapshot, JobEvent, SchemaError, decode, encode
+from dprobe.schema import ClusterReport, HostSnapshot, JobEvent, SchemaError, encode
+from dprobe.sinks.archive_schema import decode_record
 
 Kind = Literal["samples", "jobs", "cluster"]
 
@@ -49,14 +50,8 @@ def shifted(rec: ReplayRecord, delta_s: float) -> ReplayRecord:
     >>> shifted(ReplayRecord(10.0, "samples", b"h", b"not json"), 5.0)
     ReplayRecord(ts=15.0, kind='samples', key=b'h', value=b'not json')
     """
-    msg: HostSnapshot | JobEvent | ClusterReport
     try:
-        if rec.kind == "samples":
-            msg = decode(rec.value, HostSnapshot, max_bytes=None)
-        elif rec.kind == "cluster":
-            msg = decode(rec.value, ClusterReport, max_bytes=None)
-        else:
-            msg = decode(rec.value, JobEvent, max_bytes=None)
+        msg = decode_record(rec.kind, rec.value)
     except SchemaError:
         return ReplayRecord(rec.ts + delta_s, rec.kind, rec.key, rec.value)
     moved = msgspec.structs.replace(msg, ts=msg.ts + delta_s)
