@@ -29,7 +29,7 @@ from dprobe.collectors.spool import Spool
 from dprobe.collectors.tenant_map import load_tenant_map
 from dprobe.collectors.tenants import TenantResolver
 from dprobe.collectors.topic_create import NewTopicSpec
-from dprobe.config import CollectorSettings
+from dprobe.config import CollectorSettings, is_file_of
 from dprobe.errors import UsageError
 from dprobe.schema import HostSnapshot
 
@@ -81,11 +81,8 @@ def make_resolver(settings: CollectorSettings) -> TenantResolver | None:
     tenant_map = load_tenant_map(settings.tenant_map) if settings.tenant_map else None
     if settings.backend != "nvml":
         return None
-    try:
-        procfs = (settings.proc_root / "stat").is_file()  # every procfs has it, hidepid or not
-    except OSError as exc:  # a folder this user may not enter, a name too long
-        raise UsageError(f"collector.proc_root: {settings.proc_root}: {exc.strerror}") from None
-    if not procfs:
+    # every procfs has a stat file, hidepid or not
+    if not is_file_of("collector.proc_root", settings.proc_root / "stat"):
         raise UsageError(
             f"collector.proc_root: {settings.proc_root} is not a procfs (no stat file in "
             "it), so no GPU process could be attributed: /proc, or where the host's /proc "

@@ -211,7 +211,7 @@ class KafkaSettings:
         if self.security_protocol in {"SSL", "SASL_SSL"}:  # the only ones that read them
             for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
                 path = getattr(self, name)
-                if path is not None and not _is_file(f"kafka.{name}", Path(path)):
+                if path is not None and not is_file_of(f"kafka.{name}", Path(path)):
                     raise ConfigError(f"kafka.{name}: {path}: no such file")
                 if path is not None and not os.access(path, os.R_OK):  # a root-only key
                     raise ConfigError(
@@ -455,12 +455,13 @@ def _check_dir_path(name: str, path: Path) -> None:
         return
 
 
-def _is_file(name: str, path: Path) -> bool:
-    """Whether ``path`` is a file; a path that cannot be looked at is refused, naming why.
+def is_file_of(name: str, path: Path) -> bool:
+    """Whether ``path`` (given by setting ``name``) is a file; a path that cannot be looked
+    at (a name too long, a folder this user may not enter) is refused, naming why.
 
-    >>> _is_file("kafka.ssl_cafile", Path("/etc/passwd")), _is_file("x", Path("/no/such"))
+    >>> is_file_of("kafka.ssl_cafile", Path("/etc/passwd")), is_file_of("x", Path("/no/such"))
     (True, False)
-    >>> _is_file("kafka.ssl_cafile", Path("/" + "a" * 300))
+    >>> is_file_of("kafka.ssl_cafile", Path("/" + "a" * 300))
     Traceback (most recent call last):
     ...
     dprobe.config.ConfigError: kafka.ssl_cafile: /aaa...: File name too long
