@@ -279,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
                 f"maybe not (Kafka at {s.kafka.bootstrap})"
             )
         print(
-            f"dprobe replay: {how} after {sent[0]} records sent (event time "
+            f"dprobe replay: {how} after {_records(sent[0])} sent (event time "
             f"{_when(reached)} UTC); {fate}",
             file=sys.stderr,
         )
@@ -288,12 +288,12 @@ def run(args: argparse.Namespace) -> int:
         if not sent[0]:
             raise
         raise UsageError(
-            f"{exc}; stopped after {sent[0]} records sent (event time {_when(reached)} UTC), "
+            f"{exc}; stopped after {_records(sent[0])} sent (event time {_when(reached)} UTC), "
             "those sent are delivered: a rerun into the same topics sends them again"
         ) from None
     except ReplayError as exc:
         raise ReplayError(
-            f"{exc} (Kafka at {s.kafka.bootstrap}), after {sent[0]} records sent (event time "
+            f"{exc} (Kafka at {s.kafka.bootstrap}), after {_records(sent[0])} sent (event time "
             f"{_when(reached)} UTC); the last of them may not have been delivered"
         ) from None
     else:  # the bar ends on the event time reached, not that of its last update
@@ -306,7 +306,7 @@ def run(args: argparse.Namespace) -> int:
     if stats.first_ts is not None and stats.last_ts is not None:
         span = f", {(stats.last_ts - stats.first_ts) / 3600:.2f} h of event time"
     print(
-        f"replayed {stats.records} records ({kinds}){span} in {stats.wall_s:.1f} s; "
+        f"replayed {_records(stats.records)} ({kinds}){span} in {stats.wall_s:.1f} s; "
         f"{len(bad)} malformed row(s) skipped",
         file=sys.stderr,
     )
@@ -341,6 +341,15 @@ async def _until_terminated(work: Awaitable[T]) -> T:
         raise
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _records(n: int) -> str:
+    """``n`` records, as the count lines say it.
+
+    >>> _records(1), _records(8062)
+    ('1 record', '8062 records')
+    """
+    return f"{n} record{'' if n == 1 else 's'}"
 
 
 def _minute(ts: float) -> str:
