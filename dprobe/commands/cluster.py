@@ -8,8 +8,9 @@ a queue's deserved); --complete says tenants not listed hold none. --quotas-csv 
 file with the header tenant,quota_gpus; a bad line (a tenant listed twice, a row with more
 fields than the header included) exits 2 naming its line number; so does a tenant given
 twice by --quota (a --quota replaces the file's quota of its tenant). Quotas may sum above
-the capacity (an overcommitted scheduler's may, and a report that is not --complete lists
-only some tenants): the planner lends what reported quotas leave of the capacity.
+the capacity (an overcommitted scheduler's may): such a report is published with a
+warning, since the planner then lends only quota that tenants leave idle (and a digit too
+many looks the same); otherwise it lends what reported quotas leave of the capacity.
 
   dprobe cluster publish --capacity 256 --quota vc-a=64 --quota vc-b=192 --complete
   dprobe cluster publish --quotas-csv quotas.csv --source kueue
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
             "warning: --complete without a quota: this report gives every tenant a quota of 0",
             file=sys.stderr,
         )
-    for line in _partial_nodes(report, worker.node_gpus):
+    for line in [*_partial_nodes(report, worker.node_gpus), *_overcommit(report, worker.node_gpus)]:
         print(f"warning: {line}", file=sys.stderr)
     asyncio.run(_publish(kafka, report, worker.replication_factor))
     if args.json:
@@ -194,6 +195,29 @@ def _partial_nodes(report: ClusterReport, node: int) -> list[str]:
     if len(out) > MAX_NODE_WARNINGS:
         out[MAX_NODE_WARNINGS:] = [f"{len(out) - MAX_NODE_WARNINGS} more quotas like these"]
     return out
+
+
+def _overcommit(report: ClusterReport, node: int) -> list[str]:
+    """The warning for quotas that sum above the report's capacity, as the planner reads
+    both (whole nodes of ``node`` GPUs): valid (an overcommitting scheduler's quotas do),
+    but a typo looks the same.
+
+    >>> r = argparse.Namespace(capacity_gpus=64.0, quotas={"a": 640.0})
+    >>> _overcommit(r, 8)[0][:57]
+    'the quotas sum to 640 GPUs, more than the capacity 64 (as'
+    """
+    if report.capacity_gpus is None:  # the capacity in force is not known here
+        return []
+    capacity = floor_to_node(report.capacity_gpus, node)
+    total = sum(floor_to_node(q, node) for q in report.quotas.values())
+    if total <= capacity:
+        return []
+    return [
+        f"the quotas sum to {total:g} GPUs, more than the capacity {capacity:g} (as the "
+        f"planner reads them, in whole nodes of {node} GPUs): the planner lends only quota "
+        f"that tenants leave idle and raises no tenant above {capacity:g} GPUs (right for "
+        "an overcommitting scheduler; otherwise check the figures)"
+    ]
 
 
 def _shown(text: str) -> str:
