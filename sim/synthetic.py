@@ -97,7 +97,7 @@ def read_vc_series(fh: IO[str], name: str = "<series>", node_gpus: int = 8) -> V
     """Size, hourly mean demand and large-job share of one Helios VC minute series.
 
     A row that is not a Helios minute (a missing field, a count that is not finite or
-    below 0, a time before the previous row's or over a year after it) is a
+    below 0, a time before the previous row's, the same as it, or over a year after it) is a
     :class:`UsageError` naming ``name`` and the line. Hours without a row hold the demand
     of the last hour that has rows."""
     rows = csv_rows(fh, name=name)
@@ -127,10 +127,13 @@ def read_vc_series(fh: IO[str], name: str = "<series>", node_gpus: int = 8) -> V
             raise fail(f"time: not a date-time: {shown(text)}", line) from None
         # Rows must be in time order, as the real Helios files are (one row a minute): an
         # earlier minute is rejected, not sorted, since such a file is damaged or not a
-        # Helios series, and sorting would hide that (a repeated minute is taken).
+        # Helios series, and sorting would hide that; a minute twice is rejected too
+        # (which row would hold its demand?), as evaluate and replay reject it.
         if last is not None and ts < last[0]:
             raise fail(f"time {shown(text)} is before the previous row's ({shown(last[1])})", line)
-        last = (ts, text)
+        if last is not None and ts == last[0]:
+            raise fail(f"time {shown(text)} is line {last[2]}'s too; keep one of them", line)
+        last = (ts, text, line)
         if first_ts is None:
             first_ts = ts
         running, pending, total, run8, pend8 = (

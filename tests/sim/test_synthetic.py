@@ -112,6 +112,9 @@ GOOD = "2020-05-01 00:00:00,8,0,16,8,0"
         ("2020-05-01 00:01:00,8,0,1e12,8,0", r"vcA\.csv:3: total_gpu_num: .*'1e12'"),
         ("2020-05-01 00:01:00,8,0,x,8,0", r"vcA\.csv:3: total_gpu_num: not a number: 'x'"),
         ("2020-04-30 23:59:00,8,0,16,8,0", r"vcA\.csv:3: time .* before the previous row's"),
+        # a minute twice, however it is written: which of the two rows holds its demand?
+        ("2020-05-01 00:00:00,9,0,16,8,0", r"vcA\.csv:3: time .* is line 2's too; keep one"),
+        ("2020-05-01T00:00:00Z,8,0,16,8,0", r"vcA\.csv:3: time .* is line 2's too; keep one"),
         ("yesterday,8,0,16,8,0", r"vcA\.csv:3: time: not a date-time: 'yesterday'"),
         ("2020-05-01 00:01:00,8,0," + "9" * 9999 + ",8,0", r"total_gpu_num: .* got '9{40}'\.\.\.$"),
         ("2020-05-01 00:01:00,8,0,16,8", r"vcA\.csv:3: expected 6 fields, found 5"),
