@@ -181,6 +181,8 @@ class KafkaSettings:
 
     def __post_init__(self) -> None:
         _check_servers(self.bootstrap)
+        if not self.topic_prefix:  # plain "samples", "jobs" would mix with others' topics
+            raise ConfigError("kafka.topic_prefix must not be empty (the default is 'dprobe.')")
         check_topic_name("kafka.topic_prefix", self.topic_prefix, prefix=True)
         if self.request_timeout_ms < 1:
             raise ConfigError("kafka.request_timeout_ms must be >= 1")

@@ -57,10 +57,26 @@ def test_a_topic_prefix_that_makes_illegal_names_is_refused_by_every_service(pre
 
 
 def test_the_prefixes_in_use_are_accepted() -> None:
-    assert load(KafkaSettings, env={"DPROBE_KAFKA_TOPIC_PREFIX": ""}).topic("samples") == "samples"
+    assert (
+        load(KafkaSettings, env={"DPROBE_KAFKA_TOPIC_PREFIX": "a"}).topic("samples") == "asamples"
+    )
     assert load(ReplaySettings, env={}, cli={"topic_prefix": "dprobe."}).into_live_topics
-    with pytest.raises(ConfigError, match="must not be empty"):
+
+
+def test_an_empty_topic_prefix_is_refused_naming_where_it_was_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Topics named plain ``samples``, ``jobs``, ``cluster`` would mix with other
+    applications' topics; an empty variable is a template's slip, not a choice."""
+    with pytest.raises(ConfigError, match=r"kafka\.topic_prefix must not be empty"):
+        load(KafkaSettings, env={"DPROBE_KAFKA_TOPIC_PREFIX": ""})
+    with pytest.raises(ConfigError, match=r"replay\.topic_prefix must not be empty"):
         load(ReplaySettings, env={"DPROBE_REPLAY_TOPIC_PREFIX": ""})
+    toml = tmp_path / "dprobe.toml"
+    toml.write_text('[kafka]\ntopic_prefix = ""\n')
+    assert main(["--config", str(toml), "config", "check"]) == 2
+    err = capsys.readouterr().err
+    assert "kafka.topic_prefix must not be empty" in err and str(toml) in err
 
 
 def test_replay_topic_overrides_are_checked_and_not_given_twice() -> None:
