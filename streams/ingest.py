@@ -315,10 +315,12 @@ class Ingest:
         if verdict == "conflict":
             self._conflict(snap, state)
             return None
-        if verdict == "suspect":  # a restart of its sequence, or a spoof: wait for the next
+        if verdict == "suspect":  # a restart or a jump of its sequence, or a spoof
             log.info(
-                "host %s: seq %d at %.3f may be a restart; waiting", snap.host, snap.seq, snap.ts
-            )
+                "host %s: seq %d at %.3f (seq %d taken last) is taken only if the host's "
+                "next snapshot continues from it",
+                snap.host, snap.seq, snap.ts, state["seq"],
+            )  # fmt: skip
             return None
         if verdict == "reset":
             self.stats.resets += 1

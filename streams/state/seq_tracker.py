@@ -8,7 +8,11 @@ wiped starts again from 0: a low ``seq`` whose timestamp is more than ``reset_af
 newer than the last snapshot is *suspected* to be such a reset (dropped, remembered), and
 the reset is believed only when the host's next snapshot continues from it (a ``seq`` at
 most ``CONFIRM_WITHIN`` above it, not older); the suspected snapshot then counts as lost.
-So one spoofed record can neither restart a host's sequence nor fake lost snapshots.
+A ``seq`` further ahead than the host could have counted since its newest snapshot (more
+than ``CONFIRM_WITHIN`` plus one per ``MIN_TICK_S`` of event time between them) is
+suspected the same way: taken only when the next snapshot continues from it. So one
+spoofed or corrupt record can neither restart a host's sequence, nor push it so far ahead
+that the host's real snapshots are dropped, nor fake lost snapshots.
 
 A redelivery carries the time it was first sent with, never newer than the host's newest
 snapshot. A ``seq`` already seen with a *newer* time (within ``reset_after_s``) is no
@@ -45,6 +49,9 @@ from typing import Any, Literal
 Verdict = Literal["new", "duplicate", "conflict", "suspect", "reset"]
 CONFIRM_WITHIN = 10  # a reset is believed when the next seq is at most this far above
 MAX_SEQ = 2**63 - 1  # effective seqs stay within a signed 64-bit integer
+# the shortest time between two snapshots of a host that a gap may stand for: a tenth of
+# the collector's shortest interval_s (0.01 s), so that no real gap is ever suspected
+MIN_TICK_S = 0.001
 
 
 def initial() -> dict[str, Any]:
@@ -71,9 +78,18 @@ def observe(
             return {**state, "conflicts": state.get("conflicts", 0) + 1}, "conflict", 0
         return {**state, "dups": state["dups"] + 1}, "duplicate", 0
     lost = seq - last - 1 if last >= 0 else 0
+    confirms = cand is not None and cand[0] < seq <= cand[0] + CONFIRM_WITHIN and ts >= cand[1]
+    if last >= 0 and not confirms and lost >= _explained_gap(state["ts"], ts):
+        return {**state, "cand": [seq, ts]}, "suspect", 0
     new = {**state, "seq": seq, "ts": max(ts, state["ts"]), "lost": state["lost"] + lost}
     new["cand"] = None
     return new, "new", lost
+
+
+def _explained_gap(newest_ts: float, ts: float) -> int:
+    """The most snapshots a host could have lost between its newest one (``newest_ts``) and
+    one taken at ``ts``: ``CONFIRM_WITHIN``, plus one per ``MIN_TICK_S`` in between."""
+    return CONFIRM_WITHIN + int(max(0.0, ts - newest_ts) / MIN_TICK_S)
 
 
 def effective_seq(state: dict[str, Any], seq: int) -> int:

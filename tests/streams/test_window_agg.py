@@ -160,3 +160,40 @@ def test_a_snapshot_covers_at_most_its_window() -> None:
             assert p.instance_s == p.samples * covered
             w = result(add(initial(p.tenant, p.window_start), p), cfg)
             assert w.gpus_busy <= len(gpus)
+
+
+def test_one_record_with_a_seq_far_ahead_neither_blocks_a_host_nor_fakes_losses() -> None:
+    """A stray record whose seq runs far ahead of what the host could have taken since
+    its newest snapshot (a corrupt or spoofed record) is only suspected: the host's next
+    snapshots are taken (they were dropped as conflicts for ``reset_after_s``) and no
+    snapshot counts as lost. A jump the host confirms (its next seq follows) is taken."""
+    t = seq_tracker.initial()
+    for seq in range(50):
+        t, _, _ = seq_tracker.observe(t, seq=seq, ts=float(seq))
+    t, verdict, lost = seq_tracker.observe(t, seq=2**40, ts=50.0)
+    assert (verdict, lost) == ("suspect", 0)
+    for seq in range(50, 60):  # the real host goes on, one a second
+        t, verdict, lost = seq_tracker.observe(t, seq=seq, ts=float(seq))
+        assert (verdict, lost) == ("new", 0)
+    assert (t["seq"], t["lost"], t.get("conflicts", 0)) == (59, 0, 0)
+    # a collector whose seq really jumped (a restored seq file) goes on from there
+    t, verdict, _ = seq_tracker.observe(t, seq=1_000_000, ts=60.0)
+    assert verdict == "suspect"
+    t, verdict, lost = seq_tracker.observe(t, seq=1_000_001, ts=61.0)
+    assert (verdict, lost) == ("new", 1_000_001 - 59 - 1)
+    assert t["seq"] == 1_000_001
+
+
+def test_a_gap_the_elapsed_time_explains_is_taken_at_once() -> None:
+    """Snapshots lost while a host was away (its spool full): the first one after the gap
+    is taken and the gap counted, however long, when the time since the newest snapshot
+    could hold that many ticks of the fastest collector (``MIN_TICK_S`` apart)."""
+    t = seq_tracker.initial()
+    t, _, _ = seq_tracker.observe(t, seq=0, ts=0.0)
+    gap = int(3600 / seq_tracker.MIN_TICK_S)  # an hour of the fastest ticks
+    t, verdict, lost = seq_tracker.observe(t, seq=gap, ts=3600.0)
+    assert (verdict, lost) == ("new", gap - 1)
+    t, verdict, lost = seq_tracker.observe(t, seq=gap + 100, ts=3600.0)  # no time for 99 more
+    assert (verdict, lost) == ("suspect", 0)
+    t, verdict, lost = seq_tracker.observe(t, seq=gap + seq_tracker.CONFIRM_WITHIN, ts=3600.0)
+    assert (verdict, lost) == ("new", seq_tracker.CONFIRM_WITHIN - 1)
