@@ -5,7 +5,9 @@ A directory, an unreadable file, a file larger than ``max_bytes`` (a sparse file
 mistake that would exhaust memory) and bytes that are not UTF-8 (a binary or gzip file
 where text was expected) are each named with the path, and with the line for bad UTF-8.
 A leading byte-order mark (Windows editors write one) is dropped: it is not part of the
-text, and left in it would glue itself to the first key or column name.
+text, and left in it would glue itself to the first key or column name. A file whose name
+ends in ``.gz`` is decompressed (``max_bytes`` bounds what it decompresses to), as the
+trace readers read a ``.csv.gz``.
 
 Example:
     >>> import tempfile, pathlib
@@ -20,7 +22,9 @@ Example:
 from __future__ import annotations
 
 import codecs
+import gzip
 import re
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
@@ -37,16 +41,19 @@ def read_text(
     error: type[UsageError] = UsageError,
     what: str = "",
 ) -> str:
-    """The UTF-8 text of ``path``; ``error`` (one line, naming ``what`` + path) otherwise."""
+    """The UTF-8 text of ``path`` (decompressed when it ends in ``.gz``); ``error`` (one
+    line, naming ``what`` + path) otherwise."""
     p = Path(path)
     name = f"{what}{p}"
     try:
         if p.is_dir():
             raise error(f"{name}: cannot read: Is a directory")
-        with p.open("rb") as f:
+        with gzip.open(p, "rb") if p.name.endswith(".gz") else p.open("rb") as f:
             raw = f.read(max_bytes + 1)
     except FileNotFoundError:
         raise error(f"{name} does not exist") from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:  # damaged or cut short
+        raise error(f"{name}: unreadable: {exc}") from None
     except OSError as exc:
         raise error(f"{name}: cannot read: {exc.strerror or exc}") from None
     if len(raw) > max_bytes:
