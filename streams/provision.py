@@ -165,6 +165,10 @@ async def ensure_topics(
         # creates them itself.
         changelogs = changelog_topics(s, partitions[names.samples])
         await check_changelog_partitions(admin, s, changelogs, existing)
+        kinds = {names.samples: "samples", names.cluster: "cluster"}
+        kinds.update(dict.fromkeys(changelogs, "changelog"))
+        there = {t: kind for t, kind in kinds.items() if t in existing}  # left as they are
+        await topic_configs.warn_if_unlike(admin, there, s.kafka.bootstrap)
         todo = [
             NewTopic(t, n, s.replication_factor, topic_configs=topic_configs.COMPACTED)
             for t, n in changelogs.items()

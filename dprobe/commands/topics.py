@@ -6,7 +6,9 @@ choose the partitions once for the whole fleet, `dprobe topics create` creates e
 topic the worker uses (samples with broker timestamps, jobs, features, dead letters,
 scaling events with one partition so plans stay in order, the worker's internal and
 changelog topics) and lists them. Existing topics are left as they are, with a warning
-when samples or jobs has fewer partitions than configured; an internal
+when samples or jobs has fewer partitions than configured, or when samples, cluster or
+a changelog lacks the settings dprobe creates it with (broker time on samples, compaction
+on the others: the warning names the command that sets them); an internal
 topic of the app id with another count is an error (exit 2): every worker of an app id
 uses one count, that of its topics. `dprobe topics list` only lists (exit 0, also when a
 topic is missing; stderr counts them); it takes no --partitions (exit 2).
