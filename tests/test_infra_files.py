@@ -24,7 +24,7 @@ ALERTS = ROOT / "infra/prometheus/alerts.yml"
 PROMETHEUS_CONFIG = "infra/prometheus/prometheus.yml"
 # Grafana variables, replaced by a value of each so the queries are plain PromQL
 GRAFANA_VARS = {
-    "${horizon}": "3600", "$horizon": "3600", "$tenant": ".*",
+    "${horizon}": "3600", "$horizon": "3600", "${horizon_offset}": "3600", "$tenant": ".*",
     "$__rate_interval": "5m", "$__interval": "5m",
 }  # fmt: skip
 PROMETHEUS_OWN = {"up"}  # written by Prometheus itself for every target
