@@ -54,5 +54,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{topic}\t{'missing' if count is None else f'{count} partition(s)'}")
     missing = [t for t, n in found.items() if n is None]
     if missing and args.action == "list":
-        print(f"{len(missing)} topic(s) missing: run `dprobe topics create`", file=sys.stderr)
+        create = "dprobe topics create" + (f" --app-id {s.app_id}" if args.app_id else "")
+        print(f"{len(missing)} topic(s) missing: run `{create}`", file=sys.stderr)
     return 0

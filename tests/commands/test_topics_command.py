@@ -93,3 +93,16 @@ def test_list_refuses_partitions_which_only_create_uses(
     err = capsys.readouterr().err
     assert "dprobe topics: --partitions applies to `dprobe topics create`" in err
     assert "cannot reach" not in err  # refused before any broker is asked
+
+
+def test_list_of_another_app_id_says_how_to_create_its_topics(
+    kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command it suggests creates the missing topics it listed: those of that app id,
+    not the default app id's."""
+    prefix = f"t{uuid.uuid4().hex[:8]}."
+    monkeypatch.setenv("DPROBE_KAFKA_TOPIC_PREFIX", prefix)
+    assert main(["--bootstrap", kafka_bootstrap, "topics", "list", "--app-id", f"{prefix}a"]) == 0
+    out, err = capsys.readouterr()
+    assert f"{prefix}a-planning\tmissing" in out
+    assert f"run `dprobe topics create --app-id {prefix}a`" in err
