@@ -333,7 +333,9 @@ def read_trace(
     and time; a point earlier than the previous one of the same file, over
     :data:`MAX_GAP_S` (a year) after it, or a second one of its tenant at the same time,
     raises :class:`TraceFormatError`, or with ``on_bad`` is
-    passed to it and skipped, like every bad row.
+    passed to it and skipped, like every bad row. The files of a folder are one trace: a
+    point over a year after the one before it in any file, or a second one of its tenant
+    at the same time in another file, is refused too.
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -347,7 +349,40 @@ def read_trace(
     ]
     if len(streams) == 1:
         return streams[0]
-    return heapq.merge(*streams, key=lambda pt: pt.ts)
+    return _across_files(heapq.merge(*streams, key=lambda pt: pt.ts), on_bad)
+
+
+def _across_files(points: Iterator[DemandPoint], on_bad: OnBad | None) -> Iterator[DemandPoint]:
+    """The merged points of several files, each file's rows already checked
+    (:func:`_in_time_order`), checked as one trace: no jump of over a year, one point per
+    tenant and time, each found named by its file and line and the other row's."""
+    last: DemandPoint | None = None
+    at: dict[str, DemandPoint] = {}  # each tenant's point at the time of ``last``
+
+    def checked(line: int, pt: DemandPoint) -> DemandPoint:
+        nonlocal last
+        if last is not None and pt.ts - last.ts > MAX_GAP_S:
+            raise TraceFormatError(
+                f"time jumps {(pt.ts - last.ts) / 86_400:,.0f} days after "
+                f"{last.path}:{last.line}'s ({_when(pt.ts)} after {_when(last.ts)}); "
+                f"{'row skipped' if on_bad else 'a digit too many?'}",
+                path=pt.path,
+                line=line,
+            )
+        if last is None or pt.ts > last.ts:
+            at.clear()
+        elif (other := at.get(pt.tenant)) is not None:
+            raise TraceFormatError(
+                f"tenant {pt.tenant} has a row at this time on {other.path}:{other.line} "
+                f"({_when(pt.ts)}); {'row skipped' if on_bad else 'keep one of them'}",
+                path=pt.path,
+                line=line,
+            )
+        last = pt
+        at[pt.tenant] = pt
+        return pt
+
+    return parsed_rows(((pt.line, pt) for pt in points), checked, on_bad)
 
 
 def _when(ts: float) -> str:
