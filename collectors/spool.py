@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dprobe.errors import UsageError
+from dprobe.folders import fsync_dir, make_dirs
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ class Spool:
         """Create or recover the spool: load the cursor, cut torn tails, count pending.
 
         Raises :class:`UsageError` if another process has this spool open."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.directory, fsync=self.fsync)
         self._lock()
         ids = sorted(
             int(p.name.removesuffix(_SUFFIX))
@@ -151,7 +152,10 @@ class Spool:
         self._active = ids[-1] if ids else cursor[0]
         self._sizes.setdefault(self._active, 0)
         self._counts.setdefault(self._active, 0)
+        made = not self._path(self._active).exists()
         self._open_active()
+        if made and self.fsync:  # the active segment's entry, as a rolled one's
+            fsync_dir(self.directory)
 
     def close(self) -> None:
         """Close the active segment (idempotent). Records stay on disk for the next run."""
@@ -217,7 +221,7 @@ class Spool:
         self._sizes[self._active] = 0
         self._counts[self._active] = 0
         if self.fsync:
-            self._fsync_dir()
+            fsync_dir(self.directory)
 
     def _enforce_bound(self) -> None:
         while self.total_bytes > self.max_bytes and len(self._sizes) > 1:
@@ -407,10 +411,3 @@ class Spool:
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, self.directory / "cursor")
-
-    def _fsync_dir(self) -> None:
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -52,6 +52,34 @@ def check_writable(
         raise UsageError(f"{what} {folder} is not writable: {exc.strerror or exc}") from None
 
 
+def fsync_dir(path: Path) -> None:
+    """Make the entries of folder ``path`` (a file or folder made or renamed in it) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dirs(folder: Path, *, fsync: bool = True) -> None:
+    """Create ``folder`` and its missing parents, fsyncing (with ``fsync``) each new one into
+    its parent, so that after a power loss a file made in them is not lost with them.
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> make_dirs(root / "a" / "b"); (root / "a" / "b").is_dir()
+    True
+    """
+    missing = []
+    while not folder.exists() and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    for new in reversed(missing):
+        new.mkdir(exist_ok=True)
+        if fsync:
+            fsync_dir(new.parent)
+
+
 def _existing_folder(path: Path, flag: str, shown: str | Path) -> Path:
     """The nearest folder of ``path``'s parents that exists (where the missing ones would
     be made), checked to be a writable folder."""

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Final
 
 from dprobe.errors import UsageError
-from dprobe.sinks.parquet_archive import ArchiveWriteError, fsync_dir
+from dprobe.folders import fsync_dir
+from dprobe.sinks.parquet_archive import ArchiveWriteError
 
 MANIFEST_NAME: Final = "dprobe-archive.json"
 LOCK_NAME: Final = ".dprobe-archive.lock"

@@ -40,13 +40,14 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
 import pyarrow.parquet as pq
 
 from dprobe.errors import DprobeError
-from dprobe.folders import check_writable
+from dprobe.folders import check_writable, fsync_dir, make_dirs
 from dprobe.sinks.archive_schema import DICTIONARY_COLUMNS, KINDS, table_of
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,8 @@ class ArchiveWriter:
         >>> import tempfile
         >>> ArchiveWriter(Path(tempfile.mkdtemp()) / "new" / "archive").check_writable()
         """
-        check_writable(self.out_dir, "archive folder", make=self._make_dirs, fsync=self.fsync)
+        make = partial(make_dirs, fsync=self.fsync)
+        check_writable(self.out_dir, "archive folder", make=make, fsync=self.fsync)
 
     def flush(self) -> list[Path]:
         """Write every buffer to its file (atomically, durably) and empty the buffers.
@@ -186,19 +188,8 @@ class ArchiveWriter:
             written.append(path)
         return written
 
-    def _make_dirs(self, folder: Path) -> None:
-        """Create ``folder`` and its missing parents, fsyncing each new one into its parent."""
-        missing = []
-        while not folder.exists() and folder.parent != folder:
-            missing.append(folder)
-            folder = folder.parent
-        for new in reversed(missing):
-            new.mkdir(exist_ok=True)
-            if self.fsync:
-                fsync_dir(new.parent)
-
     def _write_atomic(self, path: Path, kind: str, rows: list[dict[str, Any]]) -> None:
-        self._make_dirs(path.parent)
+        make_dirs(path.parent, fsync=self.fsync)
         tmp = path.with_name(f".{path.name}.tmp")
         table = table_of(kind, rows)
         try:
@@ -279,12 +270,3 @@ class ArchiveWriter:
 def _row_bytes(row: dict[str, Any]) -> int:
     """Estimated memory of one buffered row."""
     return len(row["value"]) + len(row["key"] or b"") + ROW_OVERHEAD_BYTES
-
-
-def fsync_dir(path: Path) -> None:
-    """Make the entries of folder ``path`` (a file renamed into it) durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

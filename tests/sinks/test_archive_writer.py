@@ -10,7 +10,7 @@ import msgspec
 import pyarrow.parquet as pq
 import pytest
 
-from dprobe import schema
+from dprobe import folders, schema
 from dprobe.sinks import parquet_archive
 from dprobe.sinks.archive_schema import row_of
 from dprobe.sinks.parquet_archive import ArchiveWriter, list_files
@@ -412,6 +412,7 @@ def test_every_folder_created_is_fsynced_into_its_parent(
         real(path)
 
     monkeypatch.setattr(parquet_archive, "fsync_dir", record)
+    monkeypatch.setattr(folders, "fsync_dir", record)
     out = tmp_path / "archive"
     w = ArchiveWriter(out)
     _add_job(w, _job(T0, "a"), partition=0, offset=0)
