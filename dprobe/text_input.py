@@ -50,12 +50,10 @@ def read_text(
             raise error(f"{name}: cannot read: Is a directory")
         with gzip.open(p, "rb") if p.name.endswith(".gz") else p.open("rb") as f:
             raw = f.read(max_bytes + 1)
-    except FileNotFoundError:
-        raise error(f"{name} does not exist") from None
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:  # damaged or cut short
         raise error(f"{name}: unreadable: {exc}") from None
     except OSError as exc:
-        raise error(f"{name}: cannot read: {exc.strerror or exc}") from None
+        raise error(cannot_read(name, exc)) from None
     if len(raw) > max_bytes:
         raise error(f"{name}: larger than {max_bytes} bytes; not a file of this kind")
     body = raw.removeprefix(codecs.BOM_UTF8)
@@ -64,6 +62,19 @@ def read_text(
     except UnicodeDecodeError as exc:
         line = body[: exc.start].count(b"\n") + 1
         raise error(f"{name}:{line}: not UTF-8 text ({exc.reason})") from None
+
+
+def cannot_read(name: str, exc: OSError) -> str:
+    """Why the file ``name`` could not be opened, as every input of dprobe says it.
+
+    >>> cannot_read("vcs.csv", FileNotFoundError(2, "No such file or directory"))
+    'vcs.csv: no such file'
+    >>> cannot_read("vcs.csv", PermissionError(13, "Permission denied"))
+    'vcs.csv: cannot read: Permission denied'
+    """
+    if isinstance(exc, FileNotFoundError):
+        return f"{name}: no such file"
+    return f"{name}: cannot read: {exc.strerror or exc}"
 
 
 # C0 and C1 control characters and the two Unicode line separators (str.splitlines splits

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO
 
 from dprobe.errors import UsageError
-from dprobe.text_input import read_text
+from dprobe.text_input import cannot_read, read_text
 from dprobe.traces.row_input import (
     CSV_SUFFIXES,
     MAX_EPOCH_S,
@@ -95,12 +95,12 @@ def iter_jobs(
         try:
             fh = open_text(path)
         except OSError as exc:
-            raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+            raise UsageError(cannot_read(str(path), exc)) from None
         with fh:
             try:
                 yield from _iter(fh, str(path), time_unit_s, on_bad, time_unit_flag)
             except OSError as exc:
-                raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+                raise UsageError(cannot_read(str(path), exc)) from None
     else:
         name = getattr(source, "name", "<jobs-csv>")
         yield from _iter(source, name, time_unit_s, on_bad, time_unit_flag)

@@ -213,11 +213,12 @@ def _models(args: argparse.Namespace) -> list[Any]:
         if name in (MMOE, MMOE_JOBS) and args.warm_start:
             from dprobe.models.checkpoint import CheckpointError
             from dprobe.models.forecast.multitask import load_checkpoint
+            from dprobe.text_input import cannot_read
 
             try:
                 load_checkpoint(model, args.warm_start)
             except OSError as exc:
-                raise UsageError(f"--warm-start {args.warm_start}: {exc.strerror or exc}") from None
+                raise UsageError(cannot_read(f"--warm-start {args.warm_start}", exc)) from None
             except CheckpointError as exc:
                 raise UsageError(f"--warm-start: {exc}") from None
         models.append(model)

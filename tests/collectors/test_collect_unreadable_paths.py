@@ -29,7 +29,7 @@ def test_a_tenant_map_that_cannot_be_looked_at_exits_2_in_one_line(capsys, tmp_p
 def test_a_missing_tenant_map_is_still_named_as_missing(capsys, tmp_path: Path) -> None:
     path = tmp_path / "tenants.toml"
     code, err = _collect_once(capsys, "--backend", "synthetic", "--tenant-map", str(path))
-    assert (code, err) == (2, [f"dprobe collect: tenant map {path} does not exist"])
+    assert (code, err) == (2, [f"dprobe collect: tenant map {path}: no such file"])
 
 
 def test_a_proc_root_that_cannot_be_looked_at_exits_2_in_one_line(capsys, tmp_path) -> None:

@@ -126,7 +126,7 @@ def _bad_maps(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     folder.mkdir()
     missing = tmp_path / "missing.toml"
     return {
-        "missing": (missing, f"dprobe collect: tenant map {missing} does not exist"),
+        "missing": (missing, f"dprobe collect: tenant map {missing}: no such file"),
         "folder": (folder, f"dprobe collect: tenant map {folder}: cannot read"),
         "invalid": (invalid, f"dprobe collect: tenant map {invalid}: Invalid value"),
         "unknown": (unknown, f"dprobe collect: tenant map {unknown}: unknown tables"),
@@ -175,7 +175,7 @@ def test_make_resolver_checks_the_tenant_map_whatever_the_backend(tmp_path: Path
 
     missing = tmp_path / "missing.toml"
     for backend in ("synthetic", "nvml"):
-        with pytest.raises(UsageError, match="does not exist"):
+        with pytest.raises(UsageError, match=r"missing\.toml: no such file"):
             make_resolver(CollectorSettings(backend=backend, tenant_map=missing))
 
 

@@ -163,7 +163,7 @@ def test_check_also_makes_the_checks_a_service_makes_on_start(
     text = f'[worker]\nmodel = "nope"\n\n[collector]\ntenant_map = "{tmp_path}/no.toml"\n'
     _, err = _refused(bad, text, capsys)
     assert err == [
-        f"dprobe config: [collector] refused: tenant map {tmp_path}/no.toml does not exist",
+        f"dprobe config: [collector] refused: tenant map {tmp_path}/no.toml: no such file",
         "dprobe config: [worker] refused: worker.model: unknown forecaster 'nope'; choose "
         "from dprobe-mmoe, dprobe-mmoe-jobs, last-value, moving-average, holt-winters, "
         "seasonal-naive, recent-peak, job-aware",

@@ -452,7 +452,7 @@ def test_evaluate_a_missing_warm_start_checkpoint_is_named_in_one_line(cwd: Path
         "--warm-start", str(missing),
     )  # fmt: skip
     line = _refused(argv, cwd, capsys)
-    assert line == f"dprobe evaluate: --warm-start {missing}: No such file or directory"
+    assert line == f"dprobe evaluate: --warm-start {missing}: no such file"
 
 
 @pytest.mark.parametrize(
