@@ -765,6 +765,10 @@ class LagSettings:
             raise ConfigError("lag.groups must name at least one consumer group, none empty")
         for topic in self.topics:
             check_topic_name("lag.topics", topic)
+        for name, values in (("groups", self.groups), ("topics", self.topics)):
+            twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+            if twice is not None:  # a group polled twice serves each series twice
+                raise ConfigError(f"lag.{name} names {twice!r} twice: name each once")
         if not self.interval_s > 0:
             raise ConfigError("lag.interval_s must be > 0 seconds")
         _check_port("lag.metrics_port", self.metrics_port)
