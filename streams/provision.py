@@ -164,7 +164,9 @@ async def ensure_topics(
         # see its changelog's partitions, which happens on a first start right after it
         # creates them itself.
         changelogs = changelog_topics(s, partitions[names.samples])
-        await check_changelog_partitions(admin, s, changelogs, existing)
+        await check_changelog_partitions(
+            admin, s, changelogs, existing, samples=(names.samples, partitions[names.samples])
+        )
         kinds = {names.samples: "samples", names.cluster: "cluster"}
         kinds.update(dict.fromkeys(changelogs, "changelog"))
         there = {t: kind for t, kind in kinds.items() if t in existing}  # left as they are
@@ -211,21 +213,28 @@ async def check_update_partitions(
 
 
 async def check_changelog_partitions(
-    admin: AIOKafkaAdminClient, s: WorkerSettings, wanted: dict[str, int], existing: set[str]
+    admin: AIOKafkaAdminClient,
+    s: WorkerSettings,
+    wanted: dict[str, int],
+    existing: set[str],
+    *,
+    samples: tuple[str, int],
 ) -> None:
     """Refuse to start when a table's existing changelog has another partition count than
-    its table now needs: the hosts table is co-partitioned with the samples topic, so
-    partitions added to that topic would make every write of the new partitions fail."""
+    its table now needs: the hosts table is co-partitioned with the samples topic
+    (``samples``: its name and partition count now), so partitions added to that topic
+    would make every write of the new partitions fail."""
     there = [t for t in wanted if t in existing]
     found = await wait_for_partitions(admin, there) if there else {}
     changed = {t: (found[t], wanted[t]) for t in there if found.get(t) and found[t] != wanted[t]}
     if changed:
         what = ", ".join(f"{t} has {a} partition(s), needs {b}" for t, (a, b) in changed.items())
         raise PartitionsChangedError(
-            f"the worker's tables no longer match their topics ({what}): the samples and "
-            f"jobs topics' partition counts are fixed once app id {s.app_id!r} has run. "
-            "Put them back, or start a new pipeline with an app id of its own (--app-id) "
-            "and new topics (a topic prefix of its own)"
+            f"the worker's tables no longer match their topics ({what}): partitions were "
+            f"added to {samples[0]} ({samples[1]} now) after app id {s.app_id!r} first ran, "
+            "and its hosts table is partitioned as that topic was (Kafka cannot take "
+            "partitions away again). Start a new pipeline with an app id of its own "
+            "(--app-id) and new topics (a topic prefix of its own)"
         )
 
 
