@@ -6,8 +6,9 @@ then); this command publishes one from a shell or a cron job, and shows the last
 of each source. Quotas are GPUs per tenant (Kueue: a ClusterQueue's nominalQuota; Volcano:
 a queue's deserved); --complete says tenants not listed hold none. --quotas-csv reads a
 file with the header tenant,quota_gpus; a bad line (a tenant listed twice, a row with more
-fields than the header included) exits 2 naming its line number; so does a tenant given
-twice by --quota (a --quota replaces the file's quota of its tenant). Quotas may sum above
+fields than the header included, a header that names a column twice) exits 2 naming its
+line number; so does a tenant given twice by --quota (a --quota replaces the file's quota
+of its tenant). Quotas may sum above
 the capacity (an overcommitted scheduler's may): such a report is published with a
 warning, since the planner then lends only quota that tenants leave idle (and a digit too
 many looks the same); otherwise it lends what reported quotas leave of the capacity.
@@ -259,7 +260,13 @@ def _gpus(text: str, what: str) -> float:
 
 def _read_csv(path: Path) -> dict[str, float]:
     from dprobe.text_input import read_text
-    from dprobe.traces.row_input import MAX_ID_CHARS, csv_rows, field_count, unfit_name
+    from dprobe.traces.row_input import (
+        MAX_ID_CHARS,
+        csv_rows,
+        field_count,
+        twice_named,
+        unfit_name,
+    )
 
     text = read_text(path, max_bytes=MAX_CSV_BYTES, error=UsageError, what="quotas file ")
     rows = csv_rows(
@@ -271,6 +278,8 @@ def _read_csv(path: Path) -> dict[str, float]:
     cols = {name.strip(): i for i, name in enumerate(header)}
     if not {"tenant", "quota_gpus"} <= set(cols):
         raise UsageError(f"{path}: line 1: expected the header tenant,quota_gpus")
+    if twice := twice_named([name.strip() for name in header], ["tenant", "quota_gpus"]):
+        raise UsageError(f"{path}: line 1: {twice}")
     out: dict[str, float] = {}
     for line, row in rows:
         if not row:

@@ -49,6 +49,10 @@ def _publish_quotas_file(
         ("tenant,quota_gpus\na,5\nb,3\na,9\n", "q.csv: line 4: tenant 'a' is listed twice"),
         ("tenant,quota_gpus\na,5,7\n", "q.csv: line 2: 3 fields, the header has 2"),
         ("tenant,quota_gpus\na\n", "q.csv: line 2: 1 field, the header has 2"),
+        (
+            "tenant,tenant,quota_gpus\na,b,8\n",
+            "q.csv: line 1: header names column tenant twice (fields 1 and 2)",
+        ),
         ("tenant,quota_gpus\n" + "a" * 257 + ",5\n", "q.csv: line 2: tenant is 257 characters"),
         (
             "tenant,quota_gpus\nb,1\n" + "a" * (200 << 10) + ",5\n",
