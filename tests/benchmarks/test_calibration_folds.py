@@ -10,6 +10,8 @@ import pytest
 
 from tests.benchmarks.scripts import refused_with, run_benchmark
 
+pytestmark = pytest.mark.slow  # runs a benchmark script as a process: seconds each
+
 T0 = 1_590_969_600  # 2020-06-01 00:00 UTC
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from tests.benchmarks.scripts import refused_with, run_benchmark
 
+pytestmark = pytest.mark.slow  # runs a benchmark script as a process: seconds each
+
 REFUSED = [
     ("planner_time.py", "--tenants", "0", ">= 1"),
     ("planner_time.py", "--plans", "0", ">= 1"),

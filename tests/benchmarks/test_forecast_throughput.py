@@ -7,6 +7,8 @@ import pytest
 
 from tests.benchmarks.scripts import refused_with, run_benchmark
 
+pytestmark = pytest.mark.slow  # runs a benchmark script as a process: seconds each
+
 
 @pytest.mark.parametrize(
     ("flag", "value", "least"),

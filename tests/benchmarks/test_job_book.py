@@ -10,6 +10,8 @@ import pytest
 
 from tests.benchmarks.scripts import refused_with, run_benchmark
 
+pytestmark = pytest.mark.slow  # runs a benchmark script as a process: seconds each
+
 SMALL = ("--jobs", "10", "--events", "10", "--runs", "1")
 
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.benchmarks.scripts import refused_with, run_benchmark
+
+pytestmark = pytest.mark.slow  # runs a benchmark script as a process: seconds each
 
 HEADER = "family,batch_size,amp,gpu_util_pct,gpu_mem_mb\n"
 

@@ -12,6 +12,8 @@ import pytest
 
 from tests.benchmarks.scripts import BENCHMARKS
 
+pytestmark = pytest.mark.slow  # runs a benchmark script as a process: seconds each
+
 
 @pytest.mark.integration
 def test_it_replays_the_archive_and_prints_the_rate(kafka_bootstrap: str) -> None:

@@ -13,6 +13,8 @@ import pytest
 
 from tests.benchmarks.scripts import BENCHMARKS, refused_with, run_benchmark
 
+pytestmark = pytest.mark.slow  # runs a benchmark script as a process: seconds each
+
 ROOT = BENCHMARKS.parent
 RUNNER = ROOT / "scripts" / "run_benchmarks.py"
 

@@ -13,6 +13,8 @@ import pytest
 from tests.benchmarks.scripts import BENCHMARKS
 from tests.conftest import _free_port
 
+pytestmark = pytest.mark.slow  # runs a benchmark script as a process: seconds each
+
 RUNS = {
     "collector_overhead.py": ["--runs", "1", "--ticks", "1"],
     "replay_throughput.py": ["--hosts", "1", "--ticks", "1", "--runs", "1"],
