@@ -115,7 +115,12 @@ def connect_error(kafka: KafkaSettings, exc: BaseException, watch: AuthWatch) ->
     """The error of a client that failed to start: refused credentials or unreachable."""
     if watch.failure is not None:
         return UsageError(auth_refused(kafka))
-    cause = watch.last_error or str(exc)
+    cause = (watch.last_error or str(exc)).rstrip()
+    if cause.endswith(":"):  # a timeout, whose own text is empty: a port that does not answer
+        cause += (
+            f" no answer within {kafka.request_timeout_ms / 1000:g} s "
+            "(kafka.request_timeout_ms): is a Kafka broker listening there?"
+        )
     return UsageError(f"cannot reach Kafka at {kafka.bootstrap}: {cause}{unreachable_hint(kafka)}")
 
 
