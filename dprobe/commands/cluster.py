@@ -321,7 +321,7 @@ async def _publish(kafka: KafkaSettings, report: ClusterReport, replication: int
     from dprobe.schema import encode
 
     topic = kafka.topic("cluster")
-    if await _partitions(kafka, topic) is None:
+    if await _partitions(kafka, topic, check=True) is None:
         await _create(kafka, topic, replication)
     producer = AIOKafkaProducer(**kafka.client_kwargs(), acks="all", enable_idempotence=True)
     await start_client(producer.start, producer.stop, kafka, KafkaConnectionError)
@@ -331,11 +331,13 @@ async def _publish(kafka: KafkaSettings, report: ClusterReport, replication: int
         await producer.stop()
 
 
-async def _partitions(kafka: KafkaSettings, topic: str) -> list[int] | None:
-    """Partition ids of ``topic`` (``None``: missing), without auto-creating it."""
+async def _partitions(kafka: KafkaSettings, topic: str, *, check: bool = False) -> list[int] | None:
+    """Partition ids of ``topic`` (``None``: missing), without auto-creating it; with
+    ``check``, a warning if it is not compacted as dprobe creates it."""
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.errors import KafkaConnectionError
 
+    from dprobe import topic_configs
     from dprobe.kafka_auth import start_client
 
     admin = AIOKafkaAdminClient(**kafka.client_kwargs())
@@ -343,6 +345,8 @@ async def _partitions(kafka: KafkaSettings, topic: str) -> list[int] | None:
     try:
         for d in await admin.describe_topics():  # all topics: naming one could create it
             if d["topic"] == topic and d["error_code"] == 0:
+                if check:
+                    await topic_configs.warn_if_unlike(admin, {topic: "cluster"}, kafka.bootstrap)
                 return sorted(p["partition"] for p in d["partitions"])
         return None
     finally:
