@@ -96,3 +96,14 @@ def not_applying(flags: list[str], condition: str) -> UsageError:
     """
     verb = "does" if len(flags) == 1 else "do"
     return UsageError(f"{' and '.join(flags)} {verb} not apply {condition}")
+
+
+def said_interrupted(command: str) -> int:
+    """Say on stderr, in one line, that Ctrl-C stopped ``command``; return its exit code
+    (130, as a shell reports a process SIGINT ended)."""
+    import sys
+
+    from dprobe.journal_log import error_prefix
+
+    print(f"{error_prefix()}dprobe {command}: interrupted", file=sys.stderr)
+    return 130

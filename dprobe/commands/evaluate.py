@@ -35,6 +35,7 @@ from dprobe.commands._common import (
     nonempty_path,
     not_applying,
     positive,
+    said_interrupted,
 )
 from dprobe.commands._step_bound import check_steps, jobs_span_s
 from dprobe.errors import UsageError
@@ -245,6 +246,14 @@ def _horizons(text: str) -> list[float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; Ctrl-C ends it with one line saying so (exit 130)."""
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        return said_interrupted("evaluate")
+
+
+def _run(args: argparse.Namespace) -> int:
     from dprobe.models.forecast.evaluation import rolling_origin
 
     # every check of the flags and output paths first: nothing is read, run or written

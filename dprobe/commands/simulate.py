@@ -44,6 +44,7 @@ from dprobe.commands._common import (
     nonempty_path,
     not_applying,
     positive,
+    said_interrupted,
 )
 from dprobe.commands._step_bound import check_steps, jobs_span_s
 from dprobe.errors import UsageError
@@ -407,6 +408,14 @@ def _worker_planner(args: argparse.Namespace, node_gpus: int) -> PlannerSettings
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the command; Ctrl-C ends it with one line saying so (exit 130)."""
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        return said_interrupted("simulate")
+
+
+def _run(args: argparse.Namespace) -> int:
     from dprobe.models.forecast.registry import canonical_name
     from dprobe.sim.grid import run_seeds, sweep_settings
     from dprobe.sim.inputs import resolve_vc_nodes
