@@ -31,8 +31,9 @@ COMPACTED: Final[dict[str, str]] = {"cleanup.policy": "compact"}
 
 #: what a topic of each kind loses without its settings (for the warning)
 WHY: Final[dict[str, str]] = {
-    "samples": "the worker then holds snapshots to the collectors' own clocks instead of "
-    "the broker's (max_clock_skew_s), and a host with a skewed clock skews its records too",
+    "samples": "its records then carry each collector host's clock, not the broker's, "
+    "which the worker's clock-skew check (max_clock_skew_s) and its lookup of quiet "
+    "partitions rely on",
     "cluster": "a source's last report is deleted once older than the topic's retention, "
     "so a worker or `dprobe cluster show` started later no longer sees it",
     "changelog": "a worker's table restored from it loses what is older than the topic's retention",
