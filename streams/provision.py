@@ -105,6 +105,8 @@ async def ensure_topics(
         existing = set(await admin.list_topics())
         if names.updates in existing:  # refused for it alone, before the group is asked
             await check_update_partitions(admin, s, names.updates)
+        if names.planning in existing:
+            await check_planning_partitions(admin, s, names.planning)
         # a worker that starts its group (none runs, or no planning topic yet) marks the
         # length, once every check below has passed; one joining running workers marks
         # its window settings only, for the next to compare with (a planning worker older
@@ -209,6 +211,23 @@ async def check_update_partitions(
             f"exist. Start every worker of app id {s.app_id!r} with --partitions {found} "
             f"(DPROBE_WORKER_PARTITIONS, [worker] partitions), or start a new pipeline "
             f"with an app id of its own (--app-id) to use {s.partitions}"
+        )
+
+
+async def check_planning_partitions(
+    admin: AIOKafkaAdminClient, s: WorkerSettings, planning: str
+) -> None:
+    """Refuse to start when the planning topic has more than one partition (made by a
+    broker that creates topics on demand, or by hand): the one planner reads partition 0,
+    where its table and the group's window marks are, and windows sent elsewhere would
+    never be planned."""
+    found = (await wait_for_partitions(admin, [planning])).get(planning, 0)
+    if found > 1:
+        raise PartitionsChangedError(
+            f"topic {planning} has {found} partition(s) but the planning topic has one (the "
+            f"one planner of app id {s.app_id!r} reads it in order): while no worker of the "
+            f"app id runs, delete it and run `dprobe topics create --app-id {s.app_id}` (it "
+            "makes it with one), or start a new pipeline with an app id of its own (--app-id)"
         )
 
 

@@ -106,3 +106,26 @@ def test_list_of_another_app_id_says_how_to_create_its_topics(
     out, err = capsys.readouterr()
     assert f"{prefix}a-planning\tmissing" in out
     assert f"run `dprobe topics create --app-id {prefix}a`" in err
+
+
+@pytest.mark.parametrize("partitions", [2, 3])
+def test_a_planning_topic_of_more_than_one_partition_exits_2(
+    kafka_bootstrap: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    partitions: int,
+) -> None:
+    """Made by auto-create or by hand: the worker's one planner reads one partition (its
+    table and window marks are partition 0's), so no worker of the app id may start."""
+    prefix = f"t{uuid.uuid4().hex[:8]}."
+    app = f"{prefix}app"
+    monkeypatch.setenv("DPROBE_KAFKA_TOPIC_PREFIX", prefix)
+    asyncio.run(_create(kafka_bootstrap, f"{app}-planning", partitions))
+    argv = ["--bootstrap", kafka_bootstrap, "topics", "create", "--app-id", app]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(
+        f"dprobe topics: topic {app}-planning has {partitions} partition(s) but the planning "
+        "topic has one"
+    )
+    assert len(err.splitlines()) == 1
