@@ -45,7 +45,7 @@ from dprobe.errors import UsageError
 from dprobe.sinks.archive_schema import KINDS, SCHEMAS
 from dprobe.sinks.parquet_archive import NAME_RE, ArchiveFile, list_files
 from dprobe.traces.replay_record import ReplayRecord
-from dprobe.traces.row_input import MAX_EPOCH_S, MIN_EPOCH_S
+from dprobe.traces.row_input import MAX_EPOCH_S, MIN_EPOCH_S, neither_file_nor_folder
 
 _COLUMNS = ["ts", "partition", "offset", "key", "value"]
 _NOT_NULL = ("partition", "offset", "value")
@@ -75,7 +75,7 @@ def archive_files(path: str | Path) -> list[ArchiveFile]:
             raise UsageError(f"{p}: not a dprobe archive file (KIND-pN-oFIRST-oLAST.parquet)")
         return [ArchiveFile(p, m["kind"], int(m["partition"]), int(m["first"]), int(m["last"]))]
     if not p.is_dir():
-        raise UsageError(f"{p}: no such file or folder")
+        raise UsageError(f"{p}: {neither_file_nor_folder(p)}")
     topic = p.parent if p.name.startswith("date=") else p.parent.parent
     if p.name.startswith(("date=", "hour=")) and topic.name in KINDS:  # a day or an hour
         files = [f for f in list_files(topic.parent, topic.name) if p in f.path.parents]

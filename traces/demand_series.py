@@ -45,6 +45,7 @@ from dprobe.traces.row_input import (
     ErrorAt,
     OnBad,
     csv_rows,
+    neither_file_nor_folder,
     open_text,
     parsed_rows,
     shown,
@@ -295,7 +296,7 @@ def trace_files(path: str | Path, fmt: TraceFormat) -> list[Path]:
     if p.is_file():
         return [p]
     if not p.is_dir():
-        raise TraceFormatError("no such file or folder", path=p)
+        raise TraceFormatError(neither_file_nor_folder(p), path=p)
     files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(CSV_SUFFIXES))
     if fmt == "helios-vc":
         files = [f for f in files if f.name.startswith("vc")]

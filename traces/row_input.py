@@ -75,6 +75,23 @@ def open_text(path: Path) -> IO[str]:
     return opener(path, "rt", encoding="utf-8", errors="surrogateescape", newline="")
 
 
+def neither_file_nor_folder(path: Path) -> str:
+    """Why ``path``, which is neither a regular file nor a folder, is no trace.
+
+    >>> neither_file_nor_folder(Path("/nonexistent/d.csv"))
+    'no such file or folder'
+    >>> neither_file_nor_folder(Path("/dev/null"))
+    'not a regular file or folder'
+    """
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return "no such file or folder"
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
+    return "not a regular file or folder"
+
+
 def at_line(name: str) -> ErrorAt:
     """Errors that read ``NAME:LINE: message``, the form of every trace reader."""
     return lambda message, line: UsageError(f"{name}:{line}: {message}")
