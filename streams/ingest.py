@@ -363,9 +363,10 @@ class Ingest:
                 break
             del warned[oldest]
         log.warning(
-            "host %s: dropped snapshot seq %d of %s, newer than seq %d already taken: a second "
-            "collector sends under this host id, or one restarted with a fresh state_dir (taken "
-            "again once %.0f s newer than the newest taken); "
+            "host %s: dropped snapshot seq %d of %s: seqs up to %d are taken already, and a "
+            "redelivery is never newer than them, so a second collector sends under this host "
+            "id, or one restarted with a fresh state_dir (taken again once %.0f s newer than "
+            "the newest taken); "
             "dprobe_conflicting_snapshots_total{host} counts them",
             snap.host, snap.seq, utc_text(snap.ts),
             state["seq"], self.reset_after_s,
