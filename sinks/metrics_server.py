@@ -1,6 +1,7 @@
 """Serve one injected Prometheus registry on ``http://ADDR:PORT/metrics`` (a daemon thread),
 and ``/healthz`` for liveness probes: ``ok`` (200) while the process serves and its
-``health`` check, if any, finds nothing wrong; else 503 with the reason. A
+``health`` check, if any, finds nothing wrong; else 503 with the reason. Any other path
+is 404, so a probe or scrape pointed at a mistyped one fails instead of passing. A
 :class:`Heartbeat` is such a check: it fails when the event loop has not run for a while
 (a blocked or hung loop), which a thread answering HTTP alone would never notice.
 
@@ -119,11 +120,15 @@ class MetricsServer:
         app = make_wsgi_app(self.registry)
 
         def serve(environ: dict[str, Any], start_response: Any) -> Any:
-            if environ.get("PATH_INFO") == "/healthz":  # liveness, not the metrics
+            path = str(environ.get("PATH_INFO") or "/")
+            if path == "/healthz":  # liveness, not the metrics
                 problem = self.health() if self.health is not None else None
                 status = "200 OK" if problem is None else "503 Service Unavailable"
                 start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
                 return [f"{problem or 'ok'}\n".encode()]
+            if path != "/metrics":  # a mistyped probe or scrape fails instead of passing
+                start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+                return [f"not found: {path} (this server answers /metrics and /healthz)\n".encode()]
             return app(environ, start_response)
 
         server_class = _Server6 if ":" in self.addr else ThreadingWSGIServer

@@ -60,3 +60,17 @@ def test_the_worker_exports_how_long_its_event_loop_has_been_silent() -> None:
             assert status == 200 and lines == [f"{name} {now - 100.0}"], lines
     finally:
         server.stop()
+
+
+def test_a_path_other_than_metrics_or_healthz_is_not_found() -> None:
+    """A liveness probe or scrape pointed at a mistyped path fails at once (404 naming the
+    two paths), instead of getting the metrics with 200 and never noticing a hung worker."""
+    registry = CollectorRegistry()
+    with MetricsServer(registry, port=0) as server:
+        base = server.url.removesuffix("/metrics")
+        for path in ("/health", "/healthz/", "/", "/metric", "/favicon.ico"):
+            status, body = _get(base + path)
+            assert status == 404, (path, status)
+            assert path in body and "/metrics" in body and "/healthz" in body, body
+        status, body = _get(server.url)
+        assert status == 200 and body == _get(server.url + "?x=1")[1]
