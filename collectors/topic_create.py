@@ -5,7 +5,9 @@ first send with its own defaults, often one partition, and no worker could then 
 past one. So the collector creates it first, as the worker and ``dprobe topics create``
 would (:attr:`NewTopicSpec.partitions`, broker time on records). An existing topic is
 left as it is. Where the collector's user may not create topics (ACLs), it says so once
-and goes on: the topic is then whoever's creates it.
+and goes on: the topic is then whoever's creates it. A topic it created is used once each
+partition's leader answers for it (a moment later), so that the first snapshots are not
+retried with a warning each.
 
 Example:
     >>> NewTopicSpec(partitions=4).configs
@@ -22,6 +24,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
@@ -69,4 +72,23 @@ async def ensure_topic(
     finally:
         await admin.close()
     log.info("created topic %s with %d partition(s)", topic, spec.partitions)
+    await _until_served(kafka, topic, spec.partitions, timeout_s=timeout_s)
     return "created"
+
+
+async def _until_served(
+    kafka: KafkaSettings, topic: str, partitions: int, *, timeout_s: float
+) -> None:
+    """Wait, at most ``timeout_s``, until the leader of each of ``topic``'s partitions
+    answers for it (their end offsets are read). A send to a partition not served yet is
+    retried by the client, with a NotLeaderForPartition warning; waiting is all it costs
+    where that cannot be asked, so a failure here is only logged."""
+    consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
+    try:
+        async with asyncio.timeout(timeout_s):
+            await consumer.start()
+            await consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+    except (KafkaError, OSError, TimeoutError) as exc:
+        log.debug("topic %s: partition leaders not confirmed (%s)", topic, exc)
+    finally:
+        await consumer.stop()

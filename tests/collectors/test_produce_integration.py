@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from pathlib import Path
 
@@ -110,3 +111,23 @@ async def test_a_missing_samples_topic_is_created_as_configured_not_by_the_broke
     async with other:
         await other.wait()
     assert (await _layout(kafka.bootstrap, existing))[0] == 2  # an existing topic stays
+
+
+async def test_the_first_snapshots_into_a_topic_it_created_are_sent_without_retries(
+    kafka, tmp_path, caplog
+) -> None:
+    """A topic created a moment ago has no partition leader ready for a moment: snapshots
+    sent at once were retried, each with a NotLeaderForPartition warning in the
+    collector's log at its first start. It waits until every partition answers."""
+    for attempt in range(4):  # the race is lost in most runs without the wait
+        topic = f"fresh-{uuid.uuid4().hex[:8]}.samples"
+        settings = settings_for(kafka.bootstrap, tmp_path / str(attempt), partitions=4)
+        collector = build_collector(
+            settings, registry=CollectorRegistry(), topic=topic, max_ticks=8
+        )
+        with caplog.at_level(logging.WARNING, logger="aiokafka"):
+            async with collector:
+                await collector.wait()
+        assert len(await read_topic(kafka.bootstrap, topic, expect=8)) == 8
+    retried = [r.getMessage() for r in caplog.records if r.name.startswith("aiokafka")]
+    assert retried == []
