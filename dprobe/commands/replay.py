@@ -130,6 +130,26 @@ def event_span_s(args: argparse.Namespace, s: ReplaySettings) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the replay; Ctrl-C or SIGTERM before the first record is sent (while the trace
+    is read for its span, say) ends it with one line, as it does later on."""
+    import signal
+    import sys
+
+    def terminate(_signum: int, _frame: object) -> None:
+        raise Terminated
+
+    before = signal.signal(signal.SIGTERM, terminate)
+    try:
+        return _run(args)
+    except (KeyboardInterrupt, Terminated) as exc:
+        how = "stopped (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"dprobe replay: {how} before any record was sent", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _run(args: argparse.Namespace) -> int:
     import asyncio
     import itertools
     import math
@@ -269,6 +289,8 @@ def run(args: argparse.Namespace) -> int:
         )
     except (KeyboardInterrupt, Terminated) as exc:
         bar.close()
+        if not sent[0]:  # while it connected or created the topics: said by run()
+            raise
         how = "stopped (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
         # a second Ctrl-C or SIGTERM ends the wait for the last deliveries (Kafka gone)
         if delivered[0] >= sent[0]:
