@@ -1,7 +1,8 @@
 """The closing summary of a demo run: counts, consumer lag and forecast error.
 
 Forecast error pairs each forecast made at a window end ``T`` for horizon ``h`` with the
-demand of the window that ends at ``T + h``, and compares it with the last-value
+demand of the window that ends at ``T + h`` (the first that ends after it, as the worker
+scores a horizon that is no whole number of windows), and compares it with the last-value
 baseline (the demand at ``T``), as ``dprobe evaluate`` does: a ratio below 1 means the
 model beat "tomorrow looks like today". p90 coverage is that of the p90 the worker
 published: calibrated online by default (the scaling events' model version then ends in
@@ -17,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -84,12 +86,14 @@ def forecast_errors(rec: Recording) -> list[HorizonError]:
     acc: dict[float, list[tuple[float, float, float, float]]] = {}
     for tenant, by_horizon in rec.forecasts.items():
         demand = rec.demand.get(tenant, {})
+        ends = sorted(demand)
         for horizon, made in by_horizon.items():
             for at, (p50, p90) in made.items():
-                actual = demand.get(at + horizon)
+                k = bisect.bisect_left(ends, at + horizon - 1e-6)  # the first at or after it
                 now = demand.get(at)
-                if actual is None or now is None:
+                if k == len(ends) or now is None:
                     continue
+                actual = demand[ends[k]]
                 acc.setdefault(horizon, []).append((p50, p90, actual, now))
     out = []
     for horizon in sorted(acc):

@@ -149,3 +149,24 @@ def test_the_coverage_line_says_whether_the_p90_was_calibrated(version: str, wor
     assert s.p90_calibrated is ("+cal" in version)
     line = next(x for x in format_summary(s) if "forecast error 10m" in x)
     assert line.endswith(f"{words} 100 %")
+
+
+def test_a_horizon_off_the_window_grid_is_scored_against_the_window_that_ends_after_it() -> None:
+    """A plan lead of 630.5 s (move_latency_s 30.5) is no whole number of 60-s windows: as
+    the worker does, its forecasts are scored against the first window that ends at or
+    after T + h (here T + 660 s), not left out as never scored."""
+    ends = [600.0 + 60.0 * k for k in range(30)]
+    demand = {"vc-a": {t: float(k % 7) for k, t in enumerate(ends)}}
+    made = dict.fromkeys(ends, (3.0, 5.0))
+    rec = Recording(demand=demand, forecasts={"vc-a": {630.5: made}})
+    (err,) = forecast_errors(rec)
+    # the reference, in plain Python: the first window end at or after each target
+    rows = []
+    for at in ends:
+        later = [t for t in ends if t >= at + 630.5]
+        if later:
+            rows.append((demand["vc-a"][later[0]], demand["vc-a"][at]))
+    assert err.horizon_s == 630.5 and err.pairs == len(rows) == 19
+    assert err.mae == pytest.approx(sum(abs(3.0 - a) for a, _ in rows) / len(rows))
+    assert err.last_value_mae == pytest.approx(sum(abs(n - a) for a, n in rows) / len(rows))
+    assert err.p90_coverage == pytest.approx(sum(a <= 5.0 for a, _ in rows) / len(rows))
