@@ -371,15 +371,26 @@ def _run(args: argparse.Namespace) -> int:
         progress=progress,
         absent_is_zero=args.fmt == "jobs-csv",  # no window: no job of the tenant ran
     )
+    # the test span reaches the shortest horizon (checked above): a horizon no forecast
+    # was scored at within the span has no window that far after any of the span's
+    gaps = f"the trace's points are further apart than --window-s {args.window_s:g}?"
     if not result.rows:
-        raise UsageError("no forecast could be scored: the test span is shorter than the horizons")
-    unscored = [h for h in horizons if all(r.horizon_s != h for r in result.rows)]
-    if unscored:  # asked for, but absent from the table and the JSON: say why
-        print(
-            f"horizons with no forecast to score (the test span is {last - test_start:g} s): "
-            f"{', '.join(f'{h:g}' for h in unscored)} s",
-            file=err,
+        raise UsageError(
+            "no forecast could be scored: no window of the test span has one of its tenant "
+            f"{horizons[0]:g} s later ({gaps})"
         )
+    unscored = [h for h in horizons if all(r.horizon_s != h for r in result.rows)]
+    past = [h for h in unscored if round(h / args.window_s) * args.window_s > last - test_start]
+    for why, these in (
+        (f"the test span is {last - test_start:g} s", past),
+        (
+            f"no window of the test span has one of its tenant that much later: {gaps}",
+            [h for h in unscored if h not in past],
+        ),
+    ):
+        if these:  # asked for, but absent from the table and the JSON: say why
+            listed = ", ".join(f"{h:g}" for h in these)
+            print(f"horizons with no forecast to score ({why}): {listed} s", file=err)
     print(
         f"evaluated {count_of(len(windows), 'window')} in {time.monotonic() - t0:.1f} s", file=err
     )
