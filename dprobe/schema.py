@@ -81,7 +81,11 @@ class SchemaError(UsageError):
 class _Msg(
     msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="v", tag=SCHEMA_VERSION
 ):
-    """Base of all top-level contracts: frozen, keyword-only, always encoded with ``v``."""
+    """Base of all top-level contracts: frozen, keyword-only, always encoded with ``v``.
+
+    A contract whose documented fields have defaults sets ``omit_defaults=False``, so those
+    fields are on the wire also at their default (``0``, ``[]``, ``null``); only optional
+    attributes of GPUs, processes and job events are left out when unknown."""
 
 
 class _NoVersion(msgspec.Struct, frozen=True, tag_field="v", tag=0):
@@ -122,7 +126,7 @@ class Proc(_Part, frozen=True, kw_only=True):
     amp: bool | None = None
 
 
-class HostSnapshot(_Msg, frozen=True, kw_only=True):
+class HostSnapshot(_Msg, frozen=True, kw_only=True, omit_defaults=False):
     """Topic ``dprobe.samples``, key = host: every GPU and GPU process of a host at one tick.
 
     ``seq`` counts snapshots per host and never repeats; a gap downstream is a lost snapshot.
@@ -156,7 +160,7 @@ class JobEvent(_Msg, frozen=True, kw_only=True):
     params_m: NonNegFloat | None = None
 
 
-class LevelCounts(_Part, frozen=True, kw_only=True):
+class LevelCounts(_Part, frozen=True, kw_only=True, omit_defaults=False):
     """Process samples per utilisation level in a window (DProbe's multi-level demand): an
     instance running all window counts once per collector tick."""
 
@@ -166,7 +170,7 @@ class LevelCounts(_Part, frozen=True, kw_only=True):
     EX: Count = 0
 
 
-class LevelGpus(_Part, frozen=True, kw_only=True):
+class LevelGpus(_Part, frozen=True, kw_only=True, omit_defaults=False):
     """GPUs per utilisation level (the predicted level of queued jobs)."""
 
     L1: Gpus = 0.0
@@ -205,7 +209,7 @@ class JobFlow(_Part, frozen=True, kw_only=True):
     finished_by_duration: CountBuckets
 
 
-class TenantWindow(_Msg, frozen=True, kw_only=True, tag=WINDOW_VERSION):
+class TenantWindow(_Msg, frozen=True, kw_only=True, omit_defaults=False, tag=WINDOW_VERSION):
     """Topic ``dprobe.features``, key = tenant: one closed event-time window of one tenant.
 
     ``flow`` (``v`` 2) summarises the tenant's jobs when a scheduler reports them.
@@ -286,7 +290,7 @@ class ScalingEvent(_Msg, frozen=True, kw_only=True, omit_defaults=False):
 MAX_REPORTED_TENANTS: Final = 100_000
 
 
-class ClusterReport(_Msg, frozen=True, kw_only=True):
+class ClusterReport(_Msg, frozen=True, kw_only=True, omit_defaults=False):
     """Topic ``dprobe.cluster``, key = source: what the scheduler says the fleet is.
 
     A scheduler adapter (or ``dprobe cluster publish``, or a replayed trace that carries
@@ -305,7 +309,7 @@ class ClusterReport(_Msg, frozen=True, kw_only=True):
     complete: bool = False
 
 
-class DeadLetter(_Msg, frozen=True, kw_only=True):
+class DeadLetter(_Msg, frozen=True, kw_only=True, omit_defaults=False):
     """Topic ``dprobe.deadletter``: a record that failed validation, kept with the reason."""
 
     source_topic: Id
