@@ -217,6 +217,7 @@ def test_jobs_csv_events_start_at_submit_and_running_telemetry(tmp_path: Path) -
     assert _running_by_ts(snaps, "vc_b")[420.0] == 4
 
 
+@pytest.mark.slow  # replays a year and a half of snapshots: a minute or more
 def test_a_job_submitted_over_a_year_after_every_other_ended_is_an_error_or_skipped(
     tmp_path: Path,
 ) -> None:
