@@ -290,8 +290,11 @@ class Planning:
     def _refresh_views(self) -> None:
         """Mirror the loop's per-tenant view into the stats the exporter reads."""
         views = self.loop.tenants()
-        # only the worker that plans exports the capacity (None: another worker plans)
-        self.stats.capacity_gpus = float(self.loop.capacity_gpus) if self._restored else None
+        # only the worker that plans exports the capacity (None: another worker plans, or
+        # none has yet); a rebalance under way that may leave planning here (revoked, the
+        # loop it took records with kept) does not take it away
+        plans = self._restored or self._last is not None
+        self.stats.capacity_gpus = float(self.loop.capacity_gpus) if plans else None
         self.stats.tenants = {
             t: TenantView(
                 demand_gpus=v.demand_gpus,

@@ -50,3 +50,36 @@ async def test_a_report_without_a_capacity_is_logged_as_leaving_it_unchanged(
         "cluster report from kueue: capacity unchanged, 1 quota(s)",  # not "unchanged GPUs"
         "cluster report from kueue: capacity 32 GPUs, 1 quota(s)",
     ]
+
+
+async def test_a_rebalance_that_leaves_planning_here_keeps_the_capacity_exported() -> None:
+    """A rebalance that begins while a plan's events are on the way (the revoke signal runs
+    at that await) and leaves planning on this worker does not take the capacity off
+    /metrics until the next plan (seen live: gone for up to a window after a worker joined)."""
+    planning = None
+
+    class RevokedMidPlan(FakeEvents):
+        revoked = False
+
+        async def send_all(self, records: list[tuple[bytes, bytes]]) -> None:
+            if records and not self.revoked:
+                self.revoked = True
+                assert planning is not None
+                planning.revoke()  # the rebalance begins while this plan is delivered
+            await super().send_all(records)
+
+    events = RevokedMidPlan()
+    planning = _planning(FakeTable(), events)
+    records = iter(enumerate(_records()))
+    for offset, raw in records:
+        await planning.on_message(raw, offset)
+        if events.revoked:
+            break
+    assert events.revoked
+    for offset, raw in records:  # planning stayed: the next records come to this worker
+        before = planning.loop.planned_upto
+        await planning.on_message(raw, offset)
+        if planning.loop.planned_upto == before:  # a record that completes no plan
+            break
+    assert planning.loop.planned_upto == before
+    assert _capacity_lines(planning) == ["dprobe_capacity_gpus 64.0"]
