@@ -29,7 +29,11 @@ from dprobe.errors import UsageError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", choices=["nvml", "synthetic"], help="GPU data source")
+    p.add_argument(
+        "--backend",
+        choices=["nvml", "synthetic"],
+        help="GPU data source (default: [collector] backend, else synthetic; nvml on GPU nodes)",
+    )
     p.add_argument(
         "--interval",
         type=float,
