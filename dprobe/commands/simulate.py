@@ -96,6 +96,16 @@ def _seeds(text: str) -> list[int]:
     return list(dict.fromkeys(out))
 
 
+def _span_text(span_s: float) -> str:
+    """A span of jobs as a refusal names it.
+
+    >>> _span_text(2400.0), _span_text(1_296_000.0)
+    ('40.0 min, 2400 s', '15.0 days, 1.296e+06 s')
+    """
+    shown = f"{span_s / 86_400:.1f} days" if span_s >= 86_400 else f"{span_s / 60:.1f} min"
+    return f"{shown}, {span_s:g} s"
+
+
 def _needs_a_forecast(modes: list[str], flag: str) -> None:
     """Refuse ``flag`` (exit 2) unless a mode that forecasts runs.
 
@@ -193,7 +203,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="S",
-        help="forecast horizon in seconds (600)",
+        help="forecast horizon in seconds (600); at most the span of the jobs",
     )
     p.add_argument(
         "--guarantee",
@@ -230,8 +240,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="S",
         help="predictive and oracle modes keep idle nodes their VC is forecast to need "
-        "within S seconds (default: the checkpoint interval with --reclaim preempt, 0 with "
-        "wait)",
+        "within S seconds, at most the span of the jobs (default: the checkpoint interval "
+        "with --reclaim preempt, 0 with wait)",
     )
     p.add_argument(
         "--no-gate",
@@ -564,14 +574,26 @@ def _run(args: argparse.Namespace) -> int:
             f"more than the cluster's {cluster_gpus:,} GPUs"
         )
     if set(modes) != {"static"}:  # quota modes plan every interval while jobs run or wait
+        span_s = jobs_span_s(streams.values())
         check_steps(
             "--interval",
             args.interval,
-            span_s=jobs_span_s(streams.values()),
+            span_s=span_s,
             per_step=1,
             noun="planning intervals",
             most=MAX_TICKS,
         )
+        # given (a default is never refused): a forecast past the run is never checked, and
+        # the forecaster's scoring keeps every one of them pending
+        for flag, value in (
+            ("--horizon", args.horizon if "--horizon" in costs_given else None),
+            ("--lend-horizon", args.lend_horizon),
+        ):
+            if value is not None and value > span_s:
+                raise UsageError(
+                    f"{flag} {value:g}: longer than the jobs span ({_span_text(span_s)}), "
+                    "so no forecast that far ahead falls within the run"
+                )
     sharing = None
     if args.colocate is not None:
         from dprobe.sim.sharing import load_colocation
