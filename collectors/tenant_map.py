@@ -122,15 +122,20 @@ def _problems(doc: dict[str, object], text: str = "") -> list[str]:
                     f"to {MAX_ID_CHARS} characters, got {_shown(value)}"
                 )
         bad = next(
-            (v for v in table.values() if isinstance(v, str) and has_control_character(v)), None
+            ((k, v) for k, v in table.items() if isinstance(v, str) and has_control_character(v)),
+            None,
         )
         if bad is not None:
-            problems.append(f"[{name}] tenant {bad!r} holds a control character")
+            problems.append(
+                f"[{name}] tenant {bad[1]!r}{_line_of(text, name, bad[0])} holds a control "
+                "character"
+            )
     slices = doc.get("slices", {})
     for key in slices if isinstance(slices, dict) else ():
         if not is_tenant_slice(key):
             problems.append(
-                f"[slices] key {key!r} can never match: name one slice unit ending in .slice, "
+                f"[slices] key {key!r}{_line_of(text, 'slices', key)} can never match: name "
+                "one slice unit ending in .slice, "
                 "other than -.slice, system.slice, user.slice, machine.slice and the kubepods "
                 "slices (map pods in [pods] or [namespaces])"
             )

@@ -44,3 +44,16 @@ def test_a_table_that_is_no_table_is_named(tmp_path: Path) -> None:
     assert _problems(tmp_path, 'users = "vc-a"\n') == [
         'users is not a table: write [users] on a line of its own, then name = "tenant" lines'
     ]
+
+
+def test_a_slice_that_never_matches_and_a_control_character_are_named_with_their_line(
+    tmp_path: Path,
+) -> None:
+    text = (
+        '[slices]\n"research.slice" = "vc-r"\n"system.slice" = "vc-s"\n[users]\nbob = "vc\\u0007"\n'
+    )
+    problems = _problems(tmp_path, text)
+    assert [p.split(":", 1)[0] for p in problems] == [
+        "[users] tenant 'vc\\x07' (line 5) holds a control character",
+        "[slices] key 'system.slice' (line 3) can never match",
+    ]

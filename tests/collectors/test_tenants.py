@@ -247,7 +247,9 @@ def test_a_mapping_file_saved_with_a_byte_order_mark_reads_like_one_without(
 def test_a_mapping_to_a_tenant_with_a_control_character_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "map.toml"
     path.write_text('[users]\nalice = "vc-a\\u001b[31m"\n')  # a TOML escape: ESC
-    with pytest.raises(UsageError, match=r"\[users\] tenant 'vc-a\\x1b\[31m' holds a control"):
+    with pytest.raises(
+        UsageError, match=r"\[users\] tenant 'vc-a\\x1b\[31m' \(line 2\) holds a control"
+    ):
         load_tenant_map(path)
 
 
