@@ -666,6 +666,8 @@ def _write_plots(
     h_plot = min(scored, key=lambda h: abs(h - 3600.0))
     paths = plots.error_by_horizon(result, out)
     paths += plots.forecasts_vs_actual(result, out, tenants=top, horizon_s=h_plot, models=shown)
+    for old in set(out.glob("forecast_*s.png")) - set(paths):  # an earlier run's: misleading
+        old.unlink()
     summary = {
         "split": split,
         "fit_span": result.fit_span,

@@ -307,3 +307,24 @@ def test_one_tenant_is_said_in_the_singular(tmp_path: Path, capsys) -> None:
     assert main([*args, "--models", "last-value", "--horizons", "600"]) == 0
     err = capsys.readouterr().err
     assert "; 1 tenant, 600-s windows" in err and "1 tenants" not in err
+
+
+def test_plots_of_an_earlier_run_that_this_run_does_not_draw_are_removed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--out` holds this run's plots only: an earlier run's forecast plots (another
+    trace's tenants) would read as this trace's. Other files there are left alone."""
+    out = tmp_path / "report"
+    out.mkdir()
+    stale = out / "forecast_vc-old_3600s.png"
+    stale.write_bytes(b"an earlier run's plot")
+    mine = out / "notes.txt"
+    mine.write_text("kept")
+    trace = _demand_csv(tmp_path / "d.csv")
+    argv = ["evaluate", "--trace", str(trace), "--format", "demand-csv", "--out", str(out)]
+    assert main([*argv, "--models", "last-value"]) == 0
+    capsys.readouterr()
+    drawn = sorted(p.name for p in out.glob("forecast_*.png"))
+    assert drawn and all(n.startswith(("forecast_vc-a_", "forecast_vc-b_")) for n in drawn)
+    assert not stale.exists()
+    assert mine.read_text() == "kept"
