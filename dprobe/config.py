@@ -38,6 +38,7 @@ from typing import Any, TypeVar, get_type_hints
 from dprobe.errors import UsageError
 from dprobe.schema import LEVELS, MAX_FLOW_EDGES, Gpu
 from dprobe.text_input import read_text
+from dprobe.toml_lines import at_line
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -872,10 +873,10 @@ def load(
     env = os.environ if env is None else env
     _warn_misspelt_sections(env)
     doc: dict[str, Any] = {}
-    where = ""
+    where = text = ""
     if file:
         path = Path(file).expanduser()
-        doc = _read_toml(path)
+        doc, text = _read_toml(path)
         _check_sections(doc, path)
         where = f"config file {path}: "
     built = _build(
@@ -887,6 +888,7 @@ def load(
         flags=dict(flags or {}),
         origins=origins,
         with_kafka=with_kafka,
+        text=text,
     )
     if isinstance(built, WorkerSettings):
         _warn_frozen_moves(built)
@@ -958,8 +960,9 @@ def _nearest(name: str, known: list[str] | set[str]) -> str | None:
     return near[0] if near else None
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    """The TOML document at ``path``; every way it can fail is one ``ConfigError`` line.
+def _read_toml(path: Path) -> tuple[dict[str, Any], str]:
+    """The TOML document at ``path`` and its text; every way it can fail is one
+    ``ConfigError`` line.
 
     >>> _read_toml(Path("/"))
     Traceback (most recent call last):
@@ -968,7 +971,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
     """
     text = read_text(path, max_bytes=1 << 20, error=ConfigError, what="config file ")
     try:
-        return tomllib.loads(text)
+        return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: {exc}") from None
 
@@ -983,9 +986,11 @@ def _build(
     flags: dict[str, str] | None = None,
     origins: dict[str, str] | None = None,
     with_kafka: bool = True,
+    text: str = "",
 ) -> S:
-    """``cls`` from its sources; ``where`` names the config file and ``flags`` the
-    command line's flags in error lines; ``origins`` receives where each setting came from
+    """``cls`` from its sources; ``where`` names the config file (whose ``text`` gives the
+    line of a refused key) and ``flags`` the command line's flags in error lines; ``origins``
+    receives where each setting came from
     (``"worker.window_s" -> "environment DPROBE_WORKER_WINDOW_S"``, else ``"default"``);
     without ``with_kafka`` a nested ``kafka`` is the default, whatever its sources say.
 
@@ -1009,7 +1014,10 @@ def _build(
         settable = [n for n in names if hints[n] is not KafkaSettings]
         kafka_too = len(settable) < len(names)  # the service reads [kafka] as well
         named = ", ".join(
-            k + ((kafka_too and _in_kafka(k)) or _did_you_mean(k, settable)) for k in unknown
+            k
+            + ((kafka_too and _in_kafka(k)) or _did_you_mean(k, settable))
+            + at_line(text, section, k)
+            for k in unknown
         )
         problems.append(f"{where}[{section}] has unknown settings: {named}")
     env_keys = {f.name: _env_key(section, f.name) for f in fields}
@@ -1029,7 +1037,14 @@ def _build(
             kafka_cli = {"bootstrap": cli.get("bootstrap")}
             try:
                 values[f.name] = _build(
-                    KafkaSettings, kafka_cli, env, doc, where, flags=flags, origins=origins
+                    KafkaSettings,
+                    kafka_cli,
+                    env,
+                    doc,
+                    where,
+                    flags=flags,
+                    origins=origins,
+                    text=text,
                 )
             except ConfigError as exc:  # told with this section's own problems
                 problems.extend(exc.problems)
@@ -1058,7 +1073,8 @@ def _build(
                 values[f.name] = _convert(raw, hint)
             _check_duration(f.name, values[f.name])
         except (TypeError, ValueError) as exc:
-            problems.append(f"{origin}: {exc}")
+            line = at_line(text, section, f.name) if kind == "file" else ""
+            problems.append(f"{origin}: {exc}{line}")
             values.pop(f.name, None)  # the other settings are still checked
             continue
         secret = hint is Secret or isinstance(values[f.name], Secret)

@@ -70,7 +70,7 @@ def test_a_file_wide_problem_is_told_once_with_the_likely_names(
     # kafka is a field of the worker's settings, but one set in [kafka]: never suggested
     assert err == [
         f"dprobe config: [worker] refused: config file {bad}: [worker] has unknown "
-        "settings: kafk, windw_s (did you mean window_s?), zzz"
+        "settings: kafk (line 4), windw_s (did you mean window_s?) (line 2), zzz (line 3)"
     ]
 
 
@@ -118,7 +118,7 @@ def test_check_names_every_bad_value_of_a_section_in_one_run(
         f"{kafka}kafka.request_timeout_ms must be >= 1 (given: request_timeout_ms = 0 in "
         f"[kafka] of config file {bad})",
         f"dprobe config: [collector] refused: config file {bad}: [collector] tenants: "
-        "expected an integer, got 'four'",
+        "expected an integer, got 'four' (line 5)",
         "dprobe config: [collector] refused: collector.interval_s must be at least 0.01 s: "
         "a shorter one keeps a core busy reading and sending snapshots (given: "
         f"interval_s = -1 {given}",
