@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 from dprobe.errors import UsageError
 from dprobe.sinks.archive_schema import KINDS, SCHEMAS
 from dprobe.sinks.parquet_archive import NAME_RE, ArchiveFile, list_files
+from dprobe.traces.archive_hours import check_in_hour, hour_start
 from dprobe.traces.replay_record import ReplayRecord
 from dprobe.traces.row_input import MAX_EPOCH_S, MIN_EPOCH_S, neither_file_nor_folder
 
@@ -116,9 +117,12 @@ def count_records(files: list[ArchiveFile]) -> int:
     covered: dict[tuple[str, int, str, str], list[tuple[int, int]]] = defaultdict(list)
     for f in sorted(files, key=lambda f: (f.kind, f.partition, f.first, f.last)):
         try:
-            rows = pq.ParquetFile(f.path).metadata.num_rows
+            meta = pq.ParquetFile(f.path).metadata
         except (OSError, ValueError) as exc:
             raise UsageError(f"{f.path}: unreadable Parquet file: {exc}") from None
+        rows = meta.num_rows
+        if (span := _ts_span(meta)) is not None:
+            check_in_hour(f.path, *span)
         if rows == f.last - f.first + 1:
             key = (f.kind, f.partition, f.path.parent.parent.name, f.path.parent.name)
             spans = covered[key]
@@ -126,6 +130,27 @@ def count_records(files: list[ArchiveFile]) -> int:
             covered[key] = _merged([*spans, (f.first, f.last)])
         total += rows
     return total
+
+
+def _ts_span(meta: pq.FileMetaData) -> tuple[float, float] | None:
+    """The least and greatest ``ts`` of a file, from its footer's statistics (``None``
+    when a row group has none: the rows are checked as they are read)."""
+    lows, highs = [], []
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        col = next(
+            (group.column(c) for c in range(group.num_columns)
+             if group.column(c).path_in_schema == "ts"),
+            None,
+        )  # fmt: skip
+        stats = col.statistics if col is not None else None
+        if stats is None or not stats.has_min_max:
+            return None
+        lows.append(stats.min)
+        highs.append(stats.max)
+    if not lows or not all(isinstance(x, (int, float)) for x in [*lows, *highs]):
+        return None
+    return float(min(lows)), float(max(highs))
 
 
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -148,13 +173,14 @@ def read_archive(
 ) -> Iterator[ReplayRecord]:
     """Every archived record under ``path`` in event-time order (ties: ``cluster`` first,
     then partition, topic and offset)."""
-    by_hour: dict[tuple[str, str], list[ArchiveFile]] = defaultdict(list)
+    by_hour: dict[float, list[ArchiveFile]] = defaultdict(list)
     for f in files if files is not None else archive_files(path):
-        by_hour[(f.path.parent.parent.name, f.path.parent.name)].append(f)
+        by_hour[hour_start(f.path)].append(f)  # hour=4 before hour=10
     for hour in sorted(by_hour):
         rows: list[tuple[float, int, int, int, int, bytes | None, bytes, str]] = []
         for f in by_hour[hour]:
             d = _columns(f.path, f.kind)
+            _check_rows_in_hour(f.path, d["ts"])
             lead, rank = _order(f.kind)
             rows += [
                 (ts, lead, part, rank, off, key, value, f.kind)
@@ -169,6 +195,14 @@ def read_archive(
                 continue  # the same Kafka record in two files: read once
             previous = (kind, part, off)
             yield ReplayRecord(ts, kind, key, value)  # type: ignore[arg-type]
+
+
+def _check_rows_in_hour(path: Path, times: list[float]) -> None:
+    """``UsageError`` naming the first row of ``path`` outside its folder's hour."""
+    start = hour_start(path)
+    bad = next((i for i, t in enumerate(times) if not start <= t < start + 3600), None)
+    if bad is not None:
+        check_in_hour(path, times[bad], times[bad], row=bad + 1)
 
 
 def _order(kind: str) -> tuple[int, int]:
