@@ -26,6 +26,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
+from dprobe.commands._common import nonempty_path
 from dprobe.errors import DprobeError
 from dprobe.journal_log import (
     PLAIN_FORMAT,
@@ -121,6 +122,7 @@ def _add_global_options(p: _Parser, *, after_command: bool = False) -> None:
         where.add_argument(
             "--config",
             metavar="FILE",
+            type=nonempty_path,  # `--config "$UNSET"` must not run on the defaults silently
             default=absent if after_command else None,
             help="TOML settings file (env DPROBE_CONFIG)",
         ),
