@@ -34,3 +34,17 @@ def test_a_small_record_is_moved() -> None:
     raw = encode(_snapshot(2))
     moved = shifted(ReplayRecord(1000.0, "samples", b"n1", raw), -100.0)
     assert decode(moved.value, HostSnapshot).ts == moved.ts == 900.0
+
+
+def test_fields_this_dprobe_does_not_know_are_kept() -> None:
+    """A newer collector's optional fields (the contracts ignore unknown ones) are archived
+    byte for byte; moved to now, the record keeps them, and only its time changes."""
+    import json
+
+    original = json.loads(encode(_snapshot(1)))
+    original["rack"] = "r7"  # added by a newer producer
+    original["gpus"][0]["ecc_errors"] = 3
+    raw = json.dumps(original).encode()
+    moved = shifted(ReplayRecord(1000.0, "samples", b"n1", raw), 250.0)
+    assert json.loads(moved.value) == {**original, "ts": 1250.0}
+    assert moved.ts == 1250.0
