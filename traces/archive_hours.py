@@ -10,6 +10,8 @@ Example:
     1699999200.0
     >>> hour_start(Path("jobs/date=2023-11-14/hour=7/jobs-p0-o0-o0.parquet"))  # unpadded
     1699945200.0
+    >>> hour_start(Path("/tmp/jobs-p0-o0-o0.parquet")) is None  # one file, copied out
+    True
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ from dprobe.errors import UsageError
 HOUR_S = 3600.0
 
 
-def hour_start(path: Path) -> float:
-    """Epoch seconds at which the hour of ``path``'s folder begins (UTC);
+def hour_start(path: Path) -> float | None:
+    """Epoch seconds at which the hour of ``path``'s folder begins (UTC); ``None`` for a
+    file outside an archive's ``date=``/``hour=`` folders (one file, copied elsewhere);
     :class:`~dprobe.errors.UsageError` naming the folder when it names no hour."""
     hour, day = path.parent, path.parent.parent
+    if not (hour.name.startswith("hour=") and day.name.startswith("date=")):
+        return None
     try:
         d = time.strptime(day.name.removeprefix("date="), "%Y-%m-%d")
         h = int(hour.name.removeprefix("hour="))
@@ -43,7 +48,7 @@ def check_in_hour(path: Path, low: float, high: float, *, row: int | None = None
     """:class:`~dprobe.errors.UsageError` unless event times ``low`` to ``high`` of the
     file ``path`` lie in its folder's hour (``row``: the row that does not)."""
     start = hour_start(path)
-    if start <= low and high < start + HOUR_S:
+    if start is None or (start <= low and high < start + HOUR_S):
         return
     where = (
         f"row {row}: event time {_utc(low)}" if row else f"event times {_utc(low)} to {_utc(high)}"

@@ -175,7 +175,8 @@ def read_archive(
     then partition, topic and offset)."""
     by_hour: dict[float, list[ArchiveFile]] = defaultdict(list)
     for f in files if files is not None else archive_files(path):
-        by_hour[hour_start(f.path)].append(f)  # hour=4 before hour=10
+        start = hour_start(f.path)  # hour=4 before hour=10
+        by_hour[-math.inf if start is None else start].append(f)  # one file: no hour
     for hour in sorted(by_hour):
         rows: list[tuple[float, int, int, int, int, bytes | None, bytes, str]] = []
         for f in by_hour[hour]:
@@ -200,6 +201,8 @@ def read_archive(
 def _check_rows_in_hour(path: Path, times: list[float]) -> None:
     """``UsageError`` naming the first row of ``path`` outside its folder's hour."""
     start = hour_start(path)
+    if start is None:
+        return
     bad = next((i for i, t in enumerate(times) if not start <= t < start + 3600), None)
     if bad is not None:
         check_in_hour(path, times[bad], times[bad], row=bad + 1)

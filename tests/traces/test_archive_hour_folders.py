@@ -63,3 +63,12 @@ def test_an_hour_folder_that_names_no_hour_is_refused(tmp_path: Path) -> None:
     f.parent.rename(bad)
     with pytest.raises(UsageError, match=r"hour=xx: .*not an hour"):
         open_source(tmp_path, "dprobe-parquet")
+
+
+def test_one_file_outside_an_archive_folder_is_read(tmp_path: Path) -> None:
+    _archive(tmp_path / "a", [T0])
+    (f,) = (tmp_path / "a").rglob("*.parquet")
+    alone = tmp_path / f.name  # copied out of its hour folder
+    shutil.copy(f, alone)
+    records, total = open_source(alone, "dprobe-parquet")
+    assert ([r.ts for r in records], total) == ([T0], 1)
