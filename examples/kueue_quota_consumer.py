@@ -600,11 +600,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# stopped: {stopped}\nexit 1", flush=True)
     plans = runner.plans
     log.info(
-        "%d plans %s, %d duplicates dropped, %d plans incomplete or expired",
-        runner.done, "applied" if args.apply else "printed", plans.duplicates,
-        plans.expired + plans.pending_plans,
+        "%s %s, %s dropped, %s incomplete or expired",
+        _count(runner.done, "plan"), "applied" if args.apply else "printed",
+        _count(plans.duplicates, "duplicate"), _count(plans.expired + plans.pending_plans, "plan"),
     )  # fmt: skip
     return 0 if stopped is None else 1
+
+
+def _count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: ``_count(1, "plan")`` is ``'1 plan'``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 if __name__ == "__main__":

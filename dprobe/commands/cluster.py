@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dprobe.commands._common import count_of
 from dprobe.errors import UsageError
 from dprobe.models.planner import floor_to_node
 
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         for r in reports:
             print(_describe(r), file=sys.stderr if args.json else sys.stdout)
         if not reports:
-            skipped = f" ({invalid} invalid records skipped)" if invalid else ""
+            skipped = f" ({count_of(invalid, 'invalid record')} skipped)" if invalid else ""
             print(f"no valid report on {kafka.topic('cluster')} yet{skipped}", file=sys.stderr)
         return 0
     report = report_from(args)

@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
+from dprobe.commands._common import count_of
 from dprobe.consumer_start import commit_start
 from dprobe.consumer_stop import stop_consumer
 from dprobe.errors import DprobeError, UsageError
@@ -316,8 +317,9 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
             loop.remove_signal_handler(sig)
         await _stop(consumer, joined_already=joined is None or joined.is_set())
     print(
-        f"dprobe events: {tail.printed} events, {tail.duplicates} duplicates dropped, "
-        f"{tail.invalid} invalid records skipped",
+        f"dprobe events: {count_of(tail.printed, 'event')}, "
+        f"{count_of(tail.duplicates, 'duplicate')} dropped, "
+        f"{count_of(tail.invalid, 'invalid record')} skipped",
         file=sys.stderr,
     )
     return 0

@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from dprobe.commands._common import count_of
 from dprobe.demo.record import Recording
 from dprobe.event_line import format_duration
 
@@ -169,7 +170,7 @@ def format_summary(s: Summary) -> list[str]:
         span = f" ending {_when(s.first_end)} .. {_when(s.last_end)} UTC ({hours:.1f} h)"
     late = "" if s.late_partials is None else f", {s.late_partials} late partials dropped"
     lines.append(
-        f"windows: {s.windows} TenantWindows from {s.tenants} tenants{span}; "
+        f"windows: {s.windows} TenantWindows from {count_of(s.tenants, 'tenant')}{span}; "
         f"{s.snapshots} snapshots taken, {s.lost_snapshots} lost{late}"
     )
     lines.append(_dead_letter_line(s.dead_letters))
@@ -180,7 +181,7 @@ def format_summary(s: Summary) -> list[str]:
         lines.append("forecasts: 0 recorded (the worker published none)")
     lines.append(
         f"events: {s.events} scaling events ({s.scale_up} scale_up, {s.scale_down} scale_down) "
-        f"in {s.plans} plans; {s.duplicates} duplicates dropped"
+        f"in {count_of(s.plans, 'plan')}; {count_of(s.duplicates, 'duplicate')} dropped"
     )
     if s.lag_peak is None or s.lag_last is None:
         lines.append("consumer lag: not measured")
@@ -193,7 +194,7 @@ def format_summary(s: Summary) -> list[str]:
         ratio = "" if math.isnan(e.ratio) else f" = {e.ratio:.2f} x"
         lines.append(
             f"forecast error {format_duration(e.horizon_s)}: MAE {e.mae:.2f} GPUs over "
-            f"{e.pairs} forecasts vs last value {e.last_value_mae:.2f}{ratio}; "
+            f"{count_of(e.pairs, 'forecast')} vs last value {e.last_value_mae:.2f}{ratio}; "
             f"{p90} covers {100 * e.p90_coverage:.0f} %"
         )
     return [f"summary: {line}" for line in lines]

@@ -325,4 +325,4 @@ async def test_cluster_show_of_garbage_only_says_how_many_were_skipped(kafka) ->
     assert res.returncode == 0, res.stderr
     assert res.stdout == ""
     assert f"dprobe cluster: skipping {topic}[0]@0: not valid JSON" in res.stderr
-    assert f"no valid report on {topic} yet (1 invalid records skipped)" in res.stderr
+    assert f"no valid report on {topic} yet (1 invalid record skipped)" in res.stderr

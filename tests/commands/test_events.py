@@ -83,7 +83,7 @@ async def test_readable_lines_once_per_event_and_garbage_skipped(kafka) -> None:
     )
     assert "scale_down 24 -> 16 GPUs (-8)" in by_tenant["vc-b"]
     assert "skipping" in res.stderr and "@1" in res.stderr  # partition 0, offset 1
-    assert "3 events, 2 duplicates dropped, 1 invalid records skipped" in res.stderr
+    assert "3 events, 2 duplicates dropped, 1 invalid record skipped" in res.stderr
 
 
 async def test_json_lines_and_max_events_stops_early(kafka) -> None:

@@ -99,12 +99,12 @@ def test_summary_lines() -> None:
     lines = format_summary(summarize(rec, snapshots=30))
     assert all(line.startswith("summary: ") for line in lines)
     text = "\n".join(lines)
-    assert "windows: 2 TenantWindows from 1 tenants" in text
+    assert "windows: 2 TenantWindows from 1 tenant ending" in text
     assert "30 snapshots taken, 0 lost" in text
     assert "forecasts: 1 recorded (horizons 10m)" in text
-    assert "events: 0 scaling events (0 scale_up, 0 scale_down) in 0 plans" in text
+    assert "events: 0 scaling events (0 scale_up, 0 scale_down) in 0 plans; 0 duplicates" in text
     assert "consumer lag: peak 40 records, 0 at the end" in text
-    assert "forecast error 10m: MAE 1.00 GPUs over 1 forecasts vs last value 2.00 = 0.50 x" in text
+    assert "forecast error 10m: MAE 1.00 GPUs over 1 forecast vs last value 2.00 = 0.50 x" in text
 
 
 def test_dead_letters_come_from_the_latest_scrape_by_reason() -> None:

@@ -320,7 +320,7 @@ def test_the_printed_script_applies_whole_plans_donors_first(tmp_path: Path) -> 
     assert out.splitlines()[:2] == ["# plan p1: vc-b -4, vc-c -4, vc-a +8", "set -e"]
     err = res.stderr.decode()
     assert "invalid event" in err
-    assert "2 plans printed, 1 duplicates dropped, 0 plans incomplete or expired" in err
+    assert "2 plans printed, 1 duplicate dropped, 0 plans incomplete or expired" in err
     state, env = fake_cluster(tmp_path, {"team-a": 16, "vc-b": 16, "vc-c": 16})
     sh = subprocess.run(
         ["sh"], input=out, env=env, capture_output=True, text=True, timeout=120, check=False
@@ -909,4 +909,4 @@ def test_a_plan_incomplete_at_the_end_of_the_input_no_longer_holds_back_later_pl
     assert out.splitlines()[:2] == ["# plan p2: vc-a -4, vc-b +4", "set -e"]
     assert "# plan p1" not in out
     assert "plan p1 incomplete (1 events) at the end of the input; not applied" in err
-    assert "1 plans printed, 0 duplicates dropped, 1 plans incomplete or expired" in err
+    assert "1 plan printed, 0 duplicates dropped, 1 plan incomplete or expired" in err
