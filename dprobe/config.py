@@ -907,20 +907,23 @@ def _check_sections(doc: dict[str, Any], path: Path) -> None:
     """
     known = sorted(c.section for c in SERVICES)
     listed = ", ".join(f"[{k}]" for k in known)
+    problems = []
     for key, value in doc.items():
         if key in known and not isinstance(value, dict):
             kind = _kind(value) or "a string"
-            raise ConfigError(f"config file {path}: [{key}] must be a table, not {kind}")
+            problems.append(f"config file {path}: [{key}] must be a table, not {kind}")
     loose = sorted(k for k, v in doc.items() if k not in known and not isinstance(v, dict))
     if loose:
-        raise ConfigError(
+        problems.append(
             f"config file {path}: top-level key(s) {', '.join(loose)} outside any section; "
             f"put each in a section: {listed}"
         )
-    unknown = sorted(k for k in doc if k not in known)
+    unknown = sorted(k for k, v in doc.items() if k not in known and isinstance(v, dict))
     if unknown:
         named = ", ".join(f"[{k}]{_did_you_mean(k, known, '[{}]')}" for k in unknown)
-        raise ConfigError(f"config file {path}: unknown section(s) {named}; known: {listed}")
+        problems.append(f"config file {path}: unknown section(s) {named}; known: {listed}")
+    if problems:
+        raise ConfigError(*problems)
 
 
 def _in_kafka(key: str) -> str:

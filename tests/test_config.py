@@ -739,3 +739,18 @@ def test_a_clock_too_fast_for_the_collector_is_refused(
 def test_the_clocks_the_docs_and_the_demo_use_are_taken(speed: float, interval_s: float) -> None:
     s = CollectorSettings(backend="synthetic", clock_speed=speed, interval_s=interval_s)
     assert (s.clock_speed, s.interval_s) == (speed, interval_s)
+
+
+def test_every_misplaced_key_and_unknown_section_of_a_file_is_named_at_once(
+    tmp_path: Path,
+) -> None:
+    """A key outside any section no longer hides a misspelt section further down (nor a
+    service's table given as a value): each is a problem of its own, in one error."""
+    text = 'speed = 5\nworker = "x"\n[colector]\ninterval_s = 1\n'
+    with pytest.raises(ConfigError) as caught:
+        load(WorkerSettings, env={}, file=_toml(tmp_path, text))
+    problems = caught.value.problems
+    assert len(problems) == 3, problems
+    assert "[worker] must be a table, not a string" in problems[0]
+    assert "top-level key(s) speed outside any section" in problems[1]
+    assert "unknown section(s) [colector] (did you mean [collector]?)" in problems[2]
