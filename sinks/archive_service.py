@@ -384,7 +384,30 @@ class Archiver(AsyncService):
                     self.invalid_records,
                 )  # fmt: skip
             if until_end and await self.caught_up():
+                self._say_unread()
                 break
+
+    def _say_unread(self) -> None:
+        """Warn, at the end of an ``--until-end`` export, of the partitions of its topics
+        that another member of the group holds (a running archive of the same group, or
+        one killed less than a session timeout ago): this export did not read them."""
+        assert self.consumer is not None
+        mine = self.consumer.assignment()
+        unread = []
+        for topic in sorted(self._present):
+            parts = sorted(
+                p for p in self.consumer.partitions_for_topic(topic) or ()
+                if TopicPartition(topic, p) not in mine
+            )  # fmt: skip
+            if parts:
+                unread.append(f"{topic} partition(s) {', '.join(map(str, parts))}")
+        if unread:
+            log.warning(
+                "--until-end: group %r has another member, which holds %s: this export did "
+                "not read them (that member archives them into its own folder). Export with "
+                "a group of its own (--group-id), or stop the other archive first",
+                self.settings.group_id, "; ".join(unread),
+            )  # fmt: skip
 
     async def stop(self) -> None:
         """Flush, commit and leave the group. Idempotent. After a failed flush it only
