@@ -44,9 +44,9 @@ def shifted(rec: ReplayRecord, delta_s: float) -> ReplayRecord:
     """``rec`` with its event time (``ts`` in the value too) moved by ``delta_s`` seconds;
     the rest of the value is kept as it was, fields this dprobe does not know included.
 
-    A value that does not decode (an archive keeps invalid records byte for byte) cannot
-    be moved: it is replayed unchanged at the moved time, and the worker dead-letters it
-    as it did the first time.
+    A value that does not decode (dprobe's archive holds none, but a file written by
+    another tool may) cannot be moved: it is replayed unchanged at the moved time, and
+    the worker dead-letters it.
 
     >>> shifted(ReplayRecord(10.0, "samples", b"h", b"not json"), 5.0)
     ReplayRecord(ts=15.0, kind='samples', key=b'h', value=b'not json')
