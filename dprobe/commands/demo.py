@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dprobe.commands._common import settings
     from dprobe.config import BrokerSettings, KafkaSettings, WorkerSettings
+    from dprobe.demo.out_dir import prepare_out_dir
     from dprobe.demo.plan import DemoPlan
     from dprobe.demo.processes import broker_to_start, stop_command
     from dprobe.demo.report import report
@@ -86,12 +87,12 @@ def run(args: argparse.Namespace) -> int:
         hosts=args.hosts,
         speed=args.speed,
     )
+    out_dir = prepare_out_dir(Path(args.out))
     kafka = settings(KafkaSettings, args)
     if args.log_level == "INFO":  # the demo's own lines say what happens; keep libraries quiet
         for name in ("aiokafka", "dprobe.collectors", "dprobe.sinks", "dprobe.streams"):
             logging.getLogger(name).setLevel(logging.WARNING)
     broker = broker_to_start(kafka.bootstrap, settings(BrokerSettings, args))
-    out_dir = Path(args.out)
     demo = Demo(
         plan,
         kafka,
