@@ -63,15 +63,6 @@ def checked_seed(value: int, flag: str) -> int:
     return value
 
 
-def count_of(n: int, noun: str) -> str:
-    """``n`` and ``noun``, plural unless ``n`` is 1.
-
-    >>> count_of(1, "VC"), count_of(10, "VC"), count_of(506316, "window")
-    ('1 VC', '10 VCs', '506,316 windows')
-    """
-    return f"{n} {noun}" if n == 1 else f"{n:,} {noun}s"
-
-
 def nonempty_path(text: str) -> str:
     """A path flag's value (an argparse ``type``); an empty one (an unset shell variable,
     say) is refused rather than read as the current folder or taken as not given.

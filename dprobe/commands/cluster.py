@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dprobe.commands._common import count_of
+from dprobe.count_text import count_of
 from dprobe.errors import UsageError
 from dprobe.models.planner import floor_to_node
 

@@ -41,9 +41,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
-from dprobe.commands._common import count_of
 from dprobe.consumer_start import commit_start
 from dprobe.consumer_stop import stop_consumer
+from dprobe.count_text import count_of
 from dprobe.errors import DprobeError, UsageError
 from dprobe.event_line import format_line
 from dprobe.kafka_auth import connect_error, watching_auth

@@ -40,13 +40,13 @@ from typing import TYPE_CHECKING
 
 from dprobe.commands._common import (
     checked_seed,
-    count_of,
     nonempty_path,
     not_applying,
     positive,
     said_interrupted,
 )
 from dprobe.commands._step_bound import check_steps, jobs_span_s
+from dprobe.count_text import count_of
 from dprobe.errors import UsageError
 from dprobe.folders import output_file
 

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from dprobe.commands._common import count_of
+from dprobe.count_text import count_of
 from dprobe.demo.record import Recording
 from dprobe.event_line import format_duration
 
