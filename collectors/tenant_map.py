@@ -31,6 +31,7 @@ from dprobe.collectors.cgroup import is_tenant_slice
 from dprobe.errors import UsageError
 from dprobe.schema import MAX_ID_CHARS
 from dprobe.text_input import has_control_character, read_text
+from dprobe.toml_lines import at_line
 
 _TABLES = ("pods", "namespaces", "accounts", "slices", "users")
 
@@ -71,23 +72,6 @@ def load_tenant_map(path: Path | str) -> TenantMap:
     return TenantMap(**tables)
 
 
-def _line_of(text: str, table: str, key: str) -> str:
-    """`` (line N)`` of ``key = ...`` in ``[table]`` of a mapping file written plainly, else "".
-
-    >>> _line_of('[users]  # uids\\nalice = 1\\n"1000" = 2\\n', "users", "1000")
-    ' (line 3)'
-    """
-    forms = {key, f'"{key}"', f"'{key}'"}
-    current = None
-    for number, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if stripped.startswith("["):
-            current = stripped.split("]", 1)[0].strip("[ ")
-        elif current == table and stripped.split("=", 1)[0].strip() in forms:
-            return f" (line {number})"
-    return ""
-
-
 def _shown(value: object) -> str:
     """A value as an error line shows it: short, whatever its size."""
     if isinstance(value, str) and len(value) > MAX_ID_CHARS:
@@ -118,7 +102,7 @@ def _problems(doc: dict[str, object], text: str = "") -> list[str]:
         for key, value in table.items():
             if not (isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS):
                 problems.append(
-                    f"[{name}] {key!r}{_line_of(text, name, key)}: expected a tenant name of 1 "
+                    f"[{name}] {key!r}{at_line(text, name, key)}: expected a tenant name of 1 "
                     f"to {MAX_ID_CHARS} characters, got {_shown(value)}"
                 )
         bad = next(
@@ -127,14 +111,13 @@ def _problems(doc: dict[str, object], text: str = "") -> list[str]:
         )
         if bad is not None:
             problems.append(
-                f"[{name}] tenant {bad[1]!r}{_line_of(text, name, bad[0])} holds a control "
-                "character"
+                f"[{name}] tenant {bad[1]!r}{at_line(text, name, bad[0])} holds a control character"
             )
     slices = doc.get("slices", {})
     for key in slices if isinstance(slices, dict) else ():
         if not is_tenant_slice(key):
             problems.append(
-                f"[slices] key {key!r}{_line_of(text, 'slices', key)} can never match: name "
+                f"[slices] key {key!r}{at_line(text, 'slices', key)} can never match: name "
                 "one slice unit ending in .slice, "
                 "other than -.slice, system.slice, user.slice, machine.slice and the kubepods "
                 "slices (map pods in [pods] or [namespaces])"

@@ -1,4 +1,5 @@
-"""Where a key of a TOML settings file is written, for error lines that name its line."""
+"""Where a key of a TOML file (a settings file, a tenant map) is written, for error lines
+that name its line."""
 
 from __future__ import annotations
 
