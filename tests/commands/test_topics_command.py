@@ -8,20 +8,11 @@ import logging
 import uuid
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from dprobe.cli import main
+from tests.topic_admin import create_topics
 
 pytestmark = pytest.mark.integration
-
-
-async def _create(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        await admin.close()
 
 
 def test_topics_create_makes_every_topic_and_warns_about_a_small_one(
@@ -33,7 +24,7 @@ def test_topics_create_makes_every_topic_and_warns_about_a_small_one(
     prefix = f"t{uuid.uuid4().hex[:8]}."
     monkeypatch.setenv("DPROBE_KAFKA_TOPIC_PREFIX", prefix)
     # a collector started first made Kafka auto-create the samples topic with one partition
-    asyncio.run(_create(kafka_bootstrap, f"{prefix}samples", 1))
+    asyncio.run(create_topics(kafka_bootstrap, {f"{prefix}samples": (1, {})}))
     base = ["--bootstrap", kafka_bootstrap, "topics"]
     assert main([*base, "list"]) == 0
     listed = capsys.readouterr()
@@ -70,7 +61,7 @@ def test_a_scaling_events_topic_made_with_more_partitions_is_warned_of(
     longer in order for consumers that read them as they come."""
     prefix = f"t{uuid.uuid4().hex[:8]}."
     monkeypatch.setenv("DPROBE_KAFKA_TOPIC_PREFIX", prefix)
-    asyncio.run(_create(kafka_bootstrap, f"{prefix}scaling-events", 3))
+    asyncio.run(create_topics(kafka_bootstrap, {f"{prefix}scaling-events": (3, {})}))
     base = ["--bootstrap", kafka_bootstrap, "topics"]
     with caplog.at_level(logging.WARNING, logger="dprobe.streams.provision"):
         assert main([*base, "create", "--app-id", f"{prefix}app"]) == 0
@@ -120,7 +111,7 @@ def test_a_planning_topic_of_more_than_one_partition_exits_2(
     prefix = f"t{uuid.uuid4().hex[:8]}."
     app = f"{prefix}app"
     monkeypatch.setenv("DPROBE_KAFKA_TOPIC_PREFIX", prefix)
-    asyncio.run(_create(kafka_bootstrap, f"{app}-planning", partitions))
+    asyncio.run(create_topics(kafka_bootstrap, {f"{app}-planning": (partitions, {})}))
     argv = ["--bootstrap", kafka_bootstrap, "topics", "create", "--app-id", app]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()

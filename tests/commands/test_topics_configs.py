@@ -10,29 +10,11 @@ import logging
 import uuid
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from dprobe.cli import main
+from tests.topic_admin import create_topics, delete_topics
 
 pytestmark = pytest.mark.integration
-
-
-async def _create(bootstrap: str, topics: dict[str, dict[str, str]]) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(t, 1, 1, topic_configs=c) for t, c in topics.items()])
-    finally:
-        await admin.close()
-
-
-async def _delete(bootstrap: str, prefix: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.delete_topics([t for t in await admin.list_topics() if t.startswith(prefix)])
-    finally:
-        await admin.close()
 
 
 def test_existing_topics_with_other_settings_are_warned_of_by_name(
@@ -53,7 +35,7 @@ def test_existing_topics_with_other_settings_are_warned_of_by_name(
         f"{app}-hosts-changelog": {"cleanup.policy": "delete"},
         f"{app}-planning-changelog": {"cleanup.policy": "compact,delete"},
     }
-    asyncio.run(_create(kafka_bootstrap, made))
+    asyncio.run(create_topics(kafka_bootstrap, {t: (1, c) for t, c in made.items()}))
     try:
         with caplog.at_level(logging.WARNING):
             code = main(["--bootstrap", kafka_bootstrap, "topics", "create", "--partitions", "1",
@@ -91,4 +73,4 @@ def test_existing_topics_with_other_settings_are_warned_of_by_name(
         )
         assert again == warned
     finally:
-        asyncio.run(_delete(kafka_bootstrap, prefix))
+        asyncio.run(delete_topics(kafka_bootstrap, prefix))
