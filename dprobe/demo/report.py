@@ -24,11 +24,11 @@ def report(outcome: Outcome, plan: DemoPlan, out_dir: Path,
     summary = summarize(outcome.recording, snapshots=outcome.snapshots)
     for line in format_summary(summary):
         print(line, flush=True)
-    if not outcome.metrics_seen:
-        say(f"the worker's /metrics never answered at {outcome.metrics_url}")
-    if outcome.interrupted:
+    if outcome.interrupted:  # one line: a worker stopped while starting never served /metrics
         say("interrupted: everything stopped, no chart written")
         return 130
+    if not outcome.metrics_seen:
+        say(f"the worker's /metrics never answered at {outcome.metrics_url}")
     horizon = chart_horizon(outcome.recording)
     title = (
         f"dprobe demo: {plan.hosts} hosts x {plan.gpus_per_host} GPUs, {plan.tenants} tenants, "
