@@ -38,7 +38,7 @@ from typing import Any, TypeVar, get_type_hints
 from dprobe.errors import UsageError
 from dprobe.schema import LEVELS, MAX_FLOW_EDGES, Gpu
 from dprobe.text_input import read_text
-from dprobe.toml_lines import at_line
+from dprobe.toml_lines import at_line, key_line
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -1087,7 +1087,8 @@ def _build(
             if f.name in flags
             else f"{f.name} = {shown} on the command line",
             "env": f"{env_key}={shown} in the environment",
-            "file": f"{f.name} = {shown} in [{section}] of {where.removesuffix(': ')}",
+            "file": f"{f.name} = {shown} in [{section}] of {where.removesuffix(': ')}"
+            + (f", line {n}" if (n := key_line(text, section, f.name)) else ""),
         }[kind]
     # the checks of the settings themselves, of the values that could be read (a nested
     # kafka that was refused stands in as its default)

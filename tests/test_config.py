@@ -298,7 +298,7 @@ def test_an_invalid_value_s_error_says_where_it_was_given(tmp_path: Path) -> Non
         load(WorkerSettings, env={}, file=f)
     assert str(err.value) == (
         "worker.window_s must be > 0 and worker.grace_s >= 0 "
-        f"(given: window_s = 0 in [worker] of config file {f})"
+        f"(given: window_s = 0 in [worker] of config file {f}, line 2)"
     )
     with pytest.raises(ConfigError) as err:
         load(WorkerSettings, env={"DPROBE_WORKER_GRACE_S": "-5"}, cli={"window_s": 30.0})

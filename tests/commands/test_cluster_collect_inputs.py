@@ -254,7 +254,7 @@ def test_the_bounds_name_the_environment_variable_or_config_file(tmp_path: Path)
         env={k: v for k, v in os.environ.items() if k != "DPROBE_CONFIG"},
     )
     assert res.returncode == 2
-    given = f"(given: tenants = 20000 in [collector] of config file {config})"
+    given = f"(given: tenants = 20000 in [collector] of config file {config}, line "
     assert given in _one_line(res.stderr)
 
 

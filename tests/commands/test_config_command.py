@@ -110,22 +110,25 @@ def test_check_names_every_bad_value_of_a_section_in_one_run(
     )
     out, err = _refused(bad, text, capsys)
     assert out == ["[broker] ok"]
-    given = f"in [collector] of config file {bad})"
+
+    def given(line: int) -> str:
+        return f"in [collector] of config file {bad}, line {line})"
+
     kafka = "dprobe config: [kafka], [collector], [worker], [archive], [lag], [replay] refused: "
     assert err == [
         f"{kafka}kafka.topic_prefix 'a b': Kafka topic names hold only letters, digits, '.', "
-        f"'_' and '-' (given: topic_prefix = 'a b' in [kafka] of config file {bad})",
+        f"'_' and '-' (given: topic_prefix = 'a b' in [kafka] of config file {bad}, line 9)",
         f"{kafka}kafka.request_timeout_ms must be >= 1 (given: request_timeout_ms = 0 in "
-        f"[kafka] of config file {bad})",
+        f"[kafka] of config file {bad}, line 8)",
         f"dprobe config: [collector] refused: config file {bad}: [collector] tenants: "
         "expected an integer, got 'four' (line 5)",
         "dprobe config: [collector] refused: collector.interval_s must be at least 0.01 s: "
         "a shorter one keeps a core busy reading and sending snapshots (given: "
-        f"interval_s = -1 {given}",
+        f"interval_s = -1 {given(2)}",
         "dprobe config: [collector] refused: collector.compression must be zstd, lz4, gzip, "
-        f"snappy or none (given: compression = 'brotli' {given}",
+        f"snappy or none (given: compression = 'brotli' {given(3)}",
         "dprobe config: [collector] refused: collector.metrics_port must be within "
-        f"[0, 65535] (given: metrics_port = 70000 {given}",
+        f"[0, 65535] (given: metrics_port = 70000 {given(4)}",
     ]
     # the service itself refuses the file for all of them too, on its one line
     assert main(["--config", str(bad), "collect", "--once"]) == 2
