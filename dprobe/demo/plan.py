@@ -63,6 +63,14 @@ class DemoPlan:
                 f"--speed {self.speed:g} closes a {self.window_s:g} s window every "
                 f"{1000 * self.window_s / self.speed:.0f} ms of wall time: too fast"
             )
+        if self.event_span_s < self.window_s + self.grace_s:
+            shortest = math.ceil((self.window_s / self.speed + GRACE_WALL_S) * 10) / 10
+            raise UsageError(
+                f"--duration {self.duration_s:g} at --speed {self.speed:g} covers "
+                f"{self.event_span_s:g} s of event time: no {self.window_s / 60:g}-minute window "
+                f"would close (one closes {GRACE_WALL_S:g} wall seconds after its end); "
+                f"--duration {shortest:g} at least at this speed"
+            )
         if self.event_span_s > MAX_EVENT_SPAN_S:
             raise UsageError(
                 f"--duration {self.duration_s:g} at --speed {self.speed:g} covers "

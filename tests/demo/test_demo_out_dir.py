@@ -17,7 +17,7 @@ def test_an_out_that_cannot_be_a_folder_exits_2_naming_it(
     blocker.write_text("not a folder\n")
     out = blocker if kind == "file" else blocker / "demo"
     # an unreachable bootstrap: the refusal comes before any broker is looked for
-    code = main(["--bootstrap", "127.0.0.1:1", "demo", "--duration", "1", "--out", str(out)])
+    code = main(["--bootstrap", "127.0.0.1:1", "demo", "--duration", "10", "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2, err
     assert "--out" in err and str(out) in err, err
