@@ -21,7 +21,10 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 async def stop_consumer(consumer: Any, timeout_s: float | None = None) -> bool:
@@ -38,3 +41,17 @@ async def stop_consumer(consumer: Any, timeout_s: float | None = None) -> bool:
             raise
     await consumer._client.close()  # what stop() would close last
     return False
+
+
+def abandon(tasks: set[asyncio.Task[Any]]) -> None:
+    """Let ``tasks``, given up on, end without asyncio logging their failure as a "Task
+    exception was never retrieved" traceback: aiokafka runs a commit in a shielded task
+    that a timeout leaves running, and closing the consumer's connections fails it. The
+    caller has logged what giving up means."""
+    for task in tasks:
+        task.add_done_callback(_retrieve)
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("abandoned %s ended: %r", task.get_name(), task.exception())

@@ -71,7 +71,7 @@ from aiokafka.errors import (
 
 from dprobe.clock import Clock, SystemClock
 from dprobe.config import ArchiveSettings, KafkaSettings
-from dprobe.consumer_stop import stop_consumer
+from dprobe.consumer_stop import abandon, stop_consumer
 from dprobe.errors import DprobeError, UsageError
 from dprobe.kafka_auth import start_client
 from dprobe.lifecycle import AsyncService
@@ -277,11 +277,13 @@ class Archiver(AsyncService):
             log.debug("archived %d file(s)", len(paths))
         if self._next and self.consumer is not None:
             offsets, self._next = dict(self._next), {}
+            running = asyncio.all_tasks()
             try:
                 await asyncio.wait_for(self.consumer.commit(offsets), commit_within_s)
             except TimeoutError:
                 if commit_within_s is None:  # not this wait's deadline: a failed commit
                     raise
+                abandon(asyncio.all_tasks() - running)  # the commit aiokafka goes on with
                 log.warning(
                     "offsets of %d partition(s) not committed: Kafka did not answer within "
                     "%g s; the files are kept, and the next start reads those records "
