@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from dprobe.config import CollectorSettings, KafkaSettings, WorkerSettings
+from dprobe.count_text import count_of
 from dprobe.demo.plan import MEAN_JOB_S, DemoPlan, clock_start
 from dprobe.demo.processes import WORKER_METRICS_PORT, WorkerProcess, free_port
 from dprobe.demo.record import Recording
@@ -277,7 +278,8 @@ class Demo:
             await c.start()
         when = datetime.fromtimestamp(start, UTC).strftime("%a %Y-%m-%d %H:%M UTC")
         self.say(
-            f"{p.hosts} synthetic hosts x {p.gpus_per_host} GPUs, tenants {', '.join(tenants)}; "
+            f"{count_of(p.hosts, 'synthetic host')} x {p.gpus_per_host} GPUs, "
+            f"tenants {', '.join(tenants)}; "
             f"event time starts {when} and runs {p.speed:g}x faster than the wall clock "
             f"({p.event_span_s / 3600:.1f} h in {p.duration_s:g} s, {p.window_s / 60:g}-minute "
             f"windows)"

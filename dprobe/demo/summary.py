@@ -171,7 +171,7 @@ def format_summary(s: Summary) -> list[str]:
     late = "" if s.late_partials is None else f", {s.late_partials} late partials dropped"
     lines.append(
         f"windows: {s.windows} TenantWindows from {count_of(s.tenants, 'tenant')}{span}; "
-        f"{s.snapshots} snapshots taken, {s.lost_snapshots} lost{late}"
+        f"{count_of(s.snapshots, 'snapshot')} taken, {s.lost_snapshots} lost{late}"
     )
     lines.append(_dead_letter_line(s.dead_letters))
     if s.horizons:
@@ -186,7 +186,8 @@ def format_summary(s: Summary) -> list[str]:
     if s.lag_peak is None or s.lag_last is None:
         lines.append("consumer lag: not measured")
     else:
-        lines.append(f"consumer lag: peak {s.lag_peak:.0f} records, {s.lag_last:.0f} at the end")
+        peak = count_of(round(s.lag_peak), "record")
+        lines.append(f"consumer lag: peak {peak}, {s.lag_last:.0f} at the end")
     if not s.errors:
         lines.append("forecast error: no forecast could be scored yet")
     p90 = "calibrated p90" if s.p90_calibrated else "p90"

@@ -104,6 +104,11 @@ def test_summary_lines() -> None:
     assert "forecasts: 1 recorded (horizons 10m)" in text
     assert "events: 0 scaling events (0 scale_up, 0 scale_down) in 0 plans; 0 duplicates" in text
     assert "consumer lag: peak 40 records, 0 at the end" in text
+    one = Recording()
+    one.add_window(window("vc-a", 600.0, 1.0))
+    one.add_lag(1.0, 1.0)
+    one_text = "\n".join(format_summary(summarize(one, snapshots=1)))
+    assert "1 snapshot taken" in one_text and "consumer lag: peak 1 record," in one_text
     assert "forecast error 10m: MAE 1.00 GPUs over 1 forecast vs last value 2.00 = 0.50 x" in text
 
 
