@@ -66,8 +66,9 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     # the worker it starts needs the worker's extras: say so before starting anything
+    # (one imported already is there: faust's lazy module has no __spec__ to look up)
     for module in ("faust", "torch", "matplotlib"):
-        if importlib.util.find_spec(module) is None:
+        if module not in sys.modules and importlib.util.find_spec(module) is None:
             raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
     from dprobe.commands._common import settings
