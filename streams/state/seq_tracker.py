@@ -65,7 +65,7 @@ def observe(
     last = state["seq"]
     cand = state.get("cand")
     if seq <= last:
-        if cand is not None and cand[0] < seq <= cand[0] + CONFIRM_WITHIN and ts >= cand[1]:
+        if _continues(cand, seq, ts):
             lost = seq - cand[0]  # the suspected snapshot and any gap after it
             new = {**state, "seq": seq, "ts": ts, "resets": state["resets"] + 1, "cand": None}
             new["lost"] = state["lost"] + lost
@@ -78,12 +78,17 @@ def observe(
             return {**state, "conflicts": state.get("conflicts", 0) + 1}, "conflict", 0
         return {**state, "dups": state["dups"] + 1}, "duplicate", 0
     lost = seq - last - 1 if last >= 0 else 0
-    confirms = cand is not None and cand[0] < seq <= cand[0] + CONFIRM_WITHIN and ts >= cand[1]
-    if last >= 0 and not confirms and lost >= _explained_gap(state["ts"], ts):
+    if last >= 0 and not _continues(cand, seq, ts) and lost >= _explained_gap(state["ts"], ts):
         return {**state, "cand": [seq, ts]}, "suspect", 0
     new = {**state, "seq": seq, "ts": max(ts, state["ts"]), "lost": state["lost"] + lost}
     new["cand"] = None
     return new, "new", lost
+
+
+def _continues(cand: list[Any] | None, seq: int, ts: float) -> bool:
+    """Whether a snapshot ``(seq, ts)`` continues from the suspected one ``cand`` (``[seq,
+    ts]``, or ``None``): at most ``CONFIRM_WITHIN`` above it, and not older."""
+    return cand is not None and cand[0] < seq <= cand[0] + CONFIRM_WITHIN and ts >= cand[1]
 
 
 def _explained_gap(newest_ts: float, ts: float) -> int:
