@@ -44,7 +44,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 Verdict = Literal["new", "duplicate", "conflict", "suspect", "reset"]
 CONFIRM_WITHIN = 10  # a reset is believed when the next seq is at most this far above
@@ -85,7 +85,7 @@ def observe(
     return new, "new", lost
 
 
-def _continues(cand: list[Any] | None, seq: int, ts: float) -> bool:
+def _continues(cand: list[Any] | None, seq: int, ts: float) -> TypeGuard[list[Any]]:
     """Whether a snapshot ``(seq, ts)`` continues from the suspected one ``cand`` (``[seq,
     ts]``, or ``None``): at most ``CONFIRM_WITHIN`` above it, and not older."""
     return cand is not None and cand[0] < seq <= cand[0] + CONFIRM_WITHIN and ts >= cand[1]
