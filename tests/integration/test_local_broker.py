@@ -34,7 +34,9 @@ def _ended(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
-def _cli(state_dir: Path, port: int, cport: int, action: str) -> subprocess.CompletedProcess[str]:
+def _cli(
+    state_dir: Path, port: int, cport: int, action: str, *extra: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             sys.executable,
@@ -48,6 +50,7 @@ def _cli(state_dir: Path, port: int, cport: int, action: str) -> subprocess.Comp
             str(cport),
             "--state-dir",
             str(state_dir),
+            *extra,
         ],
         capture_output=True,
         text=True,
@@ -89,6 +92,13 @@ def test_broker_lifecycle_and_status(tmp_path: Path) -> None:
         res = _cli(state, other, cport, "status")
         assert (res.returncode, res.stdout.split()) == (0, ["ready", f"127.0.0.1:{port}"])
         assert f"listens on 127.0.0.1:{port}, not 127.0.0.1:{other}" in res.stderr
+        # Asked about an address (--bootstrap), the note speaks of that address: none
+        # where the broker listens there, whatever --port says, one naming it elsewhere.
+        res = _cli(state, other, cport, "status", "--bootstrap", f"localhost:{port}")
+        assert (res.returncode, res.stdout.split()[0], res.stderr) == (0, "ready", "")
+        res = _cli(state, port, cport, "status", "--bootstrap", f"127.0.0.1:{other}")
+        assert res.returncode == 0
+        assert f"listens on 127.0.0.1:{port}, not on 127.0.0.1:{other} (--bootstrap)" in res.stderr
         res = _cli(state, other, cport, "start")
         assert res.returncode == 2, res.stderr
         assert f"already running on port {port}" in res.stderr
