@@ -73,6 +73,18 @@ def quota_steps(rec: Recording, tenant: str) -> list[tuple[float, float]]:
     return steps
 
 
+def demand_steps(rec: Recording, tenant: str) -> list[tuple[float, float]]:
+    """The tenant's demand at every window end of the run from its first window on: 0
+    where it sent no window (a tenant that runs nothing sends none), so a quiet spell is
+    not drawn as its last window's demand held across it."""
+    own = rec.demand.get(tenant, {})
+    if not own:
+        return []
+    first = min(own)
+    ends = sorted({end for by_end in rec.demand.values() for end in by_end if end >= first})
+    return [(end, own.get(end, 0.0)) for end in ends]
+
+
 def chart_series(rec: Recording, horizon_s: float | None) -> list[TenantSeries]:
     """One :class:`TenantSeries` per tenant, tenants sorted by name."""
     calibrated = bool(calibrated_p90(rec))
@@ -87,7 +99,7 @@ def chart_series(rec: Recording, horizon_s: float | None) -> list[TenantSeries]:
         out.append(
             TenantSeries(
                 tenant=tenant,
-                demand=sorted(rec.demand.get(tenant, {}).items()),
+                demand=demand_steps(rec, tenant),
                 forecast=sorted(
                     (at + (horizon_s or 0.0), p50, p90) for at, (p50, p90) in made.items()
                 ),

@@ -76,3 +76,20 @@ def test_the_band_is_marked_calibrated_when_the_events_say_so() -> None:
                                       model=SimpleNamespace(name="dprobe-mmoe",
                                                             version="3+cal1")))  # fmt: skip
     assert all(s.calibrated for s in chart_series(rec, 600.0))
+
+
+def test_demand_is_zero_at_the_window_ends_a_tenant_sent_no_window_for() -> None:
+    # a tenant that runs nothing sends no window: its demand there is 0, not the last
+    # window's held across the gap (which reads as demand its quota ignored)
+    rec = Recording()
+    sent = {"vc-a": [1, 2, 3, 4, 5, 6], "vc-b": [2, 3, 6], "vc-c": [3, 4]}
+    for tenant, ks in sent.items():
+        for k in ks:
+            rec.add_window(SimpleNamespace(tenant=tenant, window_end=600.0 * k,
+                                           running_gpus=1.5, pending_gpus=0.5))  # fmt: skip
+    a, b, c = chart_series(rec, None)
+    ends = [600.0 * k for k in range(1, 7)]
+    assert a.demand == [(end, 2.0) for end in ends]
+    # from the tenant's first window on: 0 where it sent none
+    assert b.demand == [(end, 2.0 if end / 600 in sent["vc-b"] else 0.0) for end in ends[1:]]
+    assert c.demand == [(1800.0, 2.0), (2400.0, 2.0), (3000.0, 0.0), (3600.0, 0.0)]
