@@ -32,9 +32,9 @@ Modes:
   still incomplete when the input ends is dropped with a warning (never printed in part),
   and the later plans it held back are printed.
 - Kafka (the default): with ``--apply`` it applies each plan itself and commits the
-  offsets only once the plan's changes all succeeded and no plan is half-received; a
-  failure stops it with exit status 1 and nothing committed, so the next run applies that
-  plan again (a group's first run commits where it starts, the newest record or with
+  offsets of each plan once its changes all succeeded and no plan is half-received; a
+  failure stops it with exit status 1 and that plan not committed, so the next run applies
+  it again (not the plans applied before it) (a group's first run commits where it starts, the newest record or with
   ``--from-beginning`` the oldest, before it applies anything). Without ``--apply`` it
   prints the script and commits nothing.
 - ``--set-quota QUEUE=GPUS``: one change, as the printed script calls it.
@@ -448,6 +448,14 @@ async def _read(consumer: Any, args: argparse.Namespace, runner: PlanRunner) -> 
     ``--apply``, commit once every plan read is applied."""
     fed: dict[Any, int] = {}  # partition -> the offset after the last record fed, uncommitted
     assigned: set[Any] = set()  # partitions the group has given it so far
+
+    async def commit_applied() -> None:
+        # every plan read is applied: none half-received, none released past the limit
+        nonlocal fed
+        if fed and runner.apply and runner.plans.pending_plans == 0 and not runner.held_back:
+            await consumer.commit(fed)
+            fed = {}
+
     while not runner.full:
         batch = await consumer.getmany(timeout_ms=1000)
         new = consumer.assignment() - assigned
@@ -464,16 +472,15 @@ async def _read(consumer: Any, args: argparse.Namespace, runner: PlanRunner) -> 
                 where = f"{tp.topic}[{tp.partition}]@{record.offset}"
                 # kubectl runs in a thread, so the group's heartbeats go on: a plan
                 # slower to apply than the session timeout keeps its partitions
-                # (raises when a plan fails: nothing committed)
+                # (raises when a plan fails: that plan not committed)
+                done = runner.done
                 await asyncio.to_thread(runner.feed, record.value, where)
                 fed[tp] = record.offset + 1
+                if runner.done > done:  # a plan applied: a failure later in the batch
+                    await commit_applied()  # does not make the next run apply it again
         # plans an expired older one held back
         await asyncio.to_thread(runner.run, runner.plans.release_ready())
-        # every plan read is applied: none half-received, none released past the limit
-        whole = runner.plans.pending_plans == 0 and not runner.held_back
-        if fed and runner.apply and whole:
-            await consumer.commit(fed)
-            fed = {}
+        await commit_applied()
 
 
 class SetupError(Exception):

@@ -910,3 +910,33 @@ def test_a_plan_incomplete_at_the_end_of_the_input_no_longer_holds_back_later_pl
     assert "# plan p1" not in out
     assert "plan p1 incomplete (1 events) at the end of the input; not applied" in err
     assert "1 plan printed, 0 duplicates dropped, 1 plan incomplete or expired" in err
+
+
+@pytest.mark.integration
+async def test_a_failure_after_applied_plans_leaves_them_committed(kafka, tmp_path: Path) -> None:
+    """Plans read in one fetch are committed one by one as they are applied: a failure in
+    the third leaves the first two committed, and the next run applies only the third
+    (not the older plans again, which would take the queues back through past quotas)."""
+    from aiokafka import AIOKafkaProducer
+
+    topic = await kafka.create_topic("scaling-events")
+    plans = [
+        ev("a1", "vc-a", 8, 16, "p1", size=2, seq=1), ev("b1", "vc-b", 16, 8, "p1", size=2, seq=1),
+        ev("a2", "vc-a", 16, 12, "p2", size=2, seq=2), ev("b2", "vc-b", 8, 12, "p2", size=2, seq=2),
+        ev("a3", "vc-a", 12, 8, "p3", size=2, seq=3), ev("c3", "vc-c", 4, 8, "p3", size=2, seq=3),
+    ]  # fmt: skip
+    async with AIOKafkaProducer(bootstrap_servers=kafka.bootstrap) as producer:
+        for e in plans:
+            await producer.send_and_wait(topic, encode(e), key=e.tenant.encode())
+    state, env = fake_cluster(tmp_path, {"vc-a": 8, "vc-b": 16, "vc-c": 4})
+    cmd = [sys.executable, str(PATH), "--bootstrap", kafka.bootstrap, "--topic", topic,
+           "--group", kafka.unique("g"), "--from-beginning", "--apply", "--flavor", "a100",
+           "--known-queues", "vc-a,vc-b,vc-c"]  # fmt: skip
+    first = await asyncio.to_thread(_run_blocking, cmd, {**env, "FAKE_KUBE_FAIL": "vc-c"})
+    assert first.returncode == 1, first.stderr
+    assert list(_plans(first.stdout)) == ["p1", "p2", "p3"]
+    again = await asyncio.to_thread(_run_blocking, [*cmd, "--max-plans", "1"], env)
+    assert again.returncode == 0, again.stderr
+    assert _plans(again.stdout) == {"p3": {"vc-a -4", "vc-c +4"}}
+    quotas = {q: _gpu(_stored(state, q), "a100")["nominalQuota"] for q in ("vc-a", "vc-b", "vc-c")}
+    assert quotas == {"vc-a": 8, "vc-b": 12, "vc-c": 8}
