@@ -19,15 +19,19 @@ import logging
 import math
 import socket
 import statistics
+import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError
 from prometheus_client import CollectorRegistry
 
+from benchmarks._counts import at_least
 from dprobe.broker import LocalBroker
 from dprobe.clock import AcceleratedClock, ManualClock
 from dprobe.collectors.assemble import build_collector
@@ -162,14 +166,7 @@ def main() -> None:
     p.add_argument("--procs", type=int, default=8, help="processes per GPU")
     p.add_argument("--no-fsync", action="store_true", help="do not fsync the spool")
     args = p.parse_args()
-    for flag, value in (
-        ("--runs", args.runs),
-        ("--ticks", args.ticks),
-        ("--gpus", args.gpus),
-        ("--procs", args.procs),
-    ):
-        if value < 1:  # nothing would be measured: one line, exit 2
-            p.exit(2, f"{p.prog}: {flag} must be >= 1, got {value}\n")
+    at_least(p, args, "--runs", "--ticks", "--gpus", "--procs")
     if not 0 < args.interval < math.inf:
         p.exit(2, f"{p.prog}: --interval must be > 0 seconds, got {args.interval:g}\n")
     logging.basicConfig(level=logging.WARNING)

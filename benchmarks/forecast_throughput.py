@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
+from benchmarks._counts import at_least
 from dprobe.models.forecast.base import Forecaster
 from dprobe.models.forecast.registry import make_forecaster
 from dprobe.models.job_flow import ActiveJob, FlowEvent, job_flow
@@ -115,14 +116,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--windows", type=int, default=60, help="timed windows per run")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
-    for flag, value, least in (
-        ("--tenants", args.tenants, 1),
-        ("--warm", args.warm, 0),
-        ("--windows", args.windows, 1),
-        ("--repeats", args.repeats, 1),
-    ):
-        if value < least:  # nothing would be timed: one line, exit 2
-            ap.exit(2, f"{ap.prog}: {flag} must be >= {least}, got {value}\n")
+    at_least(ap, args, "--tenants")
+    at_least(ap, args, "--warm", least=0)
+    at_least(ap, args, "--windows", "--repeats")
     torch.set_num_threads(1)
     print(f"one core: torch threads={torch.get_num_threads()}, pid {os.getpid()}", file=sys.stderr)
     makers = {

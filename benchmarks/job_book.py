@@ -30,6 +30,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._counts import at_least
+
 T0 = 1_700_000_040.0
 TENANT = "vc-big"
 
@@ -202,13 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", type=Path, help=argparse.SUPPRESS)  # the child of --before
     p.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     a = p.parse_args(argv)
-    for flag, value, least in (
-        ("--jobs", a.jobs, 0),
-        ("--events", a.events, 1),
-        ("--runs", a.runs, 1),
-    ):
-        if value < least:  # nothing would be timed: one line, exit 2
-            p.exit(2, f"{p.prog}: {flag} must be >= {least}, got {value}\n")
+    at_least(p, a, "--jobs", least=0)
+    at_least(p, a, "--events", "--runs")
     if a.before is not None and not (a.before / "dprobe" / "__init__.py").is_file():
         why = "not a checkout of dprobe (no dprobe/__init__.py there)"
         p.exit(2, f"{p.prog}: --before {a.before}: {why}\n")

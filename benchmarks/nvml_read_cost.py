@@ -18,7 +18,11 @@ import asyncio
 import statistics
 import sys
 import time
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._counts import at_least
 from dprobe.collectors.errors import BackendError
 from dprobe.collectors.nvml import NvmlBackend
 
@@ -67,9 +71,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--reads", type=int, default=200, help="reads timed per run")
     args = p.parse_args()
-    for flag, value in (("--runs", args.runs), ("--reads", args.reads)):
-        if value < 1:  # nothing would be timed: one line, exit 2, as the other benchmarks
-            p.exit(2, f"{p.prog}: {flag} must be >= 1, got {value}\n")
+    at_least(p, args, "--runs", "--reads")
     sys.exit(asyncio.run(main_async(args)))
 
 

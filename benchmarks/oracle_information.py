@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
+from benchmarks._counts import at_least
 from dprobe.models.planner import Planner
 from dprobe.sim.engine import QuotaMode
 from dprobe.sim.jobs import SimJob
@@ -163,8 +164,6 @@ def _cells(args: argparse.Namespace) -> list[tuple[float, str]]:
     from dprobe.models.forecast.registry import FORECASTERS
     from dprobe.sim.policies import POLICIES
 
-    if args.workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {args.workers}")
     if not Path(args.helios).is_dir():
         raise ValueError(f"{args.helios}: no such folder (set DPROBE_TRACE_DIR or pass --helios)")
     if unknown := set(args.rules.split(",")) - set(RULES):
@@ -216,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--json", action="store_true", help="print every run and the summary")
     args = p.parse_args(argv)
+    at_least(p, args, "--workers")
     try:
         cells = _cells(args)
     except ValueError as exc:  # checked before any run starts: one line, exit 2

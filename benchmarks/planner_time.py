@@ -13,9 +13,14 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._counts import at_least
 from dprobe.models.planner import PlanInput, Planner, TenantState
 
 
@@ -64,9 +69,7 @@ def main() -> None:
     ap.add_argument("--plans", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=7)
     a = ap.parse_args()
-    for flag, value in (("--tenants", a.tenants), ("--plans", a.plans), ("--repeats", a.repeats)):
-        if value < 1:  # nothing would be timed: one line, exit 2
-            ap.exit(2, f"{ap.prog}: {flag} must be >= 1, got {value}\n")
+    at_least(ap, a, "--tenants", "--plans", "--repeats")
     medians = [statistics.median(one_run(a.tenants, a.plans, seed)) for seed in range(a.repeats)]
     print(
         f"planner: {a.tenants} VCs, {a.plans} plans x {a.repeats} runs: median "

@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._counts import at_least
 from dprobe import schema
 from dprobe.broker import LocalBroker
 from dprobe.collectors.snapshot import SnapshotBuilder
@@ -102,9 +103,7 @@ def main() -> None:
     ap.add_argument("--ticks", type=int, default=200)
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
-    for flag, value in (("--hosts", args.hosts), ("--ticks", args.ticks), ("--runs", args.runs)):
-        if value < 1:  # nothing would be replayed: one line, exit 2
-            ap.exit(2, f"{ap.prog}: {flag} must be >= 1, got {value}\n")
+    at_least(ap, args, "--hosts", "--ticks", "--runs")
 
     broker = None
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP")

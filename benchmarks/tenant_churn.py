@@ -18,10 +18,15 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
+from benchmarks._counts import at_least
 from dprobe.models.checkpoint import state_bytes
 from dprobe.models.forecast.registry import FORECASTERS, make_forecaster
 from dprobe.models.plan_loop import PlanLoop, PlanLoopSettings
@@ -76,9 +81,7 @@ def main() -> None:
     p.add_argument("--forget-h", type=float, default=2.0, help="forget after (2 h)")
     p.add_argument("--model", default="dprobe-mmoe")
     args = p.parse_args()
-    for flag, value in (("--generations", args.generations), ("--tenants", args.tenants)):
-        if value < 1:  # nothing would be measured: one line, exit 2
-            p.exit(2, f"{p.prog}: {flag} must be >= 1, got {value}\n")
+    at_least(p, args, "--generations", "--tenants")
     if not STEP_S / 3600 <= args.life_h < math.inf:
         why = "must be > 0 hours (at least one 60-s window)"
         p.exit(2, f"{p.prog}: --life-h {why}, got {args.life_h:g}\n")

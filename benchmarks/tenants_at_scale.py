@@ -37,6 +37,7 @@ from aiokafka.errors import KafkaConnectionError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._counts import at_least
 from benchmarks.worker_throughput import (
     WorkerExited,
     check_running,
@@ -196,13 +197,7 @@ def main() -> None:
     ap.add_argument("--model", default="dprobe-mmoe", help="the worker's forecaster")
     ap.add_argument("--json", action="store_true", help="print one JSON object last")
     args = ap.parse_args()
-    for flag, value in (
-        ("--tenants", args.tenants),
-        ("--hosts", args.hosts),
-        ("--procs", args.procs),
-    ):
-        if value < 1:  # no traffic: one line, exit 2
-            ap.exit(2, f"{ap.prog}: {flag} must be >= 1, got {value}\n")
+    at_least(ap, args, "--tenants", "--hosts", "--procs")
     for flag, seconds in (("--seconds", args.seconds), ("--every", args.every)):
         if not 0 < seconds < math.inf:
             ap.exit(2, f"{ap.prog}: {flag} must be > 0 seconds, got {seconds:g}\n")

@@ -34,6 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import benchmarks.worker_throughput as shape
+from benchmarks._counts import at_least
 from dprobe import schema
 from dprobe.streams import codec
 from dprobe.streams.state import seq_tracker
@@ -108,13 +109,7 @@ def main() -> None:
     ap.add_argument("--procs-per-gpu", type=int, default=8)
     ap.add_argument("--json", action="store_true", help="end with one JSON line")
     args = ap.parse_args()
-    for flag, value in (
-        ("--snapshots", args.snapshots),
-        ("--runs", args.runs),
-        ("--procs-per-gpu", args.procs_per_gpu),
-    ):
-        if value < 1:  # nothing would be timed: one line, exit 2
-            ap.exit(2, f"{ap.prog}: {flag} must be >= 1, got {value}\n")
+    at_least(ap, args, "--snapshots", "--runs", "--procs-per-gpu")
     shape.PROCS_PER_GPU = args.procs_per_gpu
     rng = random.Random(1)
     t0 = 1_700_000_000.0

@@ -51,6 +51,7 @@ from aiokafka.structs import TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._counts import at_least
 from dprobe import schema
 from dprobe.broker import LocalBroker
 from dprobe.config import BrokerSettings
@@ -366,16 +367,9 @@ def main() -> None:
         "--procs-per-gpu", type=int, default=8, help="processes per GPU (8 GPUs per snapshot)"
     )
     args = ap.parse_args()
-    for flag, value in (
-        ("--snapshots", args.snapshots),
-        ("--hosts", args.hosts),
-        ("--runs", args.runs),
-        ("--workers", args.workers),
-        ("--partitions", args.partitions),
-        ("--procs-per-gpu", args.procs_per_gpu),
-    ):
-        if value < 1:  # nothing would be measured: one line, exit 2
-            ap.exit(2, f"{ap.prog}: {flag} must be >= 1, got {value}\n")
+    at_least(
+        ap, args, "--snapshots", "--hosts", "--runs", "--workers", "--partitions", "--procs-per-gpu"
+    )
     if not 0 <= args.latency_s < math.inf:
         ap.exit(
             2,

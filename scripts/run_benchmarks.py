@@ -56,7 +56,8 @@ def plan(names: list[str], *, traces: bool, gpu: bool) -> list[tuple[str, str | 
 
 
 def main(argv: list[str]) -> int:
-    names = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py"))
+    # a module the scripts share (``_counts.py``) is no benchmark
+    names = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if p.stem[0] != "_")
     steps = plan(names, traces=bool(os.environ.get("DPROBE_TRACE_DIR")), gpu=has_gpu())
     if argv == ["--list"]:
         for name, why in steps:
