@@ -26,6 +26,7 @@ from dprobe.sinks.worker_metrics import WorkerCollector, export_loop_silence
 from dprobe.streams.app import WorkerApp, build_app
 from dprobe.streams.provision import ensure_topics
 from dprobe.streams.shutdown_deadline import ShutdownDeadline
+from dprobe.streams.startup_stop import StartupStop, StoppedBeforeStartError
 from dprobe.streams.topics import TopicNames
 
 
@@ -56,23 +57,31 @@ def _run(s: WorkerSettings, loop: asyncio.AbstractEventLoop, loglevel: str) -> i
     beating = loop.create_task(heartbeat.run())  # runs as long as the loop: faust's too
     server = _serve_metrics(s, registry, heartbeat)  # a busy port is said before Kafka
     try:
-        partitions = loop.run_until_complete(ensure_topics(s, joining=True))
+        with StartupStop(loop) as stop:  # SIGTERM, Ctrl-C: until faust handles them
+            stop.check("loading")
+            waiting = f"waiting for Kafka at {s.kafka.bootstrap}"
+            partitions = stop.run(ensure_topics(s, joining=True), waiting)
+            names = TopicNames.from_settings(s)
+            worker_app = build_app(s, samples_partitions=partitions[names.samples])
+            _measure(worker_app, registry)
+            worker = _Worker(
+                worker_app.app,
+                shutdown_timeout_s=s.shutdown_timeout_s,
+                loop=loop,
+                loglevel=loglevel,
+                quiet=True,
+                override_logging=False,
+                redirect_stdouts=False,
+            )
+            stop.check("starting")
+    except StoppedBeforeStartError:
+        _stop(beating)
+        server.stop()
+        return 0
     except BaseException:
         _stop(beating)
         server.stop()
         raise
-    names = TopicNames.from_settings(s)
-    worker_app = build_app(s, samples_partitions=partitions[names.samples])
-    _measure(worker_app, registry)
-    worker = _Worker(
-        worker_app.app,
-        shutdown_timeout_s=s.shutdown_timeout_s,
-        loop=loop,
-        loglevel=loglevel,
-        quiet=True,
-        override_logging=False,
-        redirect_stdouts=False,
-    )
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:

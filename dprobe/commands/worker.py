@@ -93,6 +93,13 @@ def check_model(s: WorkerSettings) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dprobe.streams.startup_stop import noting_stop_signals
+
+    with noting_stop_signals():  # SIGTERM, Ctrl-C while faust loads: a clean stop once loaded
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     import asyncio
 
     from dprobe.commands._common import settings
