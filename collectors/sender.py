@@ -39,7 +39,7 @@ from aiokafka.errors import (
 
 from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.spool import Spool
-from dprobe.collectors.topic_create import NewTopicSpec, ensure_topic
+from dprobe.collectors.topic_create import NewTopicSpec, TopicNotCreatedYet, ensure_topic
 from dprobe.config import KafkaSettings
 from dprobe.errors import UsageError, reason
 from dprobe.kafka_auth import auth_refused, watching_auth
@@ -73,7 +73,9 @@ class KafkaSender:
         send_timeout_s: a batch not confirmed in this time counts as failed.
         producer_factory: builds the producer (tests inject failures here).
         create: how to create ``topic`` if it is missing when the sender first connects
-            (:mod:`dprobe.collectors.topic_create`); ``None``: never create it.
+            (:mod:`dprobe.collectors.topic_create`); ``None``: never create it. While it is
+            missing and cannot be created yet (Kafka hangs, no controller yet), nothing is
+            sent and the connect is retried with backoff.
     """
 
     def __init__(
@@ -247,8 +249,22 @@ class KafkaSender:
                 return False
         self.metrics.kafka_auth_failed.set(0)
         if self._create is not None:  # before the first record could auto-create it
-            spec, self._create = self._create, None
-            await ensure_topic(self.kafka, self.topic, spec, timeout_s=self.send_timeout_s)
+            try:
+                await ensure_topic(
+                    self.kafka, self.topic, self._create, timeout_s=self.send_timeout_s
+                )
+            except TopicNotCreatedYet as exc:  # nothing is sent until it exists
+                self._failures += 1
+                self.metrics.send_errors.labels(kind="connect").inc()
+                self.metrics.kafka_up.set(0)
+                self._log_failure(
+                    "topic %s is missing and could not be created yet (%s): spooling, will retry",
+                    self.topic,
+                    exc,
+                )
+                await self._stop_producer(producer)
+                return False
+            self._create = None
         self._producer = producer
         log.info("connected to Kafka at %s", self.kafka.bootstrap)
         self._down_since = None

@@ -5,9 +5,11 @@ first send with its own defaults, often one partition, and no worker could then 
 past one. So the collector creates it first, as the worker and ``dprobe topics create``
 would (:attr:`NewTopicSpec.partitions`, broker time on records). An existing topic is
 left as it is. Where the collector's user may not create topics (ACLs), it says so once
-and goes on: the topic is then whoever's creates it. A topic it created is used once each
-partition's leader answers for it (a moment later), so that the first snapshots are not
-retried with a warning each.
+and goes on: the topic is then whoever's creates it. Where Kafka did not answer in time
+(a hung broker, a controller not ready yet), :class:`TopicNotCreatedYet` is raised: the
+sender then sends nothing, so no broker creates the topic on demand, and tries again.
+A topic it created is used once each partition's leader answers for it (a moment
+later), so that the first snapshots are not retried with a warning each.
 
 Example:
     >>> NewTopicSpec(partitions=4).configs
@@ -26,13 +28,18 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 
 from dprobe import topic_configs
 from dprobe.config import KafkaSettings
+from dprobe.errors import reason
 from dprobe.topic_create import TopicCreateError, create_topics
 
 log = logging.getLogger(__name__)
+
+
+class TopicNotCreatedYet(Exception):
+    """The topic is missing and could not be created yet (the reason in the message)."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +55,10 @@ async def ensure_topic(
     kafka: KafkaSettings, topic: str, spec: NewTopicSpec, *, timeout_s: float = 15.0
 ) -> str:
     """Create ``topic`` per ``spec`` unless it exists; ``"created"``, ``"exists"`` or
-    ``"failed"`` (logged once, with what to do; never raised: the collector goes on)."""
+    ``"failed"`` (refused for good: logged, with what to do; the collector goes on).
+
+    Raises :class:`TopicNotCreatedYet` when Kafka did not answer in time or refused for a
+    reason that passes by itself: the caller tries again later."""
     admin = AIOKafkaAdminClient(**kafka.client_kwargs())
     try:
         async with asyncio.timeout(timeout_s):
@@ -63,10 +73,13 @@ async def ensure_topic(
     except TopicAlreadyExistsError:
         return "exists"  # another collector or the worker was first
     except (KafkaError, OSError, TimeoutError, TopicCreateError) as exc:
+        if passes(exc):
+            said = f"no answer within {timeout_s:g} s" if type(exc) is TimeoutError else reason(exc)
+            raise TopicNotCreatedYet(said) from exc
         log.warning(
             "could not create topic %s (%s): the broker may create it with its own "
             "defaults at the first snapshot; create it with `dprobe topics create`",
-            topic, exc,
+            topic, reason(exc),
         )  # fmt: skip
         return "failed"
     finally:
@@ -74,6 +87,19 @@ async def ensure_topic(
     log.info("created topic %s with %d partition(s)", topic, spec.partitions)
     await _until_served(kafka, topic, spec.partitions, timeout_s=timeout_s)
     return "created"
+
+
+def passes(exc: BaseException) -> bool:
+    """True for a failure to create a topic that may pass by itself: no answer in time,
+    no connection, or an error Kafka marks retriable (not an ACL or a bad setting).
+
+    >>> from aiokafka.errors import TopicAuthorizationFailedError
+    >>> passes(TimeoutError()), passes(TopicAuthorizationFailedError())
+    (True, False)
+    """
+    if isinstance(exc, TimeoutError | OSError | KafkaTimeoutError):
+        return True
+    return bool(getattr(exc, "retriable", False))
 
 
 async def _until_served(

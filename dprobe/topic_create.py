@@ -25,7 +25,14 @@ _EXISTS = TopicAlreadyExistsError.errno
 
 
 class TopicCreateError(UsageError):
-    """The broker refused to create one or more topics (the reasons in the message)."""
+    """The broker refused to create one or more topics (the reasons in the message).
+
+    ``retriable``: every reason is one that passes by itself (the controller timed out or
+    moved), so the same request may succeed later."""
+
+    def __init__(self, message: str, *, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.retriable = retriable
 
 
 def refusals(response: Any) -> list[str]:
@@ -52,4 +59,8 @@ async def create_topics(admin: Any, new: list[Any]) -> None:
         return
     refused = refusals(response)
     if refused:
-        raise TopicCreateError("Kafka refused to create topic(s): " + "; ".join(refused))
+        codes = {e[1] for e in getattr(response, "topic_errors", []) or []} - {0, _EXISTS}
+        raise TopicCreateError(
+            "Kafka refused to create topic(s): " + "; ".join(refused),
+            retriable=all(for_code(c).retriable for c in codes),
+        )

@@ -1,0 +1,104 @@
+"""A samples topic the collector could not create yet (Kafka hung) is created later.
+
+The broker answers the producer's connect and then hangs (its process stopped), so the
+first creation of the missing topic times out. The collector must not send before the
+topic exists, or a broker that creates topics on demand makes it with its own defaults
+(one partition, producer time); it spools, tries again with backoff once Kafka answers,
+and then sends everything, in order, to the topic as configured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from prometheus_client import CollectorRegistry
+
+from dprobe.broker import LocalBroker
+from dprobe.collectors.metrics import CollectorMetrics
+from dprobe.collectors.sender import KafkaSender
+from dprobe.collectors.spool import Spool
+from dprobe.collectors.topic_create import NewTopicSpec
+from dprobe.config import BrokerSettings, KafkaSettings
+
+from .test_outage_integration import free_port, wait_for
+from .test_produce_integration import _layout, read_topic
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+HUNG_S = 6.0
+
+
+@contextlib.asynccontextmanager
+async def _pausable_broker(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[LocalBroker]:
+    """A broker of the test's own, with no topic; resumed if paused, then stopped."""
+    quiet = logging.getLogger("aiokafka")
+    request.addfinalizer(lambda level=quiet.level: quiet.setLevel(level))
+    quiet.setLevel(logging.CRITICAL)
+    state = tmp_path / "broker"
+    broker = LocalBroker(
+        BrokerSettings(port=free_port(), controller_port=free_port(), state_dir=state)
+    )
+    await asyncio.to_thread(broker.start)
+    try:
+        yield broker
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int((state / "broker.pid").read_text()), signal.SIGCONT)
+        await asyncio.to_thread(broker.stop)
+
+
+async def test_a_topic_creation_that_times_out_is_retried_before_anything_is_sent(
+    tmp_path: Path, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with _pausable_broker(tmp_path, request) as broker:
+        pid = int((tmp_path / "broker" / "broker.pid").read_text())
+        loop = asyncio.get_running_loop()
+        connects: list[int] = []
+
+        class HangsAfterFirstConnect(AIOKafkaProducer):  # type: ignore[misc]
+            async def start(self) -> None:
+                await super().start()
+                connects.append(1)
+                if len(connects) == 1:  # Kafka hangs right after the first connect
+                    os.kill(pid, signal.SIGSTOP)
+                    loop.call_later(HUNG_S, os.kill, pid, signal.SIGCONT)
+
+        spool = Spool(tmp_path / "spool", max_bytes=1 << 20, fsync=False)
+        spool.open()
+        for seq in range(20):
+            spool.append(seq, str(seq).encode())
+        registry = CollectorRegistry()
+        topic = "hung-at-create.samples"
+        sender = KafkaSender(
+            KafkaSettings(bootstrap=broker.bootstrap, request_timeout_ms=3000),
+            topic,
+            key=b"h1",
+            spool=spool,
+            metrics=CollectorMetrics(registry),
+            send_timeout_s=2.0,
+            producer_factory=lambda: HangsAfterFirstConnect(**sender.producer_config()),
+            create=NewTopicSpec(partitions=3),
+        )
+        with caplog.at_level(logging.WARNING, logger="dprobe"):
+            await sender.start()
+            try:
+                await wait_for(lambda: spool.pending_records == 0, 60, "the spool to drain")
+            finally:
+                await sender.stop(timeout_s=0)
+        assert len(connects) >= 2  # the first connect's creation timed out
+        assert await _layout(broker.bootstrap, topic) == (3, "LogAppendTime")
+        records = await read_topic(broker.bootstrap, topic, expect=20)
+        values = [r.value for r in sorted(records, key=lambda r: r.offset)]
+        assert list(dict.fromkeys(values)) == [str(s).encode() for s in range(20)]
+        said = [r.getMessage() for r in caplog.records if r.name.startswith("dprobe")]
+        assert any(topic in m and "retry" in m for m in said), said
