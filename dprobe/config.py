@@ -782,6 +782,10 @@ def _max_gpu_index() -> int:
     return int(next(m.le for m in meta if getattr(m, "le", None) is not None))
 
 
+# The slowest replay: a minute of event time in about 17 hours; slower, a replay of minute
+# points would sleep for days (or, at 1e-300, for ever) before its second record.
+MIN_REPLAY_SPEED = 0.001
+
 # A replayed host numbers its GPUs 0..gpus_per_host-1; the worker rejects a snapshot with
 # an index beyond the schema's bound, so a host of more GPUs would replay nothing.
 MAX_GPUS_PER_HOST = _max_gpu_index() + 1
@@ -807,8 +811,12 @@ class ReplaySettings:
     replication_factor: int = 1
 
     def __post_init__(self) -> None:
-        if self.speed < 0:
+        if not self.speed >= 0:
             raise ConfigError("replay.speed must be >= 0 (0 or 'max' = as fast as possible)")
+        if 0 < self.speed < MIN_REPLAY_SPEED:
+            raise ConfigError(
+                f"replay.speed must be 0 or 'max', or at least {too_slow(self.speed)}"
+            )
         if not self.tick_s > 0:
             raise ConfigError("replay.tick_s must be > 0")
         if not self.jobs_time_unit_s > 0:
@@ -835,6 +843,16 @@ class ReplaySettings:
     def into_live_topics(self) -> bool:
         """True when the replay writes into the topics live collectors and workers use."""
         return self.topic_prefix == self.kafka.topic_prefix
+
+
+def too_slow(speed: float) -> str:
+    """Why a replay speed below :data:`MIN_REPLAY_SPEED` is refused.
+
+    >>> too_slow(1e-300)
+    '0.001 (a minute of event time in 17 h), got 1e-300'
+    """
+    hours = 60 / MIN_REPLAY_SPEED / 3600
+    return f"{MIN_REPLAY_SPEED:g} (a minute of event time in {hours:.0f} h), got {speed:g}"
 
 
 # The settings of every service: a settings file may hold a table for each.

@@ -44,8 +44,14 @@ def _speed(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number or 'max': {text!r}") from None
-    if not value >= 0 or value == float("inf"):
+    if value == float("inf"):  # as 'inf' is
+        return 0.0
+    if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0 or 'max', got {text!r}")
+    from dprobe.config import MIN_REPLAY_SPEED, too_slow
+
+    if 0 < value < MIN_REPLAY_SPEED:
+        raise argparse.ArgumentTypeError(f"must be 0 or 'max', or at least {too_slow(value)}")
     return value
 
 
