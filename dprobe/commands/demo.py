@@ -8,10 +8,12 @@ telemetry (a day's rhythm in minutes: demand moves from tenant to tenant) it pri
 summary (windows, forecasts, events, consumer lag, forecast error) and writes a PNG of
 demand vs forecast vs quota per tenant. The whole run takes --duration plus about 15
 seconds (the worker's start-up, the end; more when the broker has to start). The run's
-topics are deleted at the end unless --keep-broker. Ctrl-C stops everything.
+topics are deleted at the end unless --keep-broker. Ctrl-C (or SIGTERM) at any point,
+while the broker starts too, stops everything it started (a broker still starting even
+with --keep-broker) and says so on its last line.
 
 Exit 0 after the summary; 1 when a part failed (the worker's last log lines are printed);
-130 on Ctrl-C.
+130 on Ctrl-C or SIGTERM.
 
 Examples:
     dprobe demo
@@ -73,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dprobe.commands._common import settings
     from dprobe.config import BrokerSettings, KafkaSettings, WorkerSettings
+    from dprobe.demo.interrupts import signals_ignored, terminate_interrupts
     from dprobe.demo.out_dir import prepare_out_dir
     from dprobe.demo.plan import DemoPlan
     from dprobe.demo.processes import broker_to_start, stop_command
@@ -82,44 +85,59 @@ def run(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(f"dprobe demo: {line}", file=sys.stderr, flush=True)
 
-    plan = DemoPlan(
-        duration_s=args.duration,
-        tenants=args.tenants,
-        hosts=args.hosts,
-        speed=args.speed,
-    )
-    out_dir = prepare_out_dir(Path(args.out))
-    kafka = settings(KafkaSettings, args)
-    if args.log_level == "INFO":  # the demo's own lines say what happens; keep libraries quiet
-        for name in ("aiokafka", "dprobe.collectors", "dprobe.sinks", "dprobe.streams"):
-            logging.getLogger(name).setLevel(logging.WARNING)
-    broker = broker_to_start(kafka.bootstrap, settings(BrokerSettings, args))
-    demo = Demo(
-        plan,
-        kafka,
-        out_dir=out_dir,
-        config_file=getattr(args, "config", None) or os.environ.get("DPROBE_CONFIG"),
-        keep_topics=args.keep_broker,
-        # worker.metrics_port (config file or DPROBE_WORKER_METRICS_PORT) when it is free
-        metrics_port=settings(WorkerSettings, args).metrics_port,
-        say=say,
-    )
-    try:
-        if broker is not None:
-            say(f"no broker answered at {kafka.bootstrap}: starting the local one")
-            broker.start()
-        outcome = asyncio.run(demo.run())
-        code = report(outcome, plan, out_dir, say=say)
-        if args.keep_broker:
-            say(f"this run's topics are kept: DPROBE_KAFKA_TOPIC_PREFIX={plan.topic_prefix} "
-                f"dprobe --bootstrap {shlex.quote(kafka.bootstrap)} events "
-                "--from-beginning")  # fmt: skip
-        return code
-    finally:
-        if broker is not None and not args.keep_broker:
-            say("stopping the broker the demo started (--keep-broker leaves it running)")
-            for note in broker.stop():
-                say(note)
-        elif broker is not None:
-            say(f"the broker the demo started keeps running at {broker.bootstrap} "
-                f"({stop_command(broker.settings)} stops it)")  # fmt: skip
+    # Ctrl-C (or SIGTERM) at any point, the broker's start included, ends the same way:
+    # everything started is stopped, one line says so last, exit 130
+    broker = None
+    interrupted = False
+    started = False  # the broker the demo started is ready (kept with --keep-broker)
+    with terminate_interrupts():
+        try:
+            plan = DemoPlan(
+                duration_s=args.duration,
+                tenants=args.tenants,
+                hosts=args.hosts,
+                speed=args.speed,
+            )
+            out_dir = prepare_out_dir(Path(args.out))
+            kafka = settings(KafkaSettings, args)
+            if args.log_level == "INFO":  # the demo's own lines say what happens
+                for name in ("aiokafka", "dprobe.collectors", "dprobe.sinks", "dprobe.streams"):
+                    logging.getLogger(name).setLevel(logging.WARNING)
+            broker = broker_to_start(kafka.bootstrap, settings(BrokerSettings, args))
+            demo = Demo(
+                plan,
+                kafka,
+                out_dir=out_dir,
+                config_file=getattr(args, "config", None) or os.environ.get("DPROBE_CONFIG"),
+                keep_topics=args.keep_broker,
+                # worker.metrics_port (config file or DPROBE_WORKER_METRICS_PORT) when free
+                metrics_port=settings(WorkerSettings, args).metrics_port,
+                say=say,
+            )
+            if broker is not None:
+                say(f"no broker answered at {kafka.bootstrap}: starting the local one")
+                broker.start()
+                started = True
+            outcome = asyncio.run(demo.run())
+            interrupted = outcome.interrupted
+            code = report(outcome, plan, out_dir, say=say)
+            if args.keep_broker:
+                say(f"this run's topics are kept: DPROBE_KAFKA_TOPIC_PREFIX={plan.topic_prefix} "
+                    f"dprobe --bootstrap {shlex.quote(kafka.bootstrap)} events "
+                    "--from-beginning")  # fmt: skip
+        except KeyboardInterrupt:
+            interrupted, code = True, 130
+        finally:
+            kept = broker is not None and started and args.keep_broker
+            with signals_ignored():  # a second Ctrl-C does not leave the broker half stopped
+                if broker is not None and not kept:
+                    say("stopping the broker the demo started (--keep-broker leaves it running)")
+                    for note in broker.stop():
+                        say(note)
+                elif broker is not None:
+                    say(f"the broker the demo started keeps running at {broker.bootstrap} "
+                        f"({stop_command(broker.settings)} stops it)")  # fmt: skip
+            if interrupted:
+                stopped = "everything but the broker stopped" if kept else "everything stopped"
+                say(f"interrupted: {stopped}, no chart written")
+    return code

@@ -20,12 +20,12 @@ CHART_NAME = "demo.png"
 
 def report(outcome: Outcome, plan: DemoPlan, out_dir: Path,
            say: Callable[[str], None]) -> int:  # fmt: skip
-    """Print the summary, write the chart (not after Ctrl-C); 0, or 130 when interrupted."""
+    """Print the summary, write the chart (not after Ctrl-C); 0, or 130 when interrupted
+    (the caller says so once all is stopped, as for Ctrl-C at any other point)."""
     summary = summarize(outcome.recording, snapshots=outcome.snapshots)
     for line in format_summary(summary):
         print(line, flush=True)
-    if outcome.interrupted:  # one line: a worker stopped while starting never served /metrics
-        say("interrupted: everything stopped, no chart written")
+    if outcome.interrupted:  # nothing more: a worker stopped while starting never served /metrics
         return 130
     if not outcome.metrics_seen:
         say(f"the worker's /metrics never answered at {outcome.metrics_url}")

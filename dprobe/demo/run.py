@@ -138,7 +138,9 @@ class Demo:
 
         loop = asyncio.get_running_loop()
         self._interrupted = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        # put back afterwards: the caller's own (SIGTERM as Ctrl-C while a broker stops)
+        before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        for sig in before:
             loop.add_signal_handler(sig, self._interrupted.set)
         collectors: list[Any] = []
         reader: asyncio.Task[None] | None = None
@@ -191,8 +193,10 @@ class Demo:
                     await lag.stop()
                 if not self.keep_topics:
                     await self._delete_topics()
-                for sig in (signal.SIGINT, signal.SIGTERM):
+                for sig, handler in before.items():
                     loop.remove_signal_handler(sig)
+                    if handler is not None:
+                        signal.signal(sig, handler)
 
     @property
     def interrupted(self) -> bool:

@@ -1,0 +1,53 @@
+"""Ctrl-C and SIGTERM around the demo's own phases (the broker's start and stop, the report).
+
+While the run itself goes, :class:`dprobe.demo.run.Demo` handles both signals on its
+event loop. Outside it, SIGTERM raises ``KeyboardInterrupt`` as Ctrl-C does, so one
+``except KeyboardInterrupt`` stops whatever was started; and the stop itself runs with
+both signals ignored (children it starts inherit that), so a second Ctrl-C does not
+leave a broker half stopped.
+
+Example:
+    >>> with terminate_interrupts():
+    ...     with signals_ignored():
+    ...         pass  # stop what was started
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def terminate_interrupts() -> Iterator[None]:
+    """SIGTERM raises ``KeyboardInterrupt`` inside the block (as it was after it)."""
+    before = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, _handler(before))
+
+
+@contextlib.contextmanager
+def signals_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM are ignored inside the block (as they were after it)."""
+    before = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, _handler(handler))
+
+
+def _handler(handler: Any) -> Any:
+    """``handler`` to install again (``None``, one not set from Python: the default)."""
+    return signal.SIG_DFL if handler is None else handler
