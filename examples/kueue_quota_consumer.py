@@ -513,22 +513,59 @@ def _set_quotas(args: argparse.Namespace, kubectl: list[str]) -> int:
     return 0
 
 
+EPILOG = """\
+examples:
+  python examples/kueue_quota_consumer.py --bootstrap 127.0.0.1:9092 --apply \\
+      --queue-map vc-a=team-a,vc-b=team-b --flavor a100
+  dprobe events --json --from-beginning --timeout 5 | \\
+      python examples/kueue_quota_consumer.py --stdin --known-queues vc-a,vc-b --flavor a100 | sh
+
+exit status:
+  0: done (--max-plans reached, the input ended, or Ctrl-C)
+  1: a plan refused or a change that failed: nothing after it applied or committed
+  2: bad arguments, a topic that does not exist, or a Kafka it cannot reach
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--bootstrap", default="127.0.0.1:9092")
-    p.add_argument("--topic", default="dprobe.scaling-events")
-    p.add_argument("--group", default="kueue-quota-consumer")
-    p.add_argument("--from-beginning", action="store_true")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    p.add_argument(
+        "--bootstrap", default="127.0.0.1:9092", help="Kafka HOST:PORT[,...] (default %(default)s)"
+    )  # fmt: skip
+    p.add_argument(
+        "--topic", default="dprobe.scaling-events", help="events topic (default %(default)s)"
+    )  # fmt: skip
+    p.add_argument(
+        "--group", default="kueue-quota-consumer",
+        help="consumer group: with --apply, commits what it applied (default %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--from-beginning", action="store_true",
+        help="a group's first run starts at the oldest event (default: the newest)",
+    )  # fmt: skip
     p.add_argument("--queue-map", default="", help="TENANT=CLUSTERQUEUE,...")
     p.add_argument(
         "--known-queues", default="", help="CLUSTERQUEUE,... named like their tenant"
     )  # fmt: skip
-    p.add_argument("--flavor", default=DEFAULT_FLAVOR, help="Kueue ResourceFlavor of the GPUs")
-    p.add_argument("--resource", default=GPU, help="the resource --set-quota sets")
-    p.add_argument("--kubectl", default="kubectl", help="e.g. 'kubectl --context prod'")
+    p.add_argument(
+        "--flavor", default=DEFAULT_FLAVOR, help="ResourceFlavor of the GPUs (default %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--resource", default=GPU, help="the resource --set-quota sets (default %(default)s)"
+    )  # fmt: skip
+    p.add_argument(
+        "--kubectl", default="kubectl",
+        help="kubectl command line, e.g. 'kubectl --context prod' (default %(default)s)",
+    )  # fmt: skip
     p.add_argument("--apply", action="store_true", help="apply plans (Kafka: and commit them)")
-    p.add_argument("--plan-timeout", type=float, default=300.0, help="drop unbalanced plans (s)")
-    p.add_argument("--max-plans", type=int, help="stop after this many plans")
+    p.add_argument(
+        "--plan-timeout", type=float, default=300.0, metavar="S",
+        help="drop a plan still incomplete after S seconds, unapplied (default %(default)g)",
+    )  # fmt: skip
+    p.add_argument("--max-plans", type=int, metavar="N", help="stop after N plans")
     p.add_argument("--stdin", action="store_true", help="read JSON lines from stdin, not Kafka")
     p.add_argument(
         "--set-quota", action="append", metavar="CLUSTERQUEUE=GPUS", help="set one quota, exit"

@@ -11,6 +11,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -940,3 +941,32 @@ async def test_a_failure_after_applied_plans_leaves_them_committed(kafka, tmp_pa
     assert _plans(again.stdout) == {"p3": {"vc-a -4", "vc-c +4"}}
     quotas = {q: _gpu(_stored(state, q), "a100")["nominalQuota"] for q in ("vc-a", "vc-b", "vc-c")}
     assert quotas == {"vc-a": 8, "vc-b": 12, "vc-c": 8}
+
+
+def _option_help(help_text: str) -> dict[str, str]:
+    """``--option`` -> its help text, from argparse's ``options:`` section."""
+    blocks = re.split(r"\n  (?=-)", help_text.split("\noptions:\n", 1)[1].split("\n\n", 1)[0])
+    out = {}
+    for block in filter(None, (b.strip() for b in blocks)):
+        names, _, text = block.partition("  ")  # two spaces end the names and metavars
+        option = names.split(",")[-1].split()[0]
+        out[option] = " ".join(text.split())
+    return out
+
+
+def test_help_says_what_each_option_does_its_default_and_the_exit_statuses() -> None:
+    res = subprocess.run(
+        [sys.executable, str(PATH), "--help"], capture_output=True, text=True, check=True
+    )
+    helps = _option_help(res.stdout)
+    assert {o for o, text in helps.items() if not text} == set(), res.stdout
+    defaults = {
+        "--bootstrap": "127.0.0.1:9092", "--topic": "dprobe.scaling-events",
+        "--group": "kueue-quota-consumer", "--flavor": "default-flavor", "--plan-timeout": "300",
+    }  # fmt: skip
+    for option, default in defaults.items():
+        assert f"default {default}" in helps[option], (option, helps[option])
+    out = " ".join(res.stdout.split())
+    assert "python examples/kueue_quota_consumer.py --bootstrap" in out  # a usage example
+    for status in ("0", "1", "2"):
+        assert f"{status}:" in out, status
