@@ -192,12 +192,12 @@ def test_mapping_file_is_read_and_validated(tmp_path: Path) -> None:
     [
         (
             '[pod]\n"ml/t-0" = "vc-a"\n',
-            "unknown tables [pod] (did you mean [pods]?): use [pods], [namespaces], "
+            "unknown tables [pod] (line 1) (did you mean [pods]?): use [pods], [namespaces], "
             "[accounts], [slices], [users]",
         ),
         (
             'alice = "vc-a"\n[users]\nbob = "vc-b"\n',
-            "key(s) alice outside any table: put each in one of [pods], [namespaces], "
+            "key(s) alice (line 1) outside any table: put each in one of [pods], [namespaces], "
             "[accounts], [slices], [users]",
         ),
     ],
