@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from benchmarks._counts import at_least
+from dprobe.errors import UsageError
 from dprobe.models.planner import Planner
 from dprobe.sim.engine import QuotaMode
 from dprobe.sim.jobs import SimJob
@@ -218,7 +219,10 @@ def main(argv: list[str] | None = None) -> None:
     at_least(p, args, "--workers")
     try:
         cells = _cells(args)
-    except ValueError as exc:  # checked before any run starts: one line, exit 2
+        # the series themselves, and --days against them, read once here (as the first
+        # seed's run reads them) so that what they cannot give is said before any run
+        _stream(args.helios, args.days, int(args.seeds.split(",")[0]))
+    except (ValueError, UsageError) as exc:  # checked before any run starts: one line, exit 2
         p.exit(2, f"{p.prog}: {exc}\n")
     runs = [
         Run(rule, int(seed), policy, lat, rec)

@@ -3,10 +3,13 @@ before any run starts, not with a traceback from a run process."""
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pytest
 
+from dprobe.errors import UsageError
+from dprobe.sim.synthetic import SyntheticSettings, generate
 from tests.benchmarks.scripts import refused_with, run_benchmark
 
 pytestmark = pytest.mark.slow  # runs a benchmark script as a process: seconds each
@@ -37,6 +40,32 @@ def test_a_missing_folder_is_one_line(tmp_path: Path) -> None:
     assert refused_with(done) == (
         f"oracle_information.py: {gone}: no such folder (set DPROBE_TRACE_DIR or pass --helios)"
     )
+
+
+def _two_days_of_one_vc(folder: Path) -> None:
+    head = "time,running_gpu_num,pending_gpu_num,total_gpu_num,running_gpu_num_noless_8,"
+    rows = "".join(
+        f"2020-05-{1 + h // 24:02d} {h % 24:02d}:{m:02d}:00,8,0,16,0,0\n"
+        for h in range(48)
+        for m in range(60)
+    )
+    with gzip.open(folder / "vcA.csv.gz", "wt") as fh:
+        fh.write(head + "pending_gpu_num_noless_8\n" + rows)
+
+
+@pytest.mark.parametrize("series", [False, True], ids=["no series", "too few days"])
+def test_what_the_series_cannot_give_is_one_line_before_any_run(
+    tmp_path: Path, series: bool
+) -> None:
+    """A folder without Helios VC series, or more --days than its series cover: the
+    stream's own message, not a traceback from a run process."""
+    if series:
+        _two_days_of_one_vc(tmp_path)
+    with pytest.raises(UsageError) as err:  # the reference: what the stream says itself
+        generate(tmp_path, SyntheticSettings(days=3, seed=1))
+    done = run_benchmark("oracle_information.py", "--helios", str(tmp_path), "--days", "3")
+    assert refused_with(done) == f"oracle_information.py: {err.value}"
+    assert done.stdout == ""
 
 
 def test_the_summary_table_keeps_its_columns_for_every_rule_name() -> None:
