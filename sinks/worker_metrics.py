@@ -82,6 +82,7 @@ DEADLETTER_REASONS = (
     "invalid_field",
     "inconsistent",
     "clock_skew",
+    "wrong_key",
     "processing_error",
     "state_full",
 )

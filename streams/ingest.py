@@ -50,6 +50,7 @@ from dprobe.sinks.worker_stats import WorkerStats
 from dprobe.streams import codec, table_io
 from dprobe.streams.deadletter import DeadLetters
 from dprobe.streams.delivery import delivered
+from dprobe.streams.host_key import wrong_key
 from dprobe.streams.ranked_table import RANK_KEY
 from dprobe.streams.state import seq_tracker
 from dprobe.streams.state.window_agg import Partial, WindowSettings, split_snapshot
@@ -264,6 +265,10 @@ class Ingest:
             skew = self._skew(snap.ts, reference, what)
             if skew is not None:
                 letters.append(await self.deadletter.send(event.value, skew, message, wait=False))
+                continue
+            keyed = wrong_key(message.key, snap.host)
+            if keyed is not None:
+                letters.append(await self.deadletter.send(event.value, keyed, message, wait=False))
                 continue
             try:
                 parts = self._observe(snap, message.partition, hosts, message.offset)

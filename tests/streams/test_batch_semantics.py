@@ -138,9 +138,10 @@ class FakeEvents(FakeTopic):
             await fut
 
 
-def _event(topic: str, partition: int, offset: int, value: bytes) -> Any:
+def _event(topic: str, partition: int, offset: int, value: bytes, key: bytes | None = None) -> Any:
     return SimpleNamespace(
-        value=value, message=SimpleNamespace(topic=topic, partition=partition, offset=offset)
+        value=value,
+        message=SimpleNamespace(topic=topic, partition=partition, offset=offset, key=key),
     )
 
 
@@ -178,7 +179,7 @@ def _windows(features: FakeTopic, table: FakeTable) -> Windows:
 
 
 def _snapshot_events(snaps: list[schema.HostSnapshot]) -> list[Any]:
-    return [_event("samples", 0, i, schema.encode(s)) for i, s in enumerate(snaps)]
+    return [_event("samples", 0, i, schema.encode(s), s.host.encode()) for i, s in enumerate(snaps)]
 
 
 async def test_host_state_is_written_only_after_its_partials_are_delivered() -> None:
@@ -334,7 +335,8 @@ async def test_a_partition_is_never_reported_idle_while_its_batch_is_on_the_way(
     snaps = make_snapshots(hosts=1, ticks=4)
     await ingest.on_snapshots(_snapshot_events(snaps[:2]))
     deadletters.accepting.clear()  # the dead-letter send of the next batch hangs
-    batch = [_event("samples", 0, 2, schema.encode(snaps[2])), _event("samples", 0, 3, b"{")]
+    third = _event("samples", 0, 2, schema.encode(snaps[2]), snaps[2].host.encode())
+    batch = [third, _event("samples", 0, 3, b"{")]
     task = asyncio.create_task(ingest.on_snapshots(batch))
     await asyncio.sleep(0.01)  # blocked on the dead letter, the valid snapshot not sent yet
     before = len(updates.sent)

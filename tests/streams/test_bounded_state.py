@@ -190,7 +190,10 @@ def test_one_tenants_partials_of_a_batch_are_split_under_the_message_limit() -> 
         )  # fmt: skip
         snaps = make_snapshots(hosts=300, ticks=2)
         await ingest.on_snapshots(
-            [_event("samples", 0, i, schema.encode(s)) for i, s in enumerate(snaps)]
+            [
+                _event("samples", 0, i, schema.encode(s), s.host.encode())
+                for i, s in enumerate(snaps)
+            ]
         )
         return [v for _, _, v in updates.sent if v.startswith(codec.PARTIAL)]
 

@@ -20,8 +20,8 @@ from tests.streams.test_batch_semantics import FakeTable, FakeTopic, _ingest
 T = 1_700_000_000.0
 
 
-def _record(topic: str, offset: int, value: bytes) -> Any:
-    message = SimpleNamespace(topic=topic, partition=0, offset=offset, timestamp=T + 1.0)
+def _record(topic: str, offset: int, value: bytes, key: bytes | None = None) -> Any:
+    message = SimpleNamespace(topic=topic, partition=0, offset=offset, timestamp=T + 1.0, key=key)
     return SimpleNamespace(value=value, message=message)
 
 
@@ -37,7 +37,8 @@ async def test_a_samples_batch_with_a_dead_letter_is_released_only_once_it_was_d
     ingest.on_failure = failures.append
     released = asyncio.Event()
     (snap,) = make_snapshots(hosts=1, ticks=1, t0=T)
-    batch = [_record("samples", 0, schema.encode(snap)), _record("samples", 1, b"not json")]
+    first = _record("samples", 0, schema.encode(snap), snap.host.encode())
+    batch = [first, _record("samples", 1, b"not json")]
     await ingest.submit(batch, release=released.set)
     await asyncio.sleep(0.01)
     assert len(dead.sent) == 1 and not released.is_set()  # the dead letter is on its way

@@ -16,7 +16,9 @@ from tests.streams.test_batch_semantics import FakeTable, FakeTopic, _ingest, _w
 
 
 def _event(offset: int, snap: schema.HostSnapshot, record_ts: float) -> Any:
-    message = SimpleNamespace(topic="samples", partition=0, offset=offset, timestamp=record_ts)
+    message = SimpleNamespace(
+        topic="samples", partition=0, offset=offset, timestamp=record_ts, key=snap.host.encode()
+    )
     return SimpleNamespace(value=schema.encode(snap), message=message)
 
 

@@ -20,7 +20,9 @@ from tests.streams.test_batch_semantics import FakeTable, FakeTopic, _ingest
 
 
 def _event(offset: int, snap: schema.HostSnapshot) -> Any:
-    message = SimpleNamespace(topic="samples", partition=0, offset=offset, timestamp=snap.ts)
+    message = SimpleNamespace(
+        topic="samples", partition=0, offset=offset, timestamp=snap.ts, key=snap.host.encode()
+    )
     return SimpleNamespace(value=schema.encode(snap), message=message)
 
 

@@ -23,8 +23,8 @@ from tests.streams.test_batch_semantics import UPDATE_PARTITIONS, FakeTable, Fak
 class FakeMessage:
     """faust's reference counting: the final ``ack`` marks the offset committable."""
 
-    def __init__(self, partition: int, offset: int, committed: list[int]) -> None:
-        self.partition, self.offset = partition, offset
+    def __init__(self, partition: int, offset: int, committed: list[int], key: bytes) -> None:
+        self.partition, self.offset, self.key = partition, offset, key
         self.tp = ("samples", partition)
         self.refcount = 1  # the conductor's reference for the one stream
         self.acked = False
@@ -48,7 +48,7 @@ def _events(snaps: list[schema.HostSnapshot], first: int, committed: list[int]) 
     sensors = SimpleNamespace(on_message_out=lambda *a: None)
     out = []
     for i, snap in enumerate(snaps):
-        message = FakeMessage(0, first + i, committed)
+        message = FakeMessage(0, first + i, committed, snap.host.encode())
         out.append(
             SimpleNamespace(
                 value=schema.encode(snap),

@@ -31,7 +31,7 @@ def _snap(seq: int, ts: float) -> schema.HostSnapshot:
 
 # seqs 0-3, the collector is wiped and starts again from 0, 1000 s later
 SNAPS = [_snap(s, 100.0 + s) for s in range(4)] + [_snap(s, 1100.0 + s) for s in range(4)]
-EVENTS = [_event("samples", 0, i, schema.encode(s)) for i, s in enumerate(SNAPS)]
+EVENTS = [_event("samples", 0, i, schema.encode(s), s.host.encode()) for i, s in enumerate(SNAPS)]
 
 
 def _taken(updates: FakeTopic) -> list[tuple[float, int]]:
