@@ -200,13 +200,32 @@ def publish_line(quotas: Mapping[str, int], *, source: str = "kueue") -> str:
     return " ".join(shlex.quote(a) for a in args)
 
 
+EPILOG = """\
+example (review the line first; `set -o pipefail`: a refused report fails the pipeline):
+  kubectl get clusterqueues -o json | \\
+      python examples/kueue_cluster_report.py --cohort gpu-pool --flavor a100 | sh
+
+exit status:
+  0: the `dprobe cluster publish` line printed
+  1: a ClusterQueue whose GPU quota is not a whole number (named): nothing printed
+  2: bad arguments, input that is not the ClusterQueue list, or no GPU quota found
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
     p.add_argument("--file", help="ClusterQueueList JSON (default: stdin)")
     p.add_argument("--queue-map", default="", help="TENANT=CLUSTERQUEUE,... (default: same name)")
     p.add_argument("--cohort", help="only the ClusterQueues of this cohort")
     p.add_argument("--flavor", help="only this ResourceFlavor (default: every flavor)")
-    p.add_argument("--source", default="kueue", help="the report's source (its record key)")
+    p.add_argument(
+        "--source",
+        default="kueue",
+        help="the report's source, its record key (default %(default)s)",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
     tenant_of: dict[str, str] = {}

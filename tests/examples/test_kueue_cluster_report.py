@@ -228,3 +228,14 @@ def test_a_queue_mapped_to_two_tenants_exits_2() -> None:
     res = _report(READABLE, "--queue-map", "vc-a=team-a,vc-b=team-a")
     assert res.returncode == 2 and res.stdout == ""
     assert "ClusterQueue team-a is mapped to tenants vc-a, vc-b" in res.stderr
+
+
+def test_help_shows_the_pipeline_its_defaults_and_the_exit_statuses() -> None:
+    res = subprocess.run(
+        [sys.executable, str(PATH), "--help"], capture_output=True, text=True, check=True
+    )
+    out = " ".join(res.stdout.split())
+    assert "kubectl get clusterqueues -o json |" in out and "| sh" in out
+    assert "default kueue" in out  # --source
+    for status in ("0", "1", "2"):
+        assert f"{status}:" in out, status
