@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 
 from dprobe.commands._common import not_applying, settings
 from dprobe.config import SYNTHETIC_MAX, CollectorSettings, check_topic_name
+from dprobe.count_text import count_of
 from dprobe.errors import UsageError
 
 
@@ -49,9 +50,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="/metrics port (default 9401; 0 = any free port)",
     )
-    p.add_argument("--spool-dir", metavar="DIR", help="disk spool folder (one subfolder per host)")
-    p.add_argument("--spool-max-bytes", type=int, metavar="N", help="spool bound in bytes")
-    p.add_argument("--state-dir", metavar="DIR", help="folder of the persisted seq")
+    p.add_argument(
+        "--spool-dir",
+        metavar="DIR",
+        help="disk spool folder, one subfolder per host (default ~/.cache/dprobe/spool)",
+    )
+    p.add_argument(
+        "--spool-max-bytes",
+        type=int,
+        metavar="N",
+        help="spool bound in bytes (default 268435456: 256 MiB; at least 1 MiB)",
+    )
+    p.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="folder of the persisted seq (default ~/.cache/dprobe/collector)",
+    )
     p.add_argument(
         "--tenant-map",
         metavar="FILE",
@@ -240,8 +254,8 @@ async def _write_lines(s: CollectorSettings, output: str, max_ticks: int | None)
     try:
         async with backend:
             out = _open_output(output)
+            next_at = clock.monotonic()
             while not stop.is_set() and (max_ticks is None or seq < max_ticks):
-                started = clock.monotonic()
                 try:
                     reading = await backend.read()
                 except BackendError as exc:
@@ -263,7 +277,11 @@ async def _write_lines(s: CollectorSettings, output: str, max_ticks: int | None)
                     seq += 1
                     if max_ticks is not None and seq >= max_ticks:
                         break
-                wait = max(0.0, s.interval_s - (clock.monotonic() - started))
+                # ticks on a fixed grid, so the time a tick takes does not add up; one
+                # that fell behind (a slow read) skips ahead instead of bursting
+                now = clock.monotonic()
+                next_at = max(next_at + s.interval_s, now)
+                wait = next_at - now
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=wait / max(s.clock_speed, 1e-9))
     except BackendError as exc:
@@ -274,7 +292,10 @@ async def _write_lines(s: CollectorSettings, output: str, max_ticks: int | None)
         if out is not None and out is not sys.stdout.buffer:
             with contextlib.suppress(OSError):  # a failed write was said already
                 out.close()
-    print(f"dprobe collect: wrote {seq} snapshots of host {host} to {output}", file=sys.stderr)
+    print(
+        f"dprobe collect: wrote {count_of(seq, 'snapshot')} of host {host} to {output}",
+        file=sys.stderr,
+    )
     return 0
 
 
