@@ -54,12 +54,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", help="a profile table CSV (dprobe schema or Lucid shape)")
     args = ap.parse_args()
-    report("shipped table (models/data/profiles.csv)", shipped_profiles())
     table = args.table
     if table is None and os.environ.get("DPROBE_TRACE_DIR"):
         candidate = Path(os.environ["DPROBE_TRACE_DIR"]) / "lucid-profiles" / "single_data.csv"
         table = str(candidate) if candidate.is_file() else None
-    if table:
+    rows: list[Profile] = []
+    if table:  # read and checked before any table is scored
         try:
             rows = load_profiles(table)
         except ProfileTableError as exc:  # a missing or bad table: one line, exit 2
@@ -67,6 +67,8 @@ def main() -> None:
         if len(families := sorted({r.family for r in rows})) < 2:  # nothing left to fit on
             why = f"1 model family ({families[0]}); holding one out needs at least 2"
             ap.exit(2, f"{ap.prog}: {table}: {why}\n")
+    report("shipped table (models/data/profiles.csv)", shipped_profiles())
+    if table:
         report(f"{table}", rows)
     else:
         print("\n(set DPROBE_TRACE_DIR or pass --table to also score the Lucid profiles)")

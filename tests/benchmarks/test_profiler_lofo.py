@@ -22,7 +22,16 @@ def test_a_table_of_one_family_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert refused_with(done) == (
         f"profiler_lofo.py: {table}: 1 model family (resnet); holding one out needs at least 2"
     )
-    assert str(table) not in done.stdout  # no report of it
+    assert done.stdout == ""  # refused before any table is scored
+
+
+def test_a_table_that_cannot_be_read_is_refused_before_any_table_is_scored(
+    tmp_path: Path,
+) -> None:
+    gone = tmp_path / "nope.csv"
+    done = run_benchmark("profiler_lofo.py", "--table", str(gone))
+    assert refused_with(done).startswith(f"profiler_lofo.py: {gone}: ")
+    assert done.stdout == ""  # no report of the shipped table before the refusal
 
 
 def test_a_table_of_two_families_is_scored(tmp_path: Path) -> None:
