@@ -32,7 +32,8 @@ it is read again from its committed offset, never committed from memory.
 Failures:
 
 - the archive folder is checked at :meth:`Archiver.start` (created, a probe file written
-  and removed): :class:`~dprobe.errors.UsageError` naming it when that fails;
+  and removed): :class:`~dprobe.errors.UsageError` naming it when that fails; a start
+  that fails (Kafka unreachable) removes the folders it made;
 - a flush that cannot write a file (disk full, ...) stops the archiver: nothing is
   committed, :meth:`Archiver.poll` and :meth:`Archiver.run` raise the error
   (:class:`~dprobe.sinks.parquet_archive.ArchiveWriteError` for an ``OSError``), also when
@@ -53,11 +54,13 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
 import warnings
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -76,7 +79,7 @@ from dprobe.errors import DprobeError, UsageError
 from dprobe.kafka_auth import start_client
 from dprobe.lifecycle import AsyncService
 from dprobe.schema import SchemaError
-from dprobe.sinks.archive_manifest import ArchiveManifest
+from dprobe.sinks.archive_manifest import LOCK_NAME, MANIFEST_NAME, ArchiveManifest
 from dprobe.sinks.archive_schema import KINDS, decode_record, row_of
 from dprobe.sinks.parquet_archive import ArchiveWriter, list_files
 
@@ -139,6 +142,14 @@ class Archiver(AsyncService):
         created or written to."""
         if self._started:
             return
+        made = missing_folders(self.writer.out_dir)
+        try:
+            await self._start()
+        except BaseException:  # Kafka unreachable, say: leave no empty folder behind
+            await asyncio.to_thread(remove_made, made)
+            raise
+
+    async def _start(self) -> None:
         await asyncio.to_thread(self.writer.check_writable)
         await self._check_manifest()
         self._started = True
@@ -584,6 +595,28 @@ class Archiver(AsyncService):
                 "the same offsets. Give this archive a folder of its own (--out or "
                 "archive.out_dir), or move the folder's files away"
             )
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while not folder.exists() and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def remove_made(made: list[Path]) -> None:
+    """Remove the folders ``made`` (:func:`missing_folders`) by a start that failed, and
+    the manifest it wrote into a new archive folder; one that holds anything else stays."""
+    for name in (MANIFEST_NAME, LOCK_NAME) if made and made[0].is_dir() else ():
+        with contextlib.suppress(OSError):
+            (made[0] / name).unlink(missing_ok=True)
+    for folder in (f for f in made if f.is_dir()):  # one that was not made is skipped
+        try:
+            folder.rmdir()
+        except OSError:  # not empty: it and its parents stay
+            return
 
 
 async def kafka_cluster_id(kafka: KafkaSettings) -> str:
