@@ -131,7 +131,10 @@ def run(args: argparse.Namespace) -> int:
             kept = broker is not None and started and args.keep_broker
             with signals_ignored():  # a second Ctrl-C does not leave the broker half stopped
                 if broker is not None and not kept:
-                    say("stopping the broker the demo started (--keep-broker leaves it running)")
+                    why = (
+                        "still starting" if args.keep_broker else "--keep-broker leaves it running"
+                    )
+                    say(f"stopping the broker the demo started ({why})")
                     for note in broker.stop():
                         say(note)
                 elif broker is not None:

@@ -53,15 +53,16 @@ def _wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], timeout_s: f
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
-    ("phase", "sig"),
+    ("phase", "sig", "keep"),
     [
-        ("starting the local one", signal.SIGINT),  # the broker's start script runs
-        ("worker started", signal.SIGINT),  # the broker is ready, the worker starts
-        ("starting the local one", signal.SIGTERM),  # a service manager's stop, `timeout`
+        ("starting the local one", signal.SIGINT, False),  # the broker's start script runs
+        ("worker started", signal.SIGINT, False),  # the broker is ready, the worker starts
+        ("starting the local one", signal.SIGTERM, False),  # a service manager, `timeout`
+        ("starting the local one", signal.SIGINT, True),  # nothing to keep yet
     ],
 )
 def test_ctrl_c_at_any_phase_stops_everything_and_says_so_last(
-    tmp_path: Path, phase: str, sig: signal.Signals
+    tmp_path: Path, phase: str, sig: signal.Signals, keep: bool
 ) -> None:
     port, cport = _free_port(), _free_port()
     state = tmp_path / "broker"
@@ -79,7 +80,7 @@ def test_ctrl_c_at_any_phase_stops_everything_and_says_so_last(
         # its own process group, as a shell's job: Ctrl-C reaches the whole group
         proc = subprocess.Popen(
             [sys.executable, "-m", "dprobe.cli", "--bootstrap", f"127.0.0.1:{port}", "demo",
-             "--duration", "30", "--out", str(out)],
+             "--duration", "30", "--out", str(out), *(["--keep-broker"] if keep else [])],
             env=env, stdout=log_file, stderr=err_file, start_new_session=True,
         )  # fmt: skip
         try:
@@ -102,7 +103,8 @@ def test_ctrl_c_at_any_phase_stops_everything_and_says_so_last(
     assert proc.returncode == 130, "\n".join(lines)
     assert lines[-1] == LAST_LINE, "\n".join(lines)
     assert sum("interrupted" in line for line in lines) == 1, "\n".join(lines)
-    assert "stopping the broker the demo started" in "\n".join(lines)
+    why = "still starting" if keep else "--keep-broker leaves it running"
+    assert f"dprobe demo: stopping the broker the demo started ({why})" in lines
     assert left == [] and state_after == "stopped", (left, state_after)
     assert not (out / "demo.png").exists()
     if phase == "worker started":  # the summary of what it saw so far, as before
