@@ -160,6 +160,10 @@ async def stable_members(admin: AIOKafkaAdminClient, group: str) -> int:
     return 0
 
 
+class BacklogTooSmall(Exception):
+    """The workers read the whole backlog before the timed span could start."""
+
+
 class WorkerExited(Exception):
     """A worker process ended during a run: its exit code and the last line it logged."""
 
@@ -247,8 +251,12 @@ async def throughput_run(
                 check_running(started, worker_logs(tmp, app_id, workers))
                 c = await committed(admin, app_id, samples)
                 if first_t is None and c > 0:
-                    if c >= n:
-                        raise RuntimeError("the backlog was read before every worker joined")
+                    if c >= n:  # nothing left to time
+                        who = "the workers" if workers > 1 else "the worker"
+                        raise BacklogTooSmall(
+                            f"{who} read all {n:,} snapshots before the timing could start: "
+                            "pass a larger --snapshots"
+                        )
                     if workers == 1 or await stable_members(admin, app_id) >= workers:
                         first_t, first_c = time.monotonic(), c
                 if first_t is not None and c >= n:
@@ -378,6 +386,8 @@ def main() -> None:
         )
     try:
         measure(args)
+    except BacklogTooSmall as exc:
+        ap.exit(2, f"{ap.prog}: {exc}\n")
     except WorkerExited as exc:  # its own error, such as a bad DPROBE_WORKER_* setting
         ap.exit(2 if exc.code == 2 else 1, f"{ap.prog}: {exc}\n")
     except KafkaConnectionError:  # no broker at KAFKA_BOOTSTRAP: one line, exit 2
@@ -410,7 +420,8 @@ def measure(args: argparse.Namespace) -> None:
             f"throughput (median of {args.runs}, {args.workers} worker(s), "
             f"{args.partitions} partitions): {statistics.median(rates):,.0f} process "
             f"samples/s (range {min(rates):,.0f}-{max(rates):,.0f}); ceiling "
-            f"{statistics.median(ceilings):,.0f}; ratio {statistics.median(ratios):.2f}; "
+            f"{statistics.median(ceilings):,.0f} process samples/s; "
+            f"ratio {statistics.median(ratios):.2f}; "
             f"{statistics.median(rates) / (8 * PROCS_PER_GPU):,.0f} snapshots/s of "
             f"{8 * PROCS_PER_GPU} process samples",
             flush=True,
