@@ -4,8 +4,9 @@
 broker: a consumer stopped while Kafka is unreachable may wait for a long time, or end in
 the ``CancelledError`` of its own fetch task (aiokafka re-raises the cancel of a fetch
 that waits to retry). :func:`stop_consumer` gives the stop ``timeout_s``; past it, or in
-that case, it closes the consumer's connections without a clean leave. A cancellation of
-the calling task itself still propagates.
+that case, it ends the consumer's fetcher and group tasks and closes its connections
+without a clean leave, so that nothing of it goes on in a process that lives on. A
+cancellation of the calling task itself still propagates.
 
 Example:
     >>> import asyncio
@@ -39,8 +40,40 @@ async def stop_consumer(consumer: Any, timeout_s: float | None = None) -> bool:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise
+    await _end_background(consumer)
     await consumer._client.close()  # what stop() would close last
     return False
+
+
+# The consumer's tasks that stop() would have ended: left running, the fetcher retries the
+# broker (and logs each failure) for as long as the process runs.
+_BACKGROUND = {
+    "_fetcher": ("_fetch_task",),
+    "_coordinator": (
+        "_coordination_task",
+        "_heartbeat_task",
+        "_commit_refresh_task",
+        "_reset_committed_task",
+    ),
+}
+# How long the cancelled tasks may take to end (they end at their next await).
+_CANCEL_WAIT_S = 2.0
+
+
+async def _end_background(consumer: Any) -> None:
+    """Cancel the fetcher's and the group coordinator's tasks of a ``consumer`` whose stop
+    was given up on, and wait (briefly) for them to end."""
+    tasks: list[asyncio.Future[Any]] = []
+    for part, names in _BACKGROUND.items():
+        owner = getattr(consumer, part, None)
+        tasks += [t for n in names if isinstance(t := getattr(owner, n, None), asyncio.Future)]
+    fetcher = getattr(consumer, "_fetcher", None)
+    tasks += list(getattr(fetcher, "_pending_tasks", ()))
+    running = [t for t in tasks if not t.done()]
+    for task in running:
+        task.cancel()
+    if running:
+        await asyncio.wait(running, timeout=_CANCEL_WAIT_S)
 
 
 def abandon(tasks: set[asyncio.Task[Any]]) -> None:

@@ -23,6 +23,7 @@ from dprobe.demo.processes import free_port
 from dprobe.sinks import archive_service
 from dprobe.sinks.archive_service import Archiver
 from dprobe.traces.archive_reader import read_archive
+from tests.sinks.consumer_tasks import TasksSince
 from tests.streams.helpers import make_snapshots, produce, snapshot_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -30,7 +31,10 @@ T0 = 1_700_000_000.0
 
 
 async def test_a_stop_while_kafka_is_gone_ends_in_time_and_loses_nothing(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    request: pytest.FixtureRequest,
+    consumer_tasks: TasksSince,
 ) -> None:
     quiet = logging.getLogger("aiokafka")
     request.addfinalizer(lambda level=quiet.level: quiet.setLevel(level))

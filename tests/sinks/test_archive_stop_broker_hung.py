@@ -22,6 +22,7 @@ from dprobe.broker import LocalBroker
 from dprobe.config import ArchiveSettings, BrokerSettings, KafkaSettings
 from dprobe.demo.processes import free_port
 from dprobe.sinks.archive_service import Archiver
+from tests.sinks.consumer_tasks import TasksSince
 from tests.streams.helpers import make_snapshots, produce, snapshot_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -29,7 +30,10 @@ T0 = 1_700_000_000.0
 
 
 async def test_a_stop_while_kafka_hangs_logs_no_asyncio_error(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    request: pytest.FixtureRequest,
+    consumer_tasks: TasksSince,
 ) -> None:
     broker = LocalBroker(
         BrokerSettings(port=free_port(0), controller_port=free_port(0), state_dir=tmp_path / "b")
@@ -68,3 +72,7 @@ async def test_a_stop_while_kafka_hangs_logs_no_asyncio_error(
     assert any("not committed" in r.getMessage() for r in caplog.records)
     errors = [r.getMessage() for r in caplog.records if r.name == "asyncio"]
     assert errors == [], errors
+    # nothing of the consumer goes on (its fetcher retried the broker, and logged each
+    # failure, for as long as the process ran)
+    left = await consumer_tasks.still_running_after(2.0)
+    assert not left, sorted(t.get_coro().__qualname__ for t in left)  # type: ignore[union-attr]
