@@ -449,12 +449,22 @@ async def _read(consumer: Any, args: argparse.Namespace, runner: PlanRunner) -> 
     fed: dict[Any, int] = {}  # partition -> the offset after the last record fed, uncommitted
     assigned: set[Any] = set()  # partitions the group has given it so far
 
-    async def commit_applied() -> None:
+    committed: dict[Any, int] = {}  # partition -> the offset committed last
+
+    async def commit_applied(read_all: bool = False) -> None:
         # every plan read is applied: none half-received, none released past the limit
         nonlocal fed
-        if fed and runner.apply and runner.plans.pending_plans == 0 and not runner.held_back:
-            await consumer.commit(fed)
-            fed = {}
+        if not runner.apply or runner.plans.pending_plans or runner.held_back:
+            return
+        offsets = dict(fed)
+        if read_all:  # past the transaction markers after the last records: no lag of 1
+            for tp in consumer.assignment():
+                offsets[tp] = max(offsets.get(tp, 0), await consumer.position(tp))
+        offsets = {tp: o for tp, o in offsets.items() if o > committed.get(tp, -1)}
+        if offsets:
+            await consumer.commit(offsets)
+            committed.update(offsets)
+        fed = {}
 
     while not runner.full:
         batch = await consumer.getmany(timeout_ms=1000)
@@ -480,7 +490,7 @@ async def _read(consumer: Any, args: argparse.Namespace, runner: PlanRunner) -> 
                     await commit_applied()  # does not make the next run apply it again
         # plans an expired older one held back
         await asyncio.to_thread(runner.run, runner.plans.release_ready())
-        await commit_applied()
+        await commit_applied(read_all=not runner.full)
 
 
 class SetupError(Exception):

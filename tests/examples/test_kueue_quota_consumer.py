@@ -970,3 +970,50 @@ def test_help_says_what_each_option_does_its_default_and_the_exit_statuses() -> 
     assert "python examples/kueue_quota_consumer.py --bootstrap" in out  # a usage example
     for status in ("0", "1", "2"):
         assert f"{status}:" in out, status
+
+
+@pytest.mark.integration
+async def test_a_consumer_that_applied_every_plan_leaves_its_group_no_lag(
+    kafka, tmp_path: Path
+) -> None:
+    """The worker sends each plan in a transaction, whose commit marker takes an offset
+    after the plan's last event: once every plan is applied, the group's committed offset
+    is the end of the partition (lag 0), not the marker's offset (lag 1 for ever)."""
+    import signal
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    topic = await kafka.create_topic("scaling-events")
+    group = kafka.unique("g")
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka.bootstrap, transactional_id=kafka.unique("planner")
+    )
+    async with producer:
+        for n, (donor, receiver) in enumerate([("vc-a", "vc-b"), ("vc-b", "vc-a")], start=1):
+            async with producer.transaction():
+                for e in (
+                    ev(f"d{n}", donor, 16, 8, f"p{n}", size=2, seq=n),
+                    ev(f"r{n}", receiver, 8, 16, f"p{n}", size=2, seq=n),
+                ):
+                    await producer.send(topic, encode(e), key=e.tenant.encode())
+    state, env = fake_cluster(tmp_path, {"vc-a": 16, "vc-b": 8})
+    cmd = [sys.executable, str(PATH), "--bootstrap", kafka.bootstrap, "--topic", topic,
+           "--group", group, "--from-beginning", "--apply", "--flavor", "a100",
+           "--known-queues", "vc-a,vc-b"]  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(*cmd, env=env, stdout=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None
+    plans = 0
+    while plans < 2:
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        assert line, "the consumer ended before it applied both plans"
+        plans += line.startswith(b"# plan ")
+    await asyncio.sleep(3)  # a few more polls
+    proc.send_signal(signal.SIGINT)
+    assert await asyncio.wait_for(proc.wait(), 30) == 0
+    assert _gpu(_stored(state, "vc-a"), "a100")["nominalQuota"] == 16  # both plans applied
+    tp = TopicPartition(topic, 0)
+    reader = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id=group)
+    async with reader:
+        end = (await reader.end_offsets([tp]))[tp]
+        assert end == 6  # 4 events and 2 commit markers
+        assert await reader.committed(tp) == end
