@@ -156,6 +156,33 @@ _SETTING_FLAGS = (
 )
 
 
+# flags of the service only: --once and --output send nothing, spool nothing, serve nothing
+_SERVICE_ONLY = (
+    ("--topic", "topic"),
+    ("--no-send", "no_send"),
+    ("--metrics-addr", "metrics_addr"),
+    ("--metrics-port", "metrics_port"),
+    ("--spool-dir", "spool_dir"),
+    ("--spool-max-bytes", "spool_max_bytes"),
+    ("--state-dir", "state_dir"),
+    ("--shutdown-timeout", "shutdown_timeout_s"),
+)
+
+
+def check_flags_apply(args: argparse.Namespace) -> None:
+    """Refuse a flag given with ``--once`` or ``--output`` that would change nothing."""
+    if not (args.once or args.output):
+        return
+    given = [flag for flag, name in _SERVICE_ONLY if getattr(args, name) not in (None, False)]
+    if args.once:
+        given += ["--max-ticks"] if args.max_ticks is not None else []
+        why = "with --once (it prints one snapshot; no Kafka, spool or /metrics)"
+    else:
+        why = "with --output (snapshots go to the file; no Kafka, spool or /metrics)"
+    if given:
+        raise not_applying(given, why)
+
+
 def check_tenant_map(s: CollectorSettings) -> None:
     """Refuse a ``tenant_map`` file that cannot be read or holds a bad mapping."""
     if s.tenant_map:
@@ -174,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--max-ticks must be >= 1")
     if args.topic is not None:
         check_topic_name("--topic", args.topic)
+    check_flags_apply(args)
     if args.once:
         if args.output:  # the file asked for would not be written
             raise not_applying(
