@@ -45,9 +45,21 @@ def chart_horizon(rec: Recording) -> float | None:
     return horizons[0] if horizons else None
 
 
+def demand_steps(rec: Recording, tenant: str) -> list[tuple[float, float]]:
+    """The tenant's demand at every window end of the run from its first window on: 0
+    where it sent no window (a tenant that runs nothing sends none), so a quiet spell is
+    not drawn as its last window's demand held across it."""
+    own = rec.demand.get(tenant, {})
+    if not own:
+        return []
+    first = min(own)
+    ends = sorted({end for by_end in rec.demand.values() for end in by_end if end >= first})
+    return [(end, own.get(end, 0.0)) for end in ends]
+
+
 def quota_steps(rec: Recording, tenant: str) -> list[tuple[float, float]]:
-    """The tenant's quota over time: ``(time, GPUs)`` steps over its windows' span."""
-    ends = sorted(rec.demand.get(tenant, {}))
+    """The tenant's quota over time: ``(time, GPUs)`` steps over the span of its demand."""
+    ends = [end for end, _ in demand_steps(rec, tenant)]
     moves = sorted(  # by time; events of one time keep their order of arrival
         (
             (
@@ -71,18 +83,6 @@ def quota_steps(rec: Recording, tenant: str) -> list[tuple[float, float]]:
     if last > steps[-1][0]:
         steps.append((last, steps[-1][1]))
     return steps
-
-
-def demand_steps(rec: Recording, tenant: str) -> list[tuple[float, float]]:
-    """The tenant's demand at every window end of the run from its first window on: 0
-    where it sent no window (a tenant that runs nothing sends none), so a quiet spell is
-    not drawn as its last window's demand held across it."""
-    own = rec.demand.get(tenant, {})
-    if not own:
-        return []
-    first = min(own)
-    ends = sorted({end for by_end in rec.demand.values() for end in by_end if end >= first})
-    return [(end, own.get(end, 0.0)) for end in ends]
 
 
 def chart_series(rec: Recording, horizon_s: float | None) -> list[TenantSeries]:

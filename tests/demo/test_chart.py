@@ -93,3 +93,18 @@ def test_demand_is_zero_at_the_window_ends_a_tenant_sent_no_window_for() -> None
     # from the tenant's first window on: 0 where it sent none
     assert b.demand == [(end, 2.0 if end / 600 in sent["vc-b"] else 0.0) for end in ends[1:]]
     assert c.demand == [(1800.0, 2.0), (2400.0, 2.0), (3000.0, 0.0), (3600.0, 0.0)]
+
+
+def test_the_quota_is_drawn_as_far_as_the_demand_of_a_tenant_that_went_quiet() -> None:
+    rec = Recording()
+    for tenant, last in (("vc-a", 6), ("vc-b", 3)):
+        for k in range(1, last + 1):
+            rec.add_window(SimpleNamespace(tenant=tenant, window_end=600.0 * k,
+                                           running_gpus=2.0, pending_gpus=0.0))  # fmt: skip
+    rec.scraped_quota.update({"vc-a": 8.0, "vc-b": 4.0})
+    rec.events.append(SimpleNamespace(tenant="vc-b", window_end=1200.0, ts=1200.0,
+                                      current_quota_gpus=4.0, target_quota_gpus=8.0))  # fmt: skip
+    _, b = chart_series(rec, None)
+    # quiet from 2400 on: demand 0 to the run's last window end, the quota it holds too
+    assert b.demand[-1] == (3600.0, 0.0)
+    assert b.quota == [(600.0, 4.0), (1200.0, 8.0), (3600.0, 8.0)]
