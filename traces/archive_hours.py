@@ -53,8 +53,13 @@ def check_in_hour(path: Path, low: float, high: float, *, row: int | None = None
     where = (
         f"row {row}: event time {_utc(low)}" if row else f"event times {_utc(low)} to {_utc(high)}"
     )
-    kind = path.parent.parent.parent.name
-    belongs = f"; it belongs in {kind}/{_folder(low)}" if _folder(low) == _folder(high) else ""
+    kind_dir = path.parent.parent.parent
+    padded = _padded(kind_dir)
+    belongs = (
+        f"; it belongs in {kind_dir.name}/{_folder(low, padded)}"
+        if _folder(low) == _folder(high)
+        else ""
+    )
     raise UsageError(
         f"{path}: {where} UTC, outside the hour of its folder "
         f"({path.parent.parent.name}/{path.parent.name}, UTC): a replay would send it out "
@@ -66,5 +71,20 @@ def _utc(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts))
 
 
-def _folder(ts: float) -> str:
-    return time.strftime("date=%Y-%m-%d/hour=%H", time.gmtime(ts))
+def _folder(ts: float, padded: bool = True) -> str:
+    """The day and hour folders of ``ts``, as dprobe names them (``hour=04``) or, not
+    ``padded``, as other tools do (``hour=4``).
+
+    >>> _folder(1_699_935_000.0), _folder(1_699_935_000.0, padded=False)
+    ('date=2023-11-14/hour=04', 'date=2023-11-14/hour=4')
+    """
+    t = time.gmtime(ts)
+    hour = f"{t.tm_hour:02d}" if padded else str(t.tm_hour)
+    return time.strftime("date=%Y-%m-%d/hour=", t) + hour
+
+
+def _padded(kind_dir: Path) -> bool:
+    """Whether the hour folders under ``kind_dir`` have a leading zero (``hour=04``, as
+    dprobe writes them), so that a folder named to a user is one they see on disk; not
+    when one of them is named without it (``hour=4``, as other tools write them)."""
+    return not any(len(h.name) == len("hour=0") for h in kind_dir.glob("date=*/hour=*"))

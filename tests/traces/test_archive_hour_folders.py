@@ -72,3 +72,18 @@ def test_one_file_outside_an_archive_folder_is_read(tmp_path: Path) -> None:
     shutil.copy(f, alone)
     records, total = open_source(alone, "dprobe-parquet")
     assert ([r.ts for r in records], total) == ([T0], 1)
+
+
+def test_in_an_archive_without_leading_zeros_the_folder_named_has_none(tmp_path: Path) -> None:
+    """The folder a moved file belongs in is named as the archive's other folders are:
+    ``hour=0`` where another tool wrote ``hour=4``, ``hour=00`` in a dprobe archive."""
+    times = [T0 + 3600 * h for h in range(8)]  # 22:13 .. 05:13 the next day
+    _archive(tmp_path, times)
+    for day in (tmp_path / "jobs").iterdir():
+        for hour in day.iterdir():
+            hour.rename(hour.with_name(f"hour={int(hour.name[5:])}"))
+    moved = next((tmp_path / "jobs" / "date=2023-11-15" / "hour=0").iterdir())
+    shutil.move(moved, tmp_path / "jobs" / "date=2023-11-14" / "hour=22" / moved.name)
+    with pytest.raises(UsageError) as e:
+        open_source(tmp_path, "dprobe-parquet")
+    assert str(e.value).endswith("it belongs in jobs/date=2023-11-15/hour=0")
