@@ -55,9 +55,11 @@ def main() -> None:
     ap.add_argument("--table", help="a profile table CSV (dprobe schema or Lucid shape)")
     args = ap.parse_args()
     table = args.table
+    hint = "set DPROBE_TRACE_DIR or pass --table"
     if table is None and os.environ.get("DPROBE_TRACE_DIR"):
         candidate = Path(os.environ["DPROBE_TRACE_DIR"]) / "lucid-profiles" / "single_data.csv"
         table = str(candidate) if candidate.is_file() else None
+        hint = f"no {candidate}: pass --table"
     rows: list[Profile] = []
     if table:  # read and checked before any table is scored
         try:
@@ -71,7 +73,7 @@ def main() -> None:
     if table:
         report(f"{table}", rows)
     else:
-        print("\n(set DPROBE_TRACE_DIR or pass --table to also score the Lucid profiles)")
+        print(f"\n({hint} to also score the Lucid profiles)")
 
 
 if __name__ == "__main__":

@@ -4,11 +4,14 @@ line instead of printing an accuracy of 0.000."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.benchmarks.scripts import refused_with, run_benchmark
+from tests.benchmarks.scripts import BENCHMARKS, refused_with, run_benchmark
 
 pytestmark = pytest.mark.slow  # runs a benchmark script as a process: seconds each
 
@@ -40,3 +43,19 @@ def test_a_table_of_two_families_is_scored(tmp_path: Path) -> None:
     done = run_benchmark("profiler_lofo.py", "--table", str(table))
     assert done.returncode == 0, done.stderr
     assert f"== {table}: 3 profiles, 2 families" in done.stdout
+
+
+def test_a_trace_folder_without_the_lucid_table_says_so(tmp_path: Path) -> None:
+    """DPROBE_TRACE_DIR is set but holds no Lucid table: the shipped table is scored and the
+    closing note names the file it looked for (it said to set DPROBE_TRACE_DIR)."""
+    env = {**os.environ, "DPROBE_TRACE_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "profiler_lofo.py")],
+        capture_output=True, text=True, check=False, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "== shipped table" in done.stdout
+    wanted = tmp_path / "lucid-profiles" / "single_data.csv"
+    assert done.stdout.splitlines()[-1] == (
+        f"(no {wanted}: pass --table to also score the Lucid profiles)"
+    )
