@@ -38,6 +38,7 @@ from dprobe.collectors.seq import SeqCounter
 from dprobe.collectors.snapshot import SnapshotBuilder
 from dprobe.collectors.spool import DISK_FULL, Spool
 from dprobe.collectors.tenants import TenantResolver
+from dprobe.count_text import count_of
 from dprobe.lifecycle import AsyncService
 from dprobe.schema import HostSnapshot, encode
 
@@ -110,7 +111,11 @@ class Collector(AsyncService):
         self.metrics.spool_bytes.set_function(lambda: self.spool.pending_bytes)
         self.metrics.spool_pending.set_function(lambda: self.spool.pending_records)
         if self.spool.pending_records:
-            log.info("%d spooled snapshots to send first", self.spool.pending_records)
+            spooled = count_of(self.spool.pending_records, "snapshot")
+            if self.sender is not None:
+                log.info("%s in the spool to send first", spooled)
+            else:
+                log.info("%s in the spool (sending is off: they stay there)", spooled)
         if self.sender is not None:
             await self.sender.start()
         self._task = asyncio.create_task(self._loop(), name="dprobe-collector-ticks")
