@@ -7,6 +7,9 @@ took 93 s and ended in a traceback, longer than Kubernetes waits before it kills
 ``mode.Worker``, which ``faust.Worker`` is) arms a timer when the first SIGTERM or SIGINT
 arrives: if the worker has not exited ``shutdown_timeout_s`` later, it logs why and
 exits with code 1 at once; a second signal does the same without waiting (Ctrl-C twice).
+The same signal again within ``SAME_STOP_S`` is the same request delivered twice, not a
+second one: ``timeout(1)`` signals the worker and then its process group, which holds it
+too, and ``kill -TERM -PGID`` reaches it along with its parent's forwarding.
 
 Exiting without a clean stop loses nothing: a record is acknowledged only after what it
 caused was delivered, so every record not acknowledged is read again by the worker that
@@ -28,6 +31,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 from dprobe.errors import reason
@@ -35,6 +39,7 @@ from dprobe.errors import reason
 log = logging.getLogger(__name__)
 
 EXIT_UNCLEAN = 1  # stopped without a clean shutdown
+SAME_STOP_S = 0.2  # the same signal again this soon: one stop request delivered twice
 
 
 class ShutdownDeadline:
@@ -42,6 +47,7 @@ class ShutdownDeadline:
     or at the second, whatever the stop is still waiting for."""
 
     _signal_stop_time: Any  # set by mode.Worker when the first signal arrives
+    _first_stop: tuple[signal.Signals, float] | None = None  # the signal, monotonic time
 
     def __init__(self, *args: Any, shutdown_timeout_s: float = 25.0, **kwargs: Any) -> None:
         if not 0 < shutdown_timeout_s <= 3600:  # a timer much longer cannot be armed
@@ -51,8 +57,13 @@ class ShutdownDeadline:
 
     def _schedule_shutdown(self, signal: signal.Signals) -> None:
         if self._signal_stop_time:
+            first, at = self._first_stop or (None, 0.0)
+            if signal == first and time.monotonic() - at < SAME_STOP_S:
+                log.debug("%s delivered twice: one stop request", signal.name)
+                return
             self._give_up(f"{signal.name} received again while stopping")
             return
+        self._first_stop = (signal, time.monotonic())
         super()._schedule_shutdown(signal)  # type: ignore[misc]
         threading.excepthook = _thread_ended
         deadline = threading.Timer(

@@ -12,13 +12,16 @@ from pathlib import Path
 import pytest
 
 SCRIPT = """
-import asyncio, sys
+import asyncio, os, signal, sys
 import mode
 from dprobe.streams.shutdown_deadline import ShutdownDeadline
 
 class Service(mode.Service):
     async def on_started(self) -> None:
         print("started", flush=True)
+        if sys.argv[1] == "twice":  # one SIGTERM delivered twice, as timeout(1) does
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
 
     async def on_stop(self) -> None:
         if sys.argv[1] == "thread":  # faust's consumer thread, ended by a broker that is away
@@ -78,6 +81,15 @@ def test_a_second_signal_ends_it_at_once(tmp_path: Path) -> None:
     code, out, _ = _exit(proc, within_s=60)  # well before the 120-s deadline
     assert code == 1
     assert "SIGINT received again while stopping" in out
+
+
+def test_one_signal_delivered_twice_is_one_clean_stop(tmp_path: Path) -> None:
+    """``timeout 60 dprobe worker`` signals the worker, then its process group: the two
+    SIGTERMs are one request to stop, not a second signal that ends it at once."""
+    proc = _started(tmp_path, "twice", 120.0)
+    code, out, _ = _exit(proc, within_s=60)
+    assert code == 0, out
+    assert "received again" not in out and "exiting now" not in out
 
 
 def test_a_worker_that_stops_in_time_exits_0_without_waiting_for_the_deadline(
