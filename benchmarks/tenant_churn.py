@@ -98,8 +98,9 @@ def main() -> None:
     )
     print("| tenants seen | forget after | held | checkpoint MB | never forget: held | MB |")
     print("|---|---|---|---|---|---|")
+    after = f"{args.forget_h:g} h" if args.forget_h else "never"
     for (seen, held, mb, _), (_, held0, mb0, _) in zip(forgetting, keeping, strict=True):
-        print(f"| {seen} | {args.forget_h:g} h | {held} | {mb:.1f} | {held0} | {mb0:.1f} |")
+        print(f"| {seen} | {after} | {held} | {mb:.1f} | {held0} | {mb0:.1f} |")
 
 
 if __name__ == "__main__":
