@@ -229,6 +229,19 @@ class _Tail:
         return out
 
 
+async def _past_markers(consumer: Any, tail: _Tail) -> bool:
+    """Move what was handled on each partition read from to the consumer's position, past
+    the commit markers of the worker's transactions that follow the last records read (a
+    group committed at the marker shows a lag of 1 for ever); ``True`` when one moved."""
+    moved = False
+    for tp in consumer.assignment():
+        position = await consumer.position(tp)
+        if tp in tail.done and position > tail.done[tp]:
+            tail.done[tp] = position
+            moved = True
+    return moved
+
+
 async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
     from aiokafka import AIOKafkaConsumer
     from aiokafka.errors import CommitFailedError, KafkaConnectionError, KafkaError
@@ -288,7 +301,8 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
                 # plans held behind an older one that expired; printed off the event loop,
                 # as below, so a reader that is slow to take stdout stalls no heartbeat
                 more = await asyncio.to_thread(tail.flush)
-                if args.group and tail.printed != printed:  # what it printed is committed
+                moved = bool(args.group) and more and await _past_markers(consumer, tail)
+                if args.group and (tail.printed != printed or moved):  # what it printed
                     await consumer.commit(tail.commit_offsets())
                 if not more:
                     break
@@ -302,6 +316,8 @@ async def _tail(kafka: KafkaSettings, args: argparse.Namespace) -> int:
             # the group would drop this member and refuse the commit of what was printed.
             if not await asyncio.to_thread(tail.handle_all, records, seen):
                 stop.set()
+            elif args.group:
+                await _past_markers(consumer, tail)
             if args.group and tail.done:
                 await consumer.commit(tail.commit_offsets())
     except CommitFailedError:
