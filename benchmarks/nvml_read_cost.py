@@ -45,7 +45,7 @@ async def main_async(args: argparse.Namespace) -> int:
     try:
         await backend.open()
     except BackendError as exc:
-        print(f"nvml_read_cost: no usable NVML here: {exc}", file=sys.stderr)
+        print(f"{Path(__file__).name}: no usable NVML here: {exc}", file=sys.stderr)
         return 2
     try:
         await backend.read()  # the first read lists processes from scratch: not timed
