@@ -817,8 +817,12 @@ class ReplaySettings:
             raise ConfigError(
                 f"replay.speed must be 0 or 'max', or at least {too_slow(self.speed)}"
             )
-        if not self.tick_s > 0:
-            raise ConfigError("replay.tick_s must be > 0")
+        if not self.tick_s >= MIN_COLLECT_INTERVAL_S:  # shorter: a flood of snapshots,
+            # and past the precision of an event time, an endless one at a single instant
+            raise ConfigError(
+                f"replay.tick_s must be at least {MIN_COLLECT_INTERVAL_S:g} s (a collector's "
+                f"shortest interval), got {self.tick_s:g}"
+            )
         if not self.jobs_time_unit_s > 0:
             raise ConfigError("replay.jobs_time_unit_s must be > 0")
         if not 1 <= self.gpus_per_host <= MAX_GPUS_PER_HOST:
