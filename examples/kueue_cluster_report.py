@@ -252,6 +252,14 @@ def main(argv: list[str] | None = None) -> int:
         p.error(
             f"not a ClusterQueue list as `kubectl get clusterqueues -o json` prints it: {wrong}"
         )
+    listed = {cq.get("metadata", {}).get("name") for cq in queues["items"]}
+    unknown = sorted(q for q in tenant_of if q not in listed)
+    if unknown:  # misspelt: the report is complete, so its tenant would hold 0
+        p.error(
+            "--queue-map: "
+            + ", ".join(f"ClusterQueue {q} (tenant {tenant_of[q]})" for q in unknown)
+            + " not in the list: check the map, or remove the tenants whose queue is gone"
+        )
     skipped: list[str] = []
     quotas = queue_quotas(
         queues, tenant_of=tenant_of, cohort=args.cohort, flavor=args.flavor, skipped=skipped

@@ -239,3 +239,16 @@ def test_help_shows_the_pipeline_its_defaults_and_the_exit_statuses() -> None:
     assert "default kueue" in out  # --source
     for status in ("0", "1", "2"):
         assert f"{status}:" in out, status
+
+
+def test_a_queue_map_naming_a_queue_not_in_the_list_exits_2() -> None:
+    """A misspelt queue in the map would report the real queue under its own name and,
+    the report being complete, the mapped tenant as holding 0."""
+    res = _report(READABLE, "--cohort", "gpu-pool", "--queue-map", "vc-a=team-a,vc-b=team-bb")
+    assert res.returncode == 2 and res.stdout == "", res.stdout
+    assert "team-bb" in res.stderr and "vc-b" in res.stderr and "not in the list" in res.stderr
+    ok = _report(READABLE, "--cohort", "gpu-pool", "--queue-map", "vc-a=team-a,vc-b=team-b")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.split() == shlex.split(
+        kr.publish_line({"vc-a": 24, "vc-b": 32})
+    )  # 16 + 8 over its two flavors
