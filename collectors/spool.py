@@ -37,11 +37,13 @@ import fcntl
 import logging
 import os
 import struct
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from dprobe.count_text import count_of
 from dprobe.errors import UsageError
 from dprobe.folders import fsync_dir, make_dirs
 
@@ -52,6 +54,8 @@ _SUFFIX = ".spool"
 _MAX_RECORD = 64 * 1024 * 1024
 #: The errors of a write that a full disk (or a user's exhausted quota) refuses.
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+DROP_LOG_EVERY_S = 60.0  # a reason's drops are logged at most this often
+_monotonic = time.monotonic
 
 Position = tuple[int, int]  # (segment id, byte offset)
 
@@ -109,6 +113,7 @@ class Spool:
         self._active = 0
         self.last_seq: int | None = None
         self.dropped = 0
+        self._drops_said: dict[str, tuple[float, int]] = {}  # reason: logged when, since
 
     # lifecycle
     def open(self) -> None:
@@ -241,23 +246,44 @@ class Spool:
             self._drop(
                 lost - len(sending),
                 "spool_full",
-                "spool full (%d bytes): dropped %d oldest snapshots",
+                "spool full (%d bytes): dropped %s",
                 self.max_bytes,
+                noun="oldest snapshot",
             )
 
-    def _drop(self, lost: int, reason: str, msg: str, *args: object) -> None:
+    def _drop(
+        self, lost: int, reason: str, msg: str, *args: object, noun: str = "snapshot"
+    ) -> None:
         """Count ``lost`` records as dropped for good for ``reason``; ``msg`` ends with
-        the count."""
-        if lost > 0:
-            self.dropped += lost
-            log.warning(msg, *args, lost)
-            self._on_drop(lost, reason)
+        the count of ``noun`` s (``%s``). Logged at most once a minute per reason (a full
+        spool drops at every tick while Kafka is away), with the drops since the last line."""
+        if lost <= 0:
+            return
+        self.dropped += lost
+        self._on_drop(lost, reason)
+        now = _monotonic()
+        said = self._drops_said.get(reason)
+        if said is not None and now - said[0] < DROP_LOG_EVERY_S:
+            self._drops_said[reason] = (said[0], said[1] + lost)
+            return
+        self._drops_said[reason] = (now, 0)
+        since = ""
+        if said is not None and said[1]:
+            wall = time.localtime(time.time() - (now - said[0]))
+            since = f", and {said[1]:,} more since {time.strftime('%H:%M:%S', wall)}"
+        log.warning(
+            msg + "%s (drops are logged at most once a minute; "
+            "dprobe_collector_dropped_snapshots_total counts each)",
+            *args,
+            count_of(lost, noun),
+            since,
+        )
 
     def _settle_in_flight(self) -> None:
         """The batch in flight was not confirmed: its deleted records are lost."""
         lost, self._gone_in_flight = len(self._gone_in_flight), set()
         self._in_flight = {}
-        self._drop(lost, "spool_full", "spool full: dropped %d snapshots that were being sent")
+        self._drop(lost, "spool_full", "spool full: dropped %s that were being sent")
 
     # reading and acking
     def read(self, max_records: int = 500, max_bytes: int = 4 * 1024 * 1024) -> list[Record]:
@@ -303,7 +329,7 @@ class Spool:
             f.truncate(pos)
         self._sizes[seg] = pos
         lost, self._counts[seg] = self._counts[seg] - index, index
-        self._drop(lost, "spool_corrupt", "spool segment %d corrupt: dropped %d snapshots", seg)
+        self._drop(lost, "spool_corrupt", "spool segment %d corrupt: dropped %s", seg)
 
     def ack(self, position: Position, count: int) -> None:
         """Mark everything up to ``position`` (a record's ``end``) as delivered; delete
