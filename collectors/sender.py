@@ -41,6 +41,7 @@ from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.spool import Spool
 from dprobe.collectors.topic_create import NewTopicSpec, TopicNotCreatedYet, ensure_topic
 from dprobe.config import KafkaSettings
+from dprobe.count_text import count_of
 from dprobe.errors import UsageError, reason
 from dprobe.kafka_auth import auth_refused, watching_auth
 from dprobe.lifecycle import cancel_and_wait
@@ -173,8 +174,8 @@ class KafkaSender:
             if self._task is not None and not self._task.done():
                 if not await self.flush(timeout_s):
                     log.warning(
-                        "%d snapshots left in the spool for the next run",
-                        self.spool.pending_records,
+                        "%s left in the spool for the next run",
+                        count_of(self.spool.pending_records, "snapshot"),
                     )
                 self._closing = True  # a lost cancellation still ends the loop
                 await cancel_and_wait(self._task)
@@ -240,10 +241,11 @@ class KafkaSender:
                 if refused:
                     self._log_failure("%s: spooling", auth_refused(self.kafka))
                 else:
+                    waited = f"no answer within {self.send_timeout_s:g} s"
                     self._log_failure(
                         "Kafka at %s not reachable (%s): spooling",
                         self.kafka.bootstrap,
-                        reason(exc),
+                        waited if type(exc) is TimeoutError else reason(exc),
                     )
                 await self._stop_producer(producer)
                 return False
@@ -342,7 +344,8 @@ class KafkaSender:
         now = time.monotonic()
         if self._down_since is None or now - self._down_since >= 60.0:
             self._down_since = now
-            log.warning(msg + " (%d snapshots spooled)", *args, self.spool.pending_records)
+            spooled = count_of(self.spool.pending_records, "snapshot")
+            log.warning(msg + " (%s spooled)", *args, spooled)
         else:
             log.debug(msg, *args)
 
