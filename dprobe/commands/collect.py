@@ -379,8 +379,8 @@ async def _serve(s: CollectorSettings, args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
     log.info(
-        "stopped after %d snapshots; %d left in the spool",
-        collector.ticks,
+        "stopped after %s; %d left in the spool",
+        count_of(collector.ticks, "snapshot"),
         collector.spool.pending_records,
     )
     return 0
