@@ -194,6 +194,10 @@ def check_tenant_map(s: CollectorSettings) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
+    if args.host_id == "":  # "$NODE_NAME" unset: the host name would be a pod's
+        raise UsageError(
+            "--host-id is empty: give the node's name, or leave the flag out for the host name"
+        )
     cli: dict[str, Any] = {name: getattr(args, name, None) for name in _SETTING_FLAGS}
     s = settings(CollectorSettings, args, **cli)
     check_tenant_map(s)  # whatever the backend, before --output or a spool is touched

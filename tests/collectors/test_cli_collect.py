@@ -266,3 +266,15 @@ def test_a_killed_collector_loses_at_most_the_tick_in_progress(tmp_path: Path) -
     # in progress when the process died is missing
     assert after[0] in (len(before), len(before) + 1)
     assert after == list(range(after[0], after[0] + 3))
+
+
+def test_an_empty_host_id_flag_exits_2_instead_of_taking_the_host_name(capsys) -> None:
+    """``--host-id "$NODE_NAME"`` with the variable unset: in a pod the host name is the
+    pod's, a new host at each re-creation, so it is refused rather than used."""
+    assert main(["collect", "--backend", "synthetic", "--host-id", "", "--once"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.strip().splitlines() == [
+        "dprobe collect: --host-id is empty: give the node's name, or leave the flag out "
+        "for the host name"
+    ]
