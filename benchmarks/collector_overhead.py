@@ -37,6 +37,7 @@ from dprobe.clock import AcceleratedClock, ManualClock
 from dprobe.collectors.assemble import build_collector
 from dprobe.collectors.synthetic import SyntheticBackend
 from dprobe.config import BrokerSettings, CollectorSettings, KafkaSettings
+from dprobe.count_text import count_of
 
 
 def free_port() -> int:
@@ -143,7 +144,8 @@ async def main_async(args: argparse.Namespace) -> None:
     print()
     print(
         f"collector, {args.gpus} GPUs x {args.procs} processes, zstd, acks=all, "
-        f"spool fsync={'off' if args.no_fsync else 'on'}, {args.runs} runs x {args.ticks} ticks"
+        f"spool fsync={'off' if args.no_fsync else 'on'}, "
+        f"{count_of(args.runs, 'run')} x {count_of(args.ticks, 'tick')}"
     )
     print(
         f"  median CPU per tick (all threads) : {med:.2f} ms   (min {min(results):.2f}, "

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
+from dprobe.count_text import count_of
 from dprobe.errors import UsageError
 from dprobe.models.forecast.evaluation import rolling_origin
 from dprobe.models.forecast.registry import make_forecaster
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     for h, g in gains.items():
         print(
             f"job inputs change the multi-task model's pinball p90 at {h / 3600:g} h by "
-            f"{statistics.median(g):+.1%} (median of {len(g)} seeds; "
+            f"{statistics.median(g):+.1%} (median of {count_of(len(g), 'seed')}; "
             f"{', '.join(f'{x:+.1%}' for x in g)})"
         )
 

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._counts import at_least
 from dprobe.collectors.errors import BackendError
 from dprobe.collectors.nvml import NvmlBackend
+from dprobe.count_text import count_of
 
 
 async def one_run(backend: NvmlBackend, reads: int) -> tuple[float, float, int, int]:
@@ -55,7 +56,10 @@ async def main_async(args: argparse.Namespace) -> int:
     walls = [r[0] for r in runs]
     cpus = [r[1] for r in runs]
     gpus, procs = runs[-1][2], runs[-1][3]
-    print(f"{gpus} GPU(s), {procs} process(es) on them; {args.runs} runs x {args.reads} reads")
+    print(
+        f"{gpus} GPU(s), {procs} process(es) on them; "
+        f"{count_of(args.runs, 'run')} x {count_of(args.reads, 'read')}"
+    )
     print(f"wall per read: median {statistics.median(walls) * 1e3:.2f} ms "
           f"(runs {', '.join(f'{w * 1e3:.2f}' for w in walls)})")  # fmt: skip
     print(f"CPU per read:  median {statistics.median(cpus) * 1e3:.2f} ms "

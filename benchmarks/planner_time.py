@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._counts import at_least
+from dprobe.count_text import count_of
 from dprobe.models.planner import PlanInput, Planner, TenantState
 
 
@@ -72,7 +73,7 @@ def main() -> None:
     at_least(ap, a, "--tenants", "--plans", "--repeats")
     medians = [statistics.median(one_run(a.tenants, a.plans, seed)) for seed in range(a.repeats)]
     print(
-        f"planner: {a.tenants} VCs, {a.plans} plans x {a.repeats} runs: median "
+        f"planner: {a.tenants} VCs, {a.plans} plans x {count_of(a.repeats, 'run')}: median "
         f"{statistics.median(medians) * 1e3:.2f} ms per plan "
         f"(runs' medians {min(medians) * 1e3:.2f}-{max(medians) * 1e3:.2f} ms)"
     )

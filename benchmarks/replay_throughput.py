@@ -32,6 +32,7 @@ from dprobe.broker import LocalBroker
 from dprobe.collectors.snapshot import SnapshotBuilder
 from dprobe.collectors.synthetic import SyntheticBackend
 from dprobe.config import BrokerSettings, KafkaSettings, ReplaySettings
+from dprobe.count_text import count_of
 from dprobe.errors import UsageError
 from dprobe.sinks.archive_schema import row_of
 from dprobe.sinks.parquet_archive import ArchiveWriter
@@ -137,7 +138,8 @@ def main() -> None:
                 print(f"run {run + 1}: {n} records in {secs:.2f} s = {n / secs:,.0f} records/s")
             print(
                 f"replay throughput (Parquet -> Kafka, speed max, acks=all, zstd): "
-                f"median {statistics.median(rates):,.0f} records/s over {args.runs} runs "
+                f"median {statistics.median(rates):,.0f} records/s "
+                f"over {count_of(args.runs, 'run')} "
                 f"({statistics.median(rates) * size / records / 1e6:.1f} MB/s of JSON)"
             )
         finally:

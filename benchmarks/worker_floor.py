@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import benchmarks.worker_throughput as shape
 from benchmarks._counts import at_least
 from dprobe import schema
+from dprobe.count_text import count_of
 from dprobe.streams import codec
 from dprobe.streams.state import seq_tracker
 from dprobe.streams.state.bounds import shard_of
@@ -128,7 +129,7 @@ def main() -> None:
     ceiling = samples / total * 1e6
     print(
         f"{'sum':>15}: {total:7.1f} us / snapshot of {samples} process samples -> at most "
-        f"{ceiling:,.0f} process samples/s on one core (medians of {args.runs} runs)"
+        f"{ceiling:,.0f} process samples/s on one core (medians of {count_of(args.runs, 'run')})"
     )
     if args.json:
         print(
