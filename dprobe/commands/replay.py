@@ -13,8 +13,8 @@ with DPROBE_KAFKA_TOPIC_PREFIX=dprobe-replay. (the command prints the line). --p
 changes the prefix; --prefix dprobe. writes into the live topics on purpose.
 
 --speed is event seconds per wall second (1 = real time, 600 = 10 minutes a second,
-0 or max = as fast as possible). Malformed rows are skipped with a message naming file
-and line; --strict stops at the first one (exit 2).
+0 or max = as fast as possible, at least 0.001). Malformed rows are skipped with a message
+naming file and line; --strict stops at the first one (exit 2).
 
   dprobe replay archive/ --format dprobe-parquet --speed max
   dprobe replay ../shared/data/helios-earth-vcs/vc6YE.csv.gz --format helios-vc --speed 600
@@ -58,7 +58,11 @@ def _speed(text: str) -> float:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", metavar="PATH", help="archive folder or file, or a trace file/folder")
     p.add_argument("--format", dest="fmt", required=True, choices=FORMATS, help="input format")
-    p.add_argument("--speed", type=_speed, help="speed factor; 0 or max = as fast as possible (0)")
+    p.add_argument(
+        "--speed",
+        type=_speed,
+        help="event seconds per wall second, at least 0.001; 0 or max = as fast as possible (0)",
+    )
     p.add_argument(
         "--topic",
         action="append",
@@ -84,7 +88,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--tick",
         type=float,
         dest="tick_s",
-        help="telemetry tick of the synthetic hosts, not with dprobe-parquet (60 s)",
+        help="telemetry tick of the synthetic hosts in seconds, at least 0.01; not with "
+        "dprobe-parquet (60 s)",
     )
     p.add_argument(
         "--gpus-per-host", type=int, help="GPUs per synthetic host, not with dprobe-parquet (8)"
