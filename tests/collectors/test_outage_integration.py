@@ -9,29 +9,24 @@ batches are allowed; consumers drop them by (host, seq)).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
-import logging
 import os
 import signal
-import socket
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
-from dprobe.broker import LocalBroker
 from dprobe.collectors.assemble import build_collector
 from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.sender import KafkaSender
 from dprobe.collectors.spool import Spool
-from dprobe.config import BrokerSettings, CollectorSettings, KafkaSettings
+from dprobe.config import CollectorSettings, KafkaSettings
 from dprobe.schema import decode_snapshot
 
+from .own_broker import broker_pid, own_broker, wait_for
 from .test_produce_integration import read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -39,52 +34,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 OUTAGE_S = 31.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
-
-
-@contextlib.asynccontextmanager
-async def _own_broker(
-    tmp_path: Path, topic: str, request: pytest.FixtureRequest
-) -> AsyncIterator[LocalBroker]:
-    """A broker of the test's own (it stops or pauses it) holding ``topic`` (one
-    partition), with aiokafka's reconnect noise quiet; resumed if paused, then stopped."""
-    quiet = logging.getLogger("aiokafka")
-    request.addfinalizer(lambda level=quiet.level: quiet.setLevel(level))
-    quiet.setLevel(logging.CRITICAL)
-    state = tmp_path / "broker"
-    broker = LocalBroker(
-        BrokerSettings(port=free_port(), controller_port=free_port(), state_dir=state)
-    )
-    await asyncio.to_thread(broker.start)
-    try:
-        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(topic, 1, 1)])
-        finally:
-            await admin.close()
-        yield broker
-    finally:
-        with contextlib.suppress(OSError, ValueError):  # stopped already: no pid file
-            os.kill(int((state / "broker.pid").read_text()), signal.SIGCONT)
-        await asyncio.to_thread(broker.stop)
-
-
 async def test_no_seq_is_lost_across_a_broker_outage(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    async with _own_broker(tmp_path, "outage-samples", request) as broker:
+    async with own_broker(tmp_path, request, topic="outage-samples") as broker:
         registry = CollectorRegistry()
         settings = CollectorSettings(
             kafka=KafkaSettings(bootstrap=broker.bootstrap, request_timeout_ms=5000),
@@ -156,7 +109,7 @@ async def test_a_producer_given_up_on_while_kafka_is_away_leaves_nothing_running
     every failed delivery of a long-running collector leaves one more client behind. And
     closing it leaves no error for asyncio to log (an unretrieved exception, a pending
     task destroyed, an unclosed producer)."""
-    async with _own_broker(tmp_path, "given-up", request) as broker:
+    async with own_broker(tmp_path, request, topic="given-up") as broker:
         spool = Spool(tmp_path / "spool", max_bytes=1 << 20, fsync=False)
         spool.open()
         registry = CollectorRegistry()
@@ -175,7 +128,7 @@ async def test_a_producer_given_up_on_while_kafka_is_away_leaves_nothing_running
             send_timeout_s=2.0,
             producer_factory=producer,
         )
-        pid = int((tmp_path / "broker" / "broker.pid").read_text())
+        pid = broker_pid(tmp_path)
         before = asyncio.all_tasks()
         spool.append(0, b"0")
         await sender.start()

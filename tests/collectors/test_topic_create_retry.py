@@ -10,25 +10,22 @@ and then sends everything, in order, to the topic as configured.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
 from prometheus_client import CollectorRegistry
 
-from dprobe.broker import LocalBroker
 from dprobe.collectors.metrics import CollectorMetrics
 from dprobe.collectors.sender import KafkaSender
 from dprobe.collectors.spool import Spool
 from dprobe.collectors.topic_create import NewTopicSpec
-from dprobe.config import BrokerSettings, KafkaSettings
+from dprobe.config import KafkaSettings
 
-from .test_outage_integration import free_port, wait_for
+from .own_broker import broker_pid, own_broker, wait_for
 from .test_produce_integration import _layout, read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -36,32 +33,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 HUNG_S = 6.0
 
 
-@contextlib.asynccontextmanager
-async def _pausable_broker(
-    tmp_path: Path, request: pytest.FixtureRequest
-) -> AsyncIterator[LocalBroker]:
-    """A broker of the test's own, with no topic; resumed if paused, then stopped."""
-    quiet = logging.getLogger("aiokafka")
-    request.addfinalizer(lambda level=quiet.level: quiet.setLevel(level))
-    quiet.setLevel(logging.CRITICAL)
-    state = tmp_path / "broker"
-    broker = LocalBroker(
-        BrokerSettings(port=free_port(), controller_port=free_port(), state_dir=state)
-    )
-    await asyncio.to_thread(broker.start)
-    try:
-        yield broker
-    finally:
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int((state / "broker.pid").read_text()), signal.SIGCONT)
-        await asyncio.to_thread(broker.stop)
-
-
 async def test_a_topic_creation_that_times_out_is_retried_before_anything_is_sent(
     tmp_path: Path, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with _pausable_broker(tmp_path, request) as broker:
-        pid = int((tmp_path / "broker" / "broker.pid").read_text())
+    async with own_broker(tmp_path, request) as broker:
+        pid = broker_pid(tmp_path)
         loop = asyncio.get_running_loop()
         connects: list[int] = []
 
