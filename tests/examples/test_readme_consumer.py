@@ -37,8 +37,8 @@ def test_the_readme_block_is_the_consumer_it_describes() -> None:
         assert needle in code
 
 
-# A stand-in for aiokafka: yields the records of FAKE_RECORDS (hex values), prints each
-# commit with the position reached, and "stop".
+# A stand-in for aiokafka: gives the records of FAKE_RECORDS (hex values) one per batch,
+# then a Ctrl-C; prints each commit with the offset committed, and "stop".
 FAKE_AIOKAFKA = """
 import json, os
 from types import SimpleNamespace
@@ -48,7 +48,7 @@ class AIOKafkaConsumer:
     def __init__(self, *topics, **config):
         with open(os.environ["FAKE_RECORDS"]) as fh:
             self.records = [bytes.fromhex(h) for h in json.load(fh)]
-        self.position = 0
+        self.next = 0  # the offset of the next record
 
     async def start(self):
         if os.environ.get("FAKE_START_WAITS"):  # a group join that waits (a dead member)
@@ -60,16 +60,20 @@ class AIOKafkaConsumer:
     async def stop(self):
         print("stop")
 
-    async def _records(self):
-        for offset, value in enumerate(self.records):
-            self.position = offset + 1
-            yield SimpleNamespace(offset=offset, value=value)
+    async def getmany(self, timeout_ms=0):  # one record per batch; Ctrl-C once all are read
+        if self.next == len(self.records):
+            raise KeyboardInterrupt
+        offset, self.next = self.next, self.next + 1
+        return {"tp": [SimpleNamespace(offset=offset, value=self.records[offset])]}
 
-    def __aiter__(self):
-        return self._records()
+    def assignment(self):
+        return {"tp"}
 
-    async def commit(self):
-        print(f"commit {self.position}")
+    async def position(self, tp):
+        return self.next
+
+    async def commit(self, offsets):
+        print(f"commit {offsets['tp']}")
 """
 
 
@@ -200,3 +204,39 @@ async def test_the_readme_consumer_applies_each_plan_once(kafka, tmp_path: Path)
         await producer.send_and_wait(topic, encode(ev("e4", "vc-d", 8, 4, plan="p2")))
     again, err = _run_until([sys.executable, str(script)], lines=2, timeout_s=60)
     assert again == ["p2 vc-d 8.0 -> 4.0", "p2 vc-c 4.0 -> 8.0"], (again, err)
+
+
+@pytest.mark.integration
+async def test_the_readme_consumer_leaves_no_lag_after_transactional_plans(
+    kafka, tmp_path: Path
+) -> None:
+    # the worker sends each plan in a transaction, whose commit marker takes the offset
+    # after the plan's last event: a consumer caught up must commit past it, or its group
+    # shows a lag of 1 for ever
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    topic = await kafka.create_topic("scaling-events", partitions=1)
+    group = kafka.unique("quota-controller")
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka.bootstrap, transactional_id=kafka.unique("planner")
+    )
+    async with producer:
+        for plan, (donor, receiver) in (("p1", ("vc-a", "vc-b")), ("p2", ("vc-b", "vc-a"))):
+            async with producer.transaction():
+                for e in (
+                    ev(f"{plan}-d", donor, 16, 8, plan=plan, size=2, seq=1),
+                    ev(f"{plan}-r", receiver, 8, 16, plan=plan, size=2, seq=2),
+                ):
+                    await producer.send(topic, encode(e), key=e.tenant.encode())
+    script = tmp_path / "consumer.py"
+    code = readme_consumer().replace('"dprobe.scaling-events"', repr(topic))
+    code = code.replace('"127.0.0.1:9092"', repr(kafka.bootstrap))
+    script.write_text(code.replace('"quota-controller"', repr(group)), encoding="utf-8")
+
+    out, err = _run_until([sys.executable, str(script)], lines=4, timeout_s=60)
+    assert len(out) == 4, (out, err)
+    tp = TopicPartition(topic, 0)
+    async with AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id=group) as reader:
+        end = (await reader.end_offsets([tp]))[tp]
+        assert end == 6  # 4 events and a commit marker per plan
+        assert await reader.committed(tp) == end
