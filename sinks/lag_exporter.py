@@ -12,6 +12,8 @@ kafka_exporter work unchanged:
 - ``kafka_consumergroup_lag_sum{consumergroup,topic}``;
 - ``kafka_consumergroup_current_offset{consumergroup,topic,partition}`` (committed);
 - ``kafka_topic_partition_current_offset{topic,partition}`` (log end);
+- ``kafka_topic_partitions{topic}`` (how many partitions a watched topic has: the most
+  consumers of a group that get work);
 - ``kafka_consumergroup_members{consumergroup}`` (0: no consumer of the group runs);
 - ``dprobe_lag_refresh_errors_total{consumergroup}`` and
   ``dprobe_lag_last_refresh_timestamp_seconds{consumergroup}`` (how fresh the values are).
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry
@@ -74,6 +77,9 @@ class LagCollector(Collector):
             "Log-end offset of a partition",
             labels=["topic", "partition"],
         )
+        counts = GaugeMetricFamily(
+            "kafka_topic_partitions", "Number of partitions of a topic", labels=["topic"]
+        )
         members = GaugeMetricFamily(
             "kafka_consumergroup_members", "Members of the group", labels=["consumergroup"]
         )
@@ -107,7 +113,9 @@ class LagCollector(Collector):
             errors.add_metric([g], p.errors)
             if p.updated_at is not None:
                 fresh.add_metric([g], p.updated_at)
-        yield from (lag, lag_sum, current, ends, members, errors, fresh)
+        for topic, n in sorted(Counter(topic for topic, _ in seen_ends).items()):
+            counts.add_metric([topic], n)
+        yield from (lag, lag_sum, current, ends, counts, members, errors, fresh)
 
 
 class LagExporter(AsyncService):

@@ -2,12 +2,12 @@
 
 Serves kafka_exporter's metric names (kafka_consumergroup_lag, kafka_consumergroup_lag_sum,
 kafka_consumergroup_current_offset, kafka_topic_partition_current_offset,
-kafka_consumergroup_members) for the watched groups on http://ADDR:PORT/metrics. Lag is
-the end offset minus the committed one; a partition the group has not committed on yet
-lags by all it holds (dprobe's worker and archive start at the oldest record), where
-kafka_exporter reports -1. Run one per Kafka cluster; alerts and autoscalers read lag
-from it. Stop with SIGTERM or Ctrl-C; it exits 1 if polling fails unexpectedly (its
-service then restarts it).
+kafka_topic_partitions, kafka_consumergroup_members) for the watched groups on
+http://ADDR:PORT/metrics. Lag is the end offset minus the committed one; a partition the
+group has not committed on yet lags by all it holds (dprobe's worker and archive start at
+the oldest record), where kafka_exporter reports -1. Run one per Kafka cluster; alerts
+and autoscalers read lag from it. Stop with SIGTERM or Ctrl-C; it exits 1 if polling
+fails unexpectedly (its service then restarts it).
 
   dprobe lag                                   # groups dprobe-worker and dprobe-archive
   dprobe lag --group dprobe-worker --metrics-port 9403

@@ -54,6 +54,7 @@ async def test_a_group_nobody_runs_is_exported_with_kafka_exporters_names(kafka)
         assert value("kafka_consumergroup_current_offset", topic=topic, partition="1") is None
         ends = {"topic": topic, "partition": "0"}
         assert reg.get_sample_value("kafka_topic_partition_current_offset", ends) == 10
+        assert reg.get_sample_value("kafka_topic_partitions", {"topic": topic}) == 2
         assert value("kafka_consumergroup_members") == 0
         await _produce(kafka.bootstrap, topic, {0: 5})
         # a refresh in flight may have read the end offsets before the produce: wait for
