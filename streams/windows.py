@@ -530,11 +530,16 @@ class Windows:
         return {base + i * w: spoken.get(i, set()) for i in range(count)}
 
     def _prune_jobs(self, ps: PartitionState, batch: _Batch, before: float) -> None:
-        """The job books drop what every window ending at or before ``before`` used."""
+        """The job books drop what every window ending at or before ``before`` used; a
+        tenant whose book is left empty (its last job removed ``forget_after_s`` ago) leaves
+        the index, so tenants that come and go do not pile up in memory or in the table."""
         index = self._job_index(batch, ps)
-        for t, book in index.books.items():
+        for t, book in list(index.books.items()):
             jobs, legacy = book.prune(before)
             self._stage_jobs(index, t, book, jobs, legacy, batch=batch)
+            if book.empty:
+                del index.books[t]
+                ps.forget_job_tenant(t)
 
     def _window_state(self, tenant: str, start: float, batch: _Batch) -> Any:
         """``tenant``'s window at ``start``, its shards merged (read-only)."""

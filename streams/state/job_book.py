@@ -689,3 +689,9 @@ class TenantJobs:
 
     def __len__(self) -> int:
         return len(self.entries)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing left, in memory or stored: no job, no remembered removal, no older
+        worker's shard (a new event starts the book afresh)."""
+        return not self.entries and not self._legacy

@@ -295,3 +295,66 @@ def test_a_jobs_value_stays_under_its_bound_at_the_worst_sizes() -> None:
     assert entry is not None and len(entry["l"]) == 120  # 40 lifetimes, none pruned yet
     limit = job_book.entry_bytes_bound(entry) + job_book.EVENT_BYTES
     assert book.make_room(WORST, limit - 1)[1] is False  # one more event could pass it
+
+
+def _job_tenants_stored(table: FakeTable) -> set[str]:
+    """The tenants the stored tenant index lists as having job events."""
+    out: set[str] = set()
+    for key, raw in table.data.items():
+        if key.startswith(b"p|") and raw is not None:
+            value = codec.loads(raw)
+            if isinstance(value, dict):
+                out.update(value.get("job_tenants", ()))
+    return out
+
+
+def test_a_tenant_whose_jobs_are_long_gone_leaves_the_books_and_can_come_back() -> None:
+    # one job of vc-gone runs and finishes; a day later (the time a removed job is
+    # remembered) its book is empty and the tenant leaves the index, in memory and in the
+    # table; a restart does not bring it back, and a new job of it starts a new book
+    later = T0 + job_book.FORGET_AFTER_S + 1_000.0
+    ev = [
+        schema.JobEvent(ts=T0 + 1, event="submit", job="job1", tenant="vc-gone", gpus=4),
+        schema.JobEvent(ts=T0 + 2, event="start", job="job1", tenant="vc-gone", gpus=4),
+        schema.JobEvent(ts=T0 + 25, event="finish", job="job1", tenant="vc-gone", gpus=4),
+    ]
+
+    async def run() -> tuple[FakeTable, FakeTopic, Windows, set[str], set[str]]:
+        table, features = FakeTable(), FakeTopic()
+        stage = _stage(table, features)
+        values = [codec.encode_partials([_partial(T0)])] + [codec.encode_job(e) for e in ev]
+        values.append(codec.encode_watermark(codec.SourceWatermark(source=0, ts=T0 + 60)))
+        values.append(codec.encode_partials([_partial(later)]))
+        values.append(codec.encode_watermark(codec.SourceWatermark(source=0, ts=later + 30)))
+        for offset, value in enumerate(values[:-2]):
+            await stage.on_updates([_event("updates", 0, offset, value)])
+        before = _job_tenants_stored(table)
+        for offset, value in enumerate(values[-2:], start=len(values) - 2):
+            await stage.on_updates([_event("updates", 0, offset, value)])
+        return table, features, stage, before, _job_tenants_stored(table)
+
+    table, features, stage, before, after = asyncio.run(run())
+    gone = [schema.decode_window(v) for _, _, v in features.sent]
+    gone = [w for w in gone if w.tenant == "vc-gone"]
+    assert [w.window_start for w in gone] == [T0, T0 + 10, T0 + 20]  # it was there
+    assert gone[-1].flow is not None and gone[-1].flow.finished_jobs == 1
+    assert before == {"vc-gone"} and after == set()
+    assert not [k for k in table.data if k.startswith(b"jb|vc-gone|")]
+    assert all(set(index.books) == set() for index in stage._jobs.values())
+
+    async def again() -> list[schema.TenantWindow]:
+        restarted = FakeTable.recovered(table.changelog)
+        assert _job_tenants_stored(restarted) == set()
+        features = FakeTopic()
+        stage = _stage(restarted, features)
+        t = later + 100
+        new = schema.JobEvent(ts=t + 1, event="submit", job="job2", tenant="vc-gone", gpus=2)
+        values = [codec.encode_partials([_partial(t)]), codec.encode_job(new)]
+        values.append(codec.encode_watermark(codec.SourceWatermark(source=0, ts=t + 30)))
+        for offset, value in enumerate(values, start=100):
+            await stage.on_updates([_event("updates", 0, offset, value)])
+        assert _job_tenants_stored(restarted) == {"vc-gone"}
+        return [schema.decode_window(v) for _, _, v in features.sent]
+
+    back = [w for w in asyncio.run(again()) if w.tenant == "vc-gone"]
+    assert [(w.window_start, w.pending_gpus) for w in back][:1] == [(later + 100, 2.0)]
