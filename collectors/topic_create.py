@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
+from aiokafka.errors import (
+    InvalidReplicationFactorError,
+    KafkaError,
+    KafkaTimeoutError,
+    TopicAlreadyExistsError,
+    for_code,
+)
 
 from dprobe import topic_configs
 from dprobe.config import KafkaSettings
@@ -36,6 +42,12 @@ from dprobe.errors import reason
 from dprobe.topic_create import TopicCreateError, create_topics
 
 log = logging.getLogger(__name__)
+
+# refusals that pass by themselves besides those Kafka marks retriable: a replication factor
+# above the brokers registered now (one restarting: the collector's setting is the
+# cluster's, and a broker that creates the topic on demand instead would give it its own
+# layout)
+_PASSING_CODES = frozenset({InvalidReplicationFactorError.errno})
 
 
 class TopicNotCreatedYet(Exception):
@@ -91,14 +103,19 @@ async def ensure_topic(
 
 def passes(exc: BaseException) -> bool:
     """True for a failure to create a topic that may pass by itself: no answer in time,
-    no connection, or an error Kafka marks retriable (not an ACL or a bad setting).
+    no connection, an error Kafka marks retriable, or fewer brokers up than the
+    replication factor (a broker restarting; not an ACL or another bad setting).
 
     >>> from aiokafka.errors import TopicAuthorizationFailedError
     >>> passes(TimeoutError()), passes(TopicAuthorizationFailedError())
     (True, False)
+    >>> passes(TopicCreateError("...", codes=frozenset({InvalidReplicationFactorError.errno})))
+    True
     """
     if isinstance(exc, TimeoutError | OSError | KafkaTimeoutError):
         return True
+    if isinstance(exc, TopicCreateError) and exc.codes:
+        return all(c in _PASSING_CODES or for_code(c).retriable for c in exc.codes)
     return bool(getattr(exc, "retriable", False))
 
 

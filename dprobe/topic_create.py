@@ -28,11 +28,15 @@ class TopicCreateError(UsageError):
     """The broker refused to create one or more topics (the reasons in the message).
 
     ``retriable``: every reason is one that passes by itself (the controller timed out or
-    moved), so the same request may succeed later."""
+    moved), so the same request may succeed later. ``codes``: Kafka's error codes of the
+    refusal."""
 
-    def __init__(self, message: str, *, retriable: bool = False) -> None:
+    def __init__(
+        self, message: str, *, retriable: bool = False, codes: frozenset[int] = frozenset()
+    ) -> None:
         super().__init__(message)
         self.retriable = retriable
+        self.codes = codes
 
 
 def refusals(response: Any) -> list[str]:
@@ -63,4 +67,5 @@ async def create_topics(admin: Any, new: list[Any]) -> None:
         raise TopicCreateError(
             "Kafka refused to create topic(s): " + "; ".join(refused),
             retriable=all(for_code(c).retriable for c in codes),
+            codes=frozenset(codes),
         )

@@ -78,3 +78,52 @@ async def test_a_topic_creation_that_times_out_is_retried_before_anything_is_sen
         assert list(dict.fromkeys(values)) == [str(s).encode() for s in range(20)]
         said = [r.getMessage() for r in caplog.records if r.name.startswith("dprobe")]
         assert any(topic in m and "retry" in m for m in said), said
+
+
+async def test_too_few_brokers_for_the_replication_factor_is_waited_out(
+    kafka, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # replication factor 2 on a broker alone, as on a cluster whose other broker restarts:
+    # the collector sends nothing (a broker that creates topics on demand would make the
+    # topic with its own layout), spools and tries again; once the topic exists (the
+    # broker came back, or an operator created it) everything goes, in order
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    spool = Spool(tmp_path / "spool", max_bytes=1 << 20, fsync=False)
+    spool.open()
+    for seq in range(10):
+        spool.append(seq, str(seq).encode())
+    topic = kafka.unique("rf") + ".samples"
+    sender = KafkaSender(
+        KafkaSettings(bootstrap=kafka.bootstrap, request_timeout_ms=3000),
+        topic,
+        key=b"h1",
+        spool=spool,
+        metrics=CollectorMetrics(CollectorRegistry()),
+        send_timeout_s=2.0,
+        create=NewTopicSpec(partitions=2, replication_factor=2),
+    )
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if topic in r.getMessage()]
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    await admin.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="dprobe"):
+            await sender.start()
+            try:
+                await wait_for(lambda: any("retry" in m for m in said()), 30, "a retry")
+                await asyncio.sleep(2.0)
+                assert spool.pending_records == 10  # nothing sent meanwhile
+                assert topic not in await admin.list_topics()  # nor made on demand
+                assert all("InvalidReplicationFactor" in m for m in said()), said()
+                await admin.create_topics([NewTopic(topic, 2, 1)])
+                await wait_for(lambda: spool.pending_records == 0, 90, "the spool to drain")
+            finally:
+                await sender.stop(timeout_s=0)
+    finally:
+        await admin.close()
+    records = await read_topic(kafka.bootstrap, topic, expect=10)
+    values = [r.value for r in sorted(records, key=lambda r: r.offset)]
+    assert list(dict.fromkeys(values)) == [str(s).encode() for s in range(10)]
