@@ -343,10 +343,9 @@ class CollectorSettings:
         _check_topic_layout("collector", self.partitions, self.replication_factor)
         if self.compression not in {"zstd", "lz4", "gzip", "snappy", "none"}:
             raise ConfigError("collector.compression must be zstd, lz4, gzip, snappy or none")
-        if self.clock_speed <= 0 or self.send_timeout_s <= 0 or self.nvml_timeout_s <= 0:
-            raise ConfigError(
-                "collector.clock_speed, send_timeout_s and nvml_timeout_s must be > 0"
-            )
+        for name in ("clock_speed", "send_timeout_s", "nvml_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"collector.{name} must be > 0")
         _check_clock_speed(self.clock_speed, self.interval_s)
         if self.spool_max_bytes < 1024 * 1024:
             raise ConfigError("collector.spool_max_bytes must be at least 1 MiB")
@@ -615,10 +614,11 @@ class WorkerSettings:
                 "worker.app_id must be 1 to 200 letters, digits, '.', '_' or '-' "
                 f"(it names Kafka topics): {self.app_id!r}"
             )
-        if not (self.commit_interval_s > 0 and self.lag_interval_s > 0 and self.source_idle_s >= 0):
-            raise ConfigError(
-                "worker.commit_interval_s and lag_interval_s must be > 0, source_idle_s >= 0"
-            )
+        for name in ("commit_interval_s", "lag_interval_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"worker.{name} must be > 0 seconds")
+        if not self.source_idle_s >= 0:
+            raise ConfigError("worker.source_idle_s must be >= 0 seconds")
         if not self.health_stale_s >= 5:
             raise ConfigError("worker.health_stale_s must be >= 5 seconds")
         if not 1 <= self.producer_buffer_messages <= 10_000_000:
@@ -632,12 +632,9 @@ class WorkerSettings:
                 "worker.max_state_bytes must be within [4096, worker.max_message_bytes] and "
                 "max_message_bytes at most 2147483647 (Kafka's limit)"
             )
-        shards = (self.window_host_shards, self.job_book_shards, self.tenant_index_shards)
-        if not all(1 <= n <= 4_096 for n in shards):
-            raise ConfigError(
-                "worker.window_host_shards, job_book_shards and tenant_index_shards "
-                "must be within [1, 4096]"
-            )
+        for name in ("window_host_shards", "job_book_shards", "tenant_index_shards"):
+            if not 1 <= getattr(self, name) <= 4_096:
+                raise ConfigError(f"worker.{name} must be within [1, 4096]")
         if not (
             1 <= self.node_gpus <= self.capacity_gpus <= 10_000_000
             and 0 <= self.guaranteed_gpus <= self.capacity_gpus
@@ -737,8 +734,9 @@ class ArchiveSettings:
     compression_level: int = 3
 
     def __post_init__(self) -> None:
-        if self.flush_records < 1 or self.flush_bytes < 1 or self.flush_interval_s <= 0:
-            raise ConfigError("archive.flush_records, flush_bytes and flush_interval_s must be > 0")
+        for name in ("flush_records", "flush_bytes", "flush_interval_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"archive.{name} must be > 0")
         if not ZSTD_LEVELS[0] <= self.compression_level <= ZSTD_LEVELS[1]:
             raise ConfigError(
                 f"archive.compression_level must be within [{ZSTD_LEVELS[0]}, {ZSTD_LEVELS[1]}] "

@@ -754,3 +754,29 @@ def test_every_misplaced_key_and_unknown_section_of_a_file_is_named_at_once(
     assert "[worker] must be a table, not a string" in problems[0]
     assert "top-level key(s) speed outside any section" in problems[1]
     assert "unknown section(s) [colector] (did you mean [collector]?)" in problems[2]
+
+
+@pytest.mark.parametrize(
+    ("cls", "section", "name", "value", "bound"),
+    [
+        (CollectorSettings, "collector", "clock_speed", "0", "> 0"),
+        (CollectorSettings, "collector", "send_timeout_s", "0", "> 0"),
+        (CollectorSettings, "collector", "nvml_timeout_s", "-1", "> 0"),
+        (WorkerSettings, "worker", "commit_interval_s", "0", "> 0 seconds"),
+        (WorkerSettings, "worker", "lag_interval_s", "0", "> 0 seconds"),
+        (WorkerSettings, "worker", "source_idle_s", "-1", ">= 0 seconds"),
+        (WorkerSettings, "worker", "window_host_shards", "0", "within [1, 4096]"),
+        (WorkerSettings, "worker", "job_book_shards", "5000", "within [1, 4096]"),
+        (WorkerSettings, "worker", "tenant_index_shards", "0", "within [1, 4096]"),
+        (ArchiveSettings, "archive", "flush_records", "0", "> 0"),
+        (ArchiveSettings, "archive", "flush_bytes", "0", "> 0"),
+        (ArchiveSettings, "archive", "flush_interval_s", "0", "> 0"),
+    ],
+)
+def test_a_bound_names_only_the_setting_that_broke_it(
+    cls: type, section: str, name: str, value: str, bound: str
+) -> None:
+    env = {f"DPROBE_{section.upper()}_{name.upper()}": value}
+    with pytest.raises(ConfigError) as err:
+        load(cls, env=env)
+    assert str(err.value).startswith(f"{section}.{name} must be {bound} (given: ")
