@@ -102,7 +102,10 @@ def main(argv: list[str] | None = None) -> None:
         p.exit(2, f"{p.prog}: {why}\n")
     gains: dict[float, list[float]] = {h: [] for h in HORIZONS[1:]}
     print(f"{len(windows)} windows; test from {args.test_start}")
-    print(f"{'seed':>4s} {'model':>22s} {'horizon':>8s} {'pinball':>8s} {'cover':>6s} {'MASE':>6s}")
+    print(
+        f"{'seed':>4s} {'model':>22s} {'horizon':>8s} {'pinball GPUs':>12s} "
+        f"{'cover':>6s} {'MASE':>6s}"
+    )
     for seed in (int(s) for s in args.seeds.split(",")):
         names = ("last-value", "job-aware", "dprobe-mmoe", "dprobe-mmoe-jobs")
         models = [make_forecaster(n, seed=seed, calibrate=True) for n in names]
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         pinball = {(r.model, r.horizon_s): r.pinball_p90 for r in res.rows}
         for r in res.rows:
             print(
-                f"{seed:4d} {r.model:>22s} {r.horizon_s / 60:>7g}m {r.pinball_p90:8.3f} "
+                f"{seed:4d} {r.model:>22s} {r.horizon_s / 60:>7g}m {r.pinball_p90:12.3f} "
                 f"{r.p90_coverage:6.3f} {r.mase:6.3f}"
             )
         for h, g in gains.items():
