@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     # everything started is stopped, one line says so last, exit 130
     broker = None
     interrupted = False
+    launched = False  # the demo began to start its broker
     started = False  # the broker the demo started is ready (kept with --keep-broker)
     with terminate_interrupts():
         try:
@@ -116,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
             )
             if broker is not None:
                 say(f"no broker answered at {kafka.bootstrap}: starting the local one")
+                launched = True
                 broker.start()
                 started = True
             outcome = asyncio.run(demo.run())
@@ -130,14 +132,18 @@ def run(args: argparse.Namespace) -> int:
         finally:
             kept = broker is not None and started and args.keep_broker
             with signals_ignored():  # a second Ctrl-C does not leave the broker half stopped
-                if broker is not None and not kept:
+                if broker is not None and launched and not kept:
                     why = (
-                        "still starting" if args.keep_broker else "--keep-broker leaves it running"
+                        "--keep-broker leaves it running"
+                        if started
+                        else "still starting"
+                        if interrupted
+                        else "its start failed"
                     )
                     say(f"stopping the broker the demo started ({why})")
                     for note in broker.stop():
                         say(note)
-                elif broker is not None:
+                elif broker is not None and kept:
                     say(f"the broker the demo started keeps running at {broker.bootstrap} "
                         f"({stop_command(broker.settings)} stops it)")  # fmt: skip
             if interrupted:

@@ -103,7 +103,9 @@ def test_ctrl_c_at_any_phase_stops_everything_and_says_so_last(
     assert proc.returncode == 130, "\n".join(lines)
     assert lines[-1] == LAST_LINE, "\n".join(lines)
     assert sum("interrupted" in line for line in lines) == 1, "\n".join(lines)
-    why = "still starting" if keep else "--keep-broker leaves it running"
+    why = (
+        "still starting" if phase == "starting the local one" else "--keep-broker leaves it running"
+    )
     assert f"dprobe demo: stopping the broker the demo started ({why})" in lines
     assert left == [] and state_after == "stopped", (left, state_after)
     assert not (out / "demo.png").exists()
