@@ -173,7 +173,12 @@ def check_flags_apply(args: argparse.Namespace) -> None:
     """Refuse a flag given with ``--once`` or ``--output`` that would change nothing."""
     if not (args.once or args.output):
         return
-    given = [flag for flag, name in _SERVICE_ONLY if getattr(args, name) not in (None, False)]
+    # 0 is a value given (--metrics-port 0: any free port), False a switch left off
+    given = [
+        flag
+        for flag, name in _SERVICE_ONLY
+        if (value := getattr(args, name)) is not None and value is not False
+    ]
     if args.once:
         given += ["--max-ticks"] if args.max_ticks is not None else []
         why = "with --once (it prints one snapshot; no Kafka, spool or /metrics)"

@@ -19,10 +19,12 @@ SERVICE_FLAGS = [
     ["--spool-max-bytes", "2000000"],
     ["--state-dir", "STATE"],
     ["--shutdown-timeout", "3"],
+    ["--metrics-port", "0"],  # a zero is a value given too (any free port)
+    ["--shutdown-timeout", "0"],
 ]
 
 
-@pytest.mark.parametrize("flag", SERVICE_FLAGS, ids=lambda f: f[0])
+@pytest.mark.parametrize("flag", SERVICE_FLAGS, ids=" ".join)
 @pytest.mark.parametrize("mode", ["--once", "--output"])
 def test_a_service_flag_with_once_or_output_exits_2_naming_it(
     flag: list[str], mode: str, capsys, tmp_path: Path
