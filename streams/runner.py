@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 from pathlib import Path
 from typing import IO, Any
@@ -29,15 +30,28 @@ from dprobe.streams.shutdown_deadline import ShutdownDeadline
 from dprobe.streams.startup_stop import StartupStop, StoppedBeforeStartError
 from dprobe.streams.topics import TopicNames
 
+log = logging.getLogger(__name__)
+
 
 class _Worker(ShutdownDeadline, faust.Worker):
     """faust's worker, gone within ``shutdown_timeout_s`` of a stop signal, without faust's
     terminal spinner (it writes cursor escape codes to the log even when that is a file or
     the journal)."""
 
+    startup: StartupStop | None = None  # the handlers before faust's, which may hold a stop
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.spinner = None
+
+    def install_signal_handlers(self) -> None:
+        """faust's handlers; a stop signal that came since the startup's handlers ended
+        (:meth:`StartupStop.hand_over`) is handed to them: the worker stops cleanly."""
+        super().install_signal_handlers()
+        noted = self.startup.noted if self.startup is not None else None
+        if noted is not None:
+            log.info("%s received while the worker started: stopping", noted.name)
+            self._schedule_shutdown(noted)
 
 
 def run_worker(s: WorkerSettings, *, loglevel: str = "INFO") -> int:
@@ -74,6 +88,8 @@ def _run(s: WorkerSettings, loop: asyncio.AbstractEventLoop, loglevel: str) -> i
                 redirect_stdouts=False,
             )
             stop.check("starting")
+            worker.startup = stop
+            stop.hand_over()  # a stop signal from here on is noted for faust's handlers
     except StoppedBeforeStartError:
         _stop(beating)
         server.stop()

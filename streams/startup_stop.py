@@ -62,7 +62,9 @@ class StartupStop:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.received: signal.Signals | None = None
+        self.noted: signal.Signals | None = None  # one that came after :meth:`hand_over`
         self._step: asyncio.Task[Any] | None = None
+        self._handed_over = False
 
     def __enter__(self) -> StartupStop:
         if _early:
@@ -78,7 +80,20 @@ class StartupStop:
         tb: TracebackType | None,
     ) -> None:
         for sig in SIGNALS:
-            self.loop.remove_signal_handler(sig)
+            if self._handed_over and exc_type is None:
+                self.loop.add_signal_handler(sig, self._note, sig)
+            else:
+                self.loop.remove_signal_handler(sig)
+
+    def hand_over(self) -> None:
+        """The worker starts next: after the block, a stop signal is only noted in
+        :attr:`noted` (no default handler ends the process without a word), until faust
+        installs its own handlers in their place and is handed the noted one."""
+        self._handed_over = True
+
+    def _note(self, sig: signal.Signals) -> None:
+        if self.noted is None:
+            self.noted = sig
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if self.received is None:
