@@ -260,7 +260,10 @@ class KafkaSender:
                 self.metrics.send_errors.labels(kind="connect").inc()
                 self.metrics.kafka_up.set(0)
                 self._log_failure(
-                    "topic %s is missing and could not be created yet (%s): spooling, will retry",
+                    "topic %s is missing and could not be created yet (%s): spooling, will retry"
+                    if exc.missing
+                    else "could not learn whether topic %s exists, to create it if missing "
+                    "(%s): spooling, will retry",
                     self.topic,
                     exc,
                 )

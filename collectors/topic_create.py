@@ -51,7 +51,12 @@ _PASSING_CODES = frozenset({InvalidReplicationFactorError.errno})
 
 
 class TopicNotCreatedYet(Exception):
-    """The topic is missing and could not be created yet (the reason in the message)."""
+    """The topic could not be created yet (the reason in the message); ``missing``: Kafka
+    said it does not exist (else it did not answer that far)."""
+
+    def __init__(self, message: str, *, missing: bool) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 @dataclass(frozen=True)
@@ -72,12 +77,14 @@ async def ensure_topic(
     Raises :class:`TopicNotCreatedYet` when Kafka did not answer in time or refused for a
     reason that passes by itself: the caller tries again later."""
     admin = AIOKafkaAdminClient(**kafka.client_kwargs())
+    missing = False
     try:
         async with asyncio.timeout(timeout_s):
             await admin.start()
             # metadata of all topics: asking for the named one could auto-create it
             if topic in set(await admin.list_topics()):
                 return "exists"
+            missing = True
             new = NewTopic(
                 topic, spec.partitions, spec.replication_factor, topic_configs=spec.configs
             )
@@ -87,7 +94,7 @@ async def ensure_topic(
     except (KafkaError, OSError, TimeoutError, TopicCreateError) as exc:
         if passes(exc):
             said = f"no answer within {timeout_s:g} s" if type(exc) is TimeoutError else reason(exc)
-            raise TopicNotCreatedYet(said) from exc
+            raise TopicNotCreatedYet(said, missing=missing) from exc
         log.warning(
             "could not create topic %s (%s): the broker may create it with its own "
             "defaults at the first snapshot; create it with `dprobe topics create`",

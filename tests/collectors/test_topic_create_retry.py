@@ -78,6 +78,8 @@ async def test_a_topic_creation_that_times_out_is_retried_before_anything_is_sen
         assert list(dict.fromkeys(values)) == [str(s).encode() for s in range(20)]
         said = [r.getMessage() for r in caplog.records if r.name.startswith("dprobe")]
         assert any(topic in m and "retry" in m for m in said), said
+        # Kafka hung before it said whether the topic exists: not said to be missing
+        assert any(f"could not learn whether topic {topic} exists" in m for m in said), said
 
 
 async def test_too_few_brokers_for_the_replication_factor_is_waited_out(
@@ -118,6 +120,7 @@ async def test_too_few_brokers_for_the_replication_factor_is_waited_out(
                 assert spool.pending_records == 10  # nothing sent meanwhile
                 assert topic not in await admin.list_topics()  # nor made on demand
                 assert all("InvalidReplicationFactor" in m for m in said()), said()
+                assert any(f"topic {topic} is missing and could not" in m for m in said())
                 await admin.create_topics([NewTopic(topic, 2, 1)])
                 await wait_for(lambda: spool.pending_records == 0, 90, "the spool to drain")
             finally:
