@@ -165,6 +165,7 @@ class Spool:
     def close(self) -> None:
         """Close the active segment (idempotent). Records stay on disk for the next run."""
         self._settle_in_flight()
+        self._say_unsaid_drops()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -279,6 +280,22 @@ class Spool:
             since,
         )
 
+    def _say_unsaid_drops(self) -> None:
+        """Log the drops counted since the last line and not logged yet (they waited for
+        the minute to pass), and forget when drops were last logged: the next one is
+        logged at once."""
+        for reason, (when, unsaid) in sorted(self._drops_said.items()):
+            if unsaid:
+                wall = time.localtime(time.time() - (_monotonic() - when))
+                log.warning(
+                    "%s: dropped %s since %s, not logged then (%s)",
+                    "spool full" if reason == "spool_full" else reason,
+                    count_of(unsaid, "more snapshot"),
+                    time.strftime("%H:%M:%S", wall),
+                    "dprobe_collector_dropped_snapshots_total counts each",
+                )
+        self._drops_said.clear()
+
     def _settle_in_flight(self) -> None:
         """The batch in flight was not confirmed: its deleted records are lost."""
         lost, self._gone_in_flight = len(self._gone_in_flight), set()
@@ -347,6 +364,8 @@ class Spool:
             del self._sizes[sid]
             del self._counts[sid]
             self._path(sid).unlink(missing_ok=True)
+        if self._drops_said and self.pending_records == 0:  # caught up: the outage is over
+            self._say_unsaid_drops()
 
     # state
     @property
