@@ -92,14 +92,28 @@ alive() {
 
 broker_pid() {
   # Prints the pid of a live broker started from this state dir; removes a stale pid file.
-  [[ -f "${PIDFILE}" ]] || return 1
+  # Without a valid pid file, a live broker of this state dir's config is looked for (one
+  # whose start was killed before it wrote the file), and its pid written.
   local pid
-  pid="$(cat "${PIDFILE}" 2>/dev/null || true)"
-  if [[ "${pid}" =~ ^[0-9]+$ ]] && alive "${pid}" && runs_this_broker "${pid}"; then
-    echo "${pid}"
-    return 0
+  if [[ -f "${PIDFILE}" ]]; then
+    pid="$(cat "${PIDFILE}" 2>/dev/null || true)"
+    if [[ "${pid}" =~ ^[0-9]+$ ]] && alive "${pid}" && runs_this_broker "${pid}"; then
+      echo "${pid}"
+      return 0
+    fi
+    rm -f "${PIDFILE}"
   fi
-  rm -f "${PIDFILE}"
+  local found
+  # each argument of a command line is one NUL-ended line: the config's path is one
+  for found in $(grep -zlxF -- "${CONF}" /proc/[0-9]*/cmdline 2>/dev/null); do
+    pid="${found#/proc/}"
+    pid="${pid%/cmdline}"
+    if alive "${pid}" && runs_this_broker "${pid}"; then
+      echo "${pid}" > "${PIDFILE}"
+      echo "${pid}"
+      return 0
+    fi
+  done
   return 1
 }
 

@@ -139,6 +139,27 @@ def test_a_state_dir_whose_name_holds_pattern_characters_is_its_brokers(tmp_path
     assert _ended(pid) and broker.status() == "stopped"
 
 
+def test_a_broker_whose_pid_file_is_gone_is_still_found_and_stopped(tmp_path: Path) -> None:
+    """A start killed after the broker was launched but before it wrote its pid file
+    (a demo or a service manager stopping it then) leaves a broker without one: status
+    still sees it, and stop stops it, instead of leaving it running unseen."""
+    port, cport = _free_port(), _free_port()
+    state = tmp_path / "broker"
+    broker = LocalBroker(BrokerSettings(port=port, controller_port=cport, state_dir=state))
+    try:
+        broker.start()
+        pid = int((state / "broker.pid").read_text())
+        (state / "broker.pid").unlink()
+        assert broker.status() == "ready"
+        assert int((state / "broker.pid").read_text()) == pid  # written again
+        (state / "broker.pid").unlink()
+        assert broker.stop() == []
+        assert _ended(pid) and broker.status() == "stopped"
+        assert _java_pids(state) == []
+    finally:
+        broker.stop()
+
+
 def test_a_start_timeout_below_a_whole_second_is_rounded_up_not_to_zero() -> None:
     # kafka.sh counts whole seconds: 0.5 s must not become 0 s, a start that cannot succeed
     env = LocalBroker(BrokerSettings(start_timeout_s=0.5))._env()
