@@ -26,4 +26,4 @@ def test_it_replays_the_archive_and_prints_the_rate(kafka_bootstrap: str) -> Non
     assert done.returncode == 0, done.stderr
     assert "archive: 6 snapshots" in done.stderr
     assert re.search(r"^run 1: 6 records in [\d.]+ s = [\d,]+ records/s$", done.stdout, re.M)
-    assert "median" in done.stdout and "records/s over 1 runs" in done.stdout
+    assert "median" in done.stdout and "records/s over 1 run (" in done.stdout
