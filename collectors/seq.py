@@ -31,7 +31,8 @@ class SeqCounter:
         self._next: int | None = None
 
     def load(self, floor: int = 0) -> None:
-        """Resume from the state file, never below ``floor``."""
+        """Resume from the state file, never below ``floor``, and write it back: a folder
+        it cannot be written in raises ``OSError`` here, at start, not at the first tick."""
         stored = 0
         try:
             stored = int(self.path.read_text().strip() or 0)
@@ -40,6 +41,7 @@ class SeqCounter:
         except ValueError:
             log.error("seq state %s unreadable: resuming from %d", self.path, floor)  # noqa: TRY400
         self._next = max(stored, floor, 0)
+        self._save(self._next)
 
     def peek(self) -> int:
         """The value the next call to :meth:`next` returns."""

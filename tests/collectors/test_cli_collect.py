@@ -278,3 +278,31 @@ def test_an_empty_host_id_flag_exits_2_instead_of_taking_the_host_name(capsys) -
         "dprobe collect: --host-id is empty: give the node's name, or leave the flag out "
         "for the host name"
     ]
+
+
+def test_a_state_folder_it_cannot_write_exits_2_at_start_not_at_the_first_tick(
+    capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the seq is written back as it is loaded: a state folder it may not write in (an
+    # immutable folder, a read-only mount) is a setting to fix, said before any tick
+    real_save = SeqCounter._save
+    state = tmp_path / "state"
+
+    def refuse(self: SeqCounter, value: int) -> None:
+        if self.path.parent == state:
+            raise PermissionError(13, "Permission denied", str(self.path) + ".tmp")
+        real_save(self, value)
+
+    monkeypatch.setattr(SeqCounter, "_save", refuse)
+    argv = ["collect", "--backend", "synthetic", "--no-send", "--max-ticks", "3"]
+    argv += ["--spool-dir", str(tmp_path / "spool"), "--state-dir", str(state)]
+    assert main([*argv, "--metrics-port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dprobe collect: cannot use the spool or state folder: ")
+    assert str(state) in err and "Traceback" not in err
+
+
+def test_loading_the_seq_writes_it_back(tmp_path: Path) -> None:
+    path = tmp_path / "seq-h1"
+    SeqCounter(path, fsync=False).load(floor=5)
+    assert path.read_text() == "5\n"
