@@ -67,6 +67,26 @@ def make_backend(settings: CollectorSettings, host: str, clock: Clock) -> GpuBac
     )
 
 
+def check_proc_root(settings: CollectorSettings) -> None:
+    """:class:`UsageError` when the NVML backend's ``proc_root`` is not a procfs (every
+    procfs has a stat file, hidepid or not); nothing to check for the synthetic one.
+
+    >>> from pathlib import Path
+    >>> check_proc_root(CollectorSettings(backend="nvml", proc_root=Path("/nonexistent")))
+    Traceback (most recent call last):
+    ...
+    dprobe.errors.UsageError: collector.proc_root: /nonexistent is not a procfs ...
+    """
+    if settings.backend != "nvml":
+        return
+    if not is_file_of("collector.proc_root", settings.proc_root / "stat"):
+        raise UsageError(
+            f"collector.proc_root: {settings.proc_root} is not a procfs (no stat file in "
+            "it), so no GPU process could be attributed: /proc, or where the host's /proc "
+            "is mounted in a container"
+        )
+
+
 def make_resolver(settings: CollectorSettings) -> TenantResolver | None:
     """The pid -> tenant/job resolver of the NVML backend; ``None`` for the synthetic one,
     whose processes carry their tenant and job already. A given tenant map is read and
@@ -81,13 +101,7 @@ def make_resolver(settings: CollectorSettings) -> TenantResolver | None:
     tenant_map = load_tenant_map(settings.tenant_map) if settings.tenant_map else None
     if settings.backend != "nvml":
         return None
-    # every procfs has a stat file, hidepid or not
-    if not is_file_of("collector.proc_root", settings.proc_root / "stat"):
-        raise UsageError(
-            f"collector.proc_root: {settings.proc_root} is not a procfs (no stat file in "
-            "it), so no GPU process could be attributed: /proc, or where the host's /proc "
-            "is mounted in a container"
-        )
+    check_proc_root(settings)
     return TenantResolver(
         proc_root=settings.proc_root,
         tenant_map=tenant_map,

@@ -196,6 +196,15 @@ def check_tenant_map(s: CollectorSettings) -> None:
         load_tenant_map(s.tenant_map)
 
 
+def check_on_start(s: CollectorSettings) -> None:
+    """What the collector refuses on start beyond its settings (``dprobe config check``
+    runs it too): the tenant map, and an NVML ``proc_root`` that is not a procfs."""
+    from dprobe.collectors.assemble import check_proc_root
+
+    check_tenant_map(s)
+    check_proc_root(s)
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
 

@@ -88,7 +88,7 @@ def _load(cls: type, args: argparse.Namespace, origins: dict[str, str] | None = 
 
 
 def _check(args: argparse.Namespace) -> int:
-    from dprobe.commands.collect import check_tenant_map
+    from dprobe.commands.collect import check_on_start
     from dprobe.commands.worker import check_model
     from dprobe.config import (
         SERVICES,
@@ -102,7 +102,7 @@ def _check(args: argparse.Namespace) -> int:
     # what a service checks on start beyond its settings object, before Kafka
     more: dict[type, Callable[[Any], None]] = {
         WorkerSettings: check_model,
-        CollectorSettings: check_tenant_map,
+        CollectorSettings: check_on_start,
     }
     refused: dict[str, list[str]] = {}  # reason -> the services refused for it
     relative: dict[str, str] = {}  # setting -> its warning, once whatever the services

@@ -176,6 +176,17 @@ def test_check_also_makes_the_checks_a_service_makes_on_start(
     assert "worker.model: unknown forecaster 'nope'" in capsys.readouterr().err
 
 
+def test_check_refuses_an_nvml_proc_root_that_is_no_procfs_as_collect_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.toml"
+    _, err = _refused(bad, f'[collector]\nbackend = "nvml"\nproc_root = "{tmp_path}"\n', capsys)
+    said = f"collector.proc_root: {tmp_path} is not a procfs (no stat file in it)"
+    assert len(err) == 1 and err[0].startswith(f"dprobe config: [collector] refused: {said}")
+    assert main(["--config", str(bad), "collect", "--once"]) == 2
+    assert said in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv", [["check"], ["show", "kafka"]])
 def test_a_tls_file_refused_is_one_line_without_the_kafka_clients_progress(
     tmp_path: Path, argv: list[str]
