@@ -382,6 +382,17 @@ MIN_COLLECT_INTERVAL_S = 0.01
 MAX_CLOCK_SPEED = 1e6
 
 
+def _exact(value: float) -> str:
+    """``value`` as short as ``:g`` writes it, unless that rounds it: a refusal shows the
+    value given (``1000001``, not ``1e+06``).
+
+    >>> _exact(1e6), _exact(1000001.0), _exact(0.0005)
+    ('1e+06', '1000001.0', '0.0005')
+    """
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
+
+
 def _check_clock_speed(speed: float, interval_s: float) -> None:
     """Refuse a clock faster than :data:`MAX_CLOCK_SPEED`, or one that ticks more often
     than every :data:`MIN_COLLECT_INTERVAL_S` of wall time.
@@ -397,7 +408,7 @@ lower clock_speed or a longer interval_s
     if not speed <= MAX_CLOCK_SPEED:
         raise ConfigError(
             f"collector.clock_speed must be at most {MAX_CLOCK_SPEED:g} (a wall second is "
-            f"then {MAX_CLOCK_SPEED / 86_400:.1f} days of event time), got {speed:g}"
+            f"then {MAX_CLOCK_SPEED / 86_400:.1f} days of event time), got {_exact(speed)}"
         )
     if interval_s / speed < MIN_COLLECT_INTERVAL_S * (1 - 1e-9):
         raise ConfigError(
@@ -819,7 +830,7 @@ class ReplaySettings:
             # and past the precision of an event time, an endless one at a single instant
             raise ConfigError(
                 f"replay.tick_s must be at least {MIN_COLLECT_INTERVAL_S:g} s (a collector's "
-                f"shortest interval), got {self.tick_s:g}"
+                f"shortest interval), got {_exact(self.tick_s)}"
             )
         if not self.jobs_time_unit_s > 0:
             raise ConfigError("replay.jobs_time_unit_s must be > 0")
@@ -854,7 +865,7 @@ def too_slow(speed: float) -> str:
     '0.001 (a minute of event time in 17 h), got 1e-300'
     """
     hours = 60 / MIN_REPLAY_SPEED / 3600
-    return f"{MIN_REPLAY_SPEED:g} (a minute of event time in {hours:.0f} h), got {speed:g}"
+    return f"{MIN_REPLAY_SPEED:g} (a minute of event time in {hours:.0f} h), got {_exact(speed)}"
 
 
 # The settings of every service: a settings file may hold a table for each.
@@ -1174,7 +1185,7 @@ def _check_duration(name: str, value: Any) -> None:
             unit = "seconds" if scale == 1.0 else "milliseconds"
             raise ValueError(
                 f"expected at most {limit_s * scale:.0f} {unit} "
-                f"({limit_s // 86_400:.0f} days), got {v:g}"
+                f"({limit_s // 86_400:.0f} days), got {_exact(v)}"
             )
 
 

@@ -780,3 +780,10 @@ def test_a_bound_names_only_the_setting_that_broke_it(
     with pytest.raises(ConfigError) as err:
         load(cls, env=env)
     assert str(err.value).startswith(f"{section}.{name} must be {bound} (given: ")
+
+
+def test_a_refusal_shows_the_value_given_unrounded() -> None:
+    with pytest.raises(ConfigError, match=r"got 1000001\.0 \(given: "):
+        load(CollectorSettings, env={"DPROBE_COLLECTOR_CLOCK_SPEED": "1000001"})
+    with pytest.raises(ConfigError, match=r"got 10000001\.0$"):
+        load(CollectorSettings, env={"DPROBE_COLLECTOR_SHUTDOWN_TIMEOUT_S": "10000001"})
