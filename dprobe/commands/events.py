@@ -18,9 +18,10 @@ one JSON document; every line is one complete document for jq or a script. A sum
 to stderr at the end. Stops on --max-events (with --plans, after the whole plan that
 reaches it), after --timeout seconds without records (with --group, counted from when the
 group gave this reader its partitions; a group that gives none within --timeout or 30 s,
-the longer, is an error), or on Ctrl-C / SIGTERM (exit 0; 130 for a Ctrl-C while it still
-connects). With --group, where it reads from is said once the group has given this reader
-its partitions; a join that takes longer than 30 s is said on stderr.
+the longer, is an error), or on Ctrl-C / SIGTERM (exit 0; while it still connects, 130 for
+a Ctrl-C and 143 for SIGTERM, which ends it as it ends any process). With --group, where
+it reads from is said once the group has given this reader its partitions; a join that
+takes longer than 30 s is said on stderr.
 
 Examples:
     dprobe events --from-beginning
