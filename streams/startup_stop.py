@@ -22,6 +22,8 @@ from collections.abc import Coroutine, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
+from dprobe.signal_handlers import handled
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -40,14 +42,10 @@ def noting_stop_signals() -> Iterator[None]:
     def noted(signum: int, frame: object) -> None:
         _early.append(signal.Signals(signum))
 
-    before = {sig: signal.getsignal(sig) for sig in SIGNALS}
-    for sig in SIGNALS:
-        signal.signal(sig, noted)
     try:
-        yield
+        with handled(SIGNALS, noted):
+            yield
     finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
         _early.clear()
 
 

@@ -146,18 +146,18 @@ def run(args: argparse.Namespace) -> int:
     import signal
     import sys
 
+    from dprobe.signal_handlers import handled
+
     def terminate(_signum: int, _frame: object) -> None:
         raise Terminated
 
-    before = signal.signal(signal.SIGTERM, terminate)
     try:
-        return _run(args)
+        with handled((signal.SIGTERM,), terminate):
+            return _run(args)
     except (KeyboardInterrupt, Terminated) as exc:
         how = "stopped (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
         print(f"dprobe replay: {how} before any record was sent", file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130
-    finally:
-        signal.signal(signal.SIGTERM, before)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -18,7 +18,8 @@ import contextlib
 import signal
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any
+
+from dprobe.signal_handlers import handled
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -30,24 +31,12 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 @contextlib.contextmanager
 def terminate_interrupts() -> Iterator[None]:
     """SIGTERM raises ``KeyboardInterrupt`` inside the block (as it was after it)."""
-    before = signal.signal(signal.SIGTERM, _interrupt)
-    try:
+    with handled((signal.SIGTERM,), _interrupt):
         yield
-    finally:
-        signal.signal(signal.SIGTERM, _handler(before))
 
 
 @contextlib.contextmanager
 def signals_ignored() -> Iterator[None]:
     """SIGINT and SIGTERM are ignored inside the block (as they were after it)."""
-    before = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _SIGNALS}
-    try:
+    with handled(_SIGNALS, signal.SIG_IGN):
         yield
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, _handler(handler))
-
-
-def _handler(handler: Any) -> Any:
-    """``handler`` to install again (``None``, one not set from Python: the default)."""
-    return signal.SIG_DFL if handler is None else handler
