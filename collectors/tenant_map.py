@@ -31,6 +31,7 @@ from dprobe.collectors.cgroup import is_tenant_slice
 from dprobe.errors import UsageError
 from dprobe.schema import MAX_ID_CHARS
 from dprobe.text_input import has_control_character, read_text
+from dprobe.toml_lines import at_path
 
 _TABLES = ("pods", "namespaces", "accounts", "slices", "users")
 
@@ -71,50 +72,6 @@ def load_tenant_map(path: Path | str) -> TenantMap:
     return TenantMap(**tables)
 
 
-def _key_parts(key: str) -> list[str]:
-    """The names of a dotted TOML key or table header, quotes removed.
-
-    >>> _key_parts(' pods . "ml/t-0" '), _key_parts("'a.b'")
-    (['pods', 'ml/t-0'], ['a.b'])
-    """
-    parts: list[str] = []
-    name, quote = "", ""
-    for ch in key:
-        if quote:
-            quote, name = ("", name) if ch == quote else (quote, name + ch)
-        elif ch in "\"'":
-            quote = ch
-        elif ch == ".":
-            parts, name = [*parts, name.strip()], ""
-        else:
-            name += ch
-    return [*parts, name.strip()]
-
-
-def _line(text: str, *path: str) -> str:
-    """`` (line N)`` of the first line of ``text`` that writes ``path`` (a table, a key of
-    the top level or of a table, or anything under it: a sub-table, a dotted key), else "".
-
-    >>> _line('x = 1\\n[users]\\nbob = 7\\n', "users", "bob"), _line("", "x")
-    (' (line 3)', '')
-    >>> _line('x = 1\\n[pods.sub]\\n', "pods", "sub"), _line('[pods]\\na.b = "x"\\n', "pods", "a")
-    (' (line 2)', ' (line 2)')
-    """
-    table: list[str] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if stripped.startswith("["):
-            table = _key_parts(stripped.lstrip("[").split("]", 1)[0])
-            written = table
-        elif "=" in stripped and not stripped.startswith("#"):
-            written = table + _key_parts(stripped.split("=", 1)[0])
-        else:
-            continue
-        if written[: len(path)] == list(path):
-            return f" (line {number})"
-    return ""
-
-
 def _shown(value: object) -> str:
     """A value as an error line shows it: short, whatever its size."""
     if isinstance(value, str) and len(value) > MAX_ID_CHARS:
@@ -129,24 +86,24 @@ def _problems(doc: dict[str, object], text: str = "") -> list[str]:
     problems: list[str] = []
     loose = sorted(k for k, v in doc.items() if k not in _TABLES and not isinstance(v, dict))
     if loose:  # 'alice = "vc-a"' above every table: not a mapping of any kind
-        named = ", ".join(k + _line(text, k) for k in loose)
+        named = ", ".join(k + at_path(text, k) for k in loose)
         problems.append(f"key(s) {named} outside any table: put each in one of {listed}")
     unknown = sorted(k for k, v in doc.items() if k not in _TABLES and isinstance(v, dict))
     if unknown:
-        named = ", ".join(f"[{t}]{_line(text, t)}{_did_you_mean(t)}" for t in unknown)
+        named = ", ".join(f"[{t}]{at_path(text, t)}{_did_you_mean(t)}" for t in unknown)
         problems.append(f"unknown tables {named}: use {listed}")
     for name in _TABLES:
         table = doc.get(name, {})
         if not isinstance(table, dict):
             problems.append(
-                f"{name}{_line(text, name)} is not a table: write [{name}] on a line of its own, "
+                f"{name}{at_path(text, name)} is not a table: write [{name}] on a line of its own, "
                 'then name = "tenant" lines'
             )
             continue
         for key, value in table.items():
             if not (isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS):
                 problems.append(
-                    f"[{name}] {key!r}{_line(text, name, key)}: expected a tenant name of 1 "
+                    f"[{name}] {key!r}{at_path(text, name, key)}: expected a tenant name of 1 "
                     f"to {MAX_ID_CHARS} characters, got {_shown(value)}"
                 )
         bad = next(
@@ -155,13 +112,13 @@ def _problems(doc: dict[str, object], text: str = "") -> list[str]:
         )
         if bad is not None:
             problems.append(
-                f"[{name}] tenant {bad[1]!r}{_line(text, name, bad[0])} holds a control character"
+                f"[{name}] tenant {bad[1]!r}{at_path(text, name, bad[0])} holds a control character"
             )
     slices = doc.get("slices", {})
     for key in slices if isinstance(slices, dict) else ():
         if not is_tenant_slice(key):
             problems.append(
-                f"[slices] key {key!r}{_line(text, 'slices', key)} can never match: name "
+                f"[slices] key {key!r}{at_path(text, 'slices', key)} can never match: name "
                 "one slice unit ending in .slice, "
                 "other than -.slice, system.slice, user.slice, machine.slice and the kubepods "
                 "slices (map pods in [pods] or [namespaces])"
