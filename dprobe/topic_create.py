@@ -31,12 +31,10 @@ class TopicCreateError(UsageError):
     moved), so the same request may succeed later. ``codes``: Kafka's error codes of the
     refusal."""
 
-    def __init__(
-        self, message: str, *, retriable: bool = False, codes: frozenset[int] = frozenset()
-    ) -> None:
+    def __init__(self, message: str, *, codes: frozenset[int] = frozenset()) -> None:
         super().__init__(message)
-        self.retriable = retriable
         self.codes = codes
+        self.retriable = bool(codes) and all(for_code(c).retriable for c in codes)
 
 
 def refusals(response: Any) -> list[str]:
@@ -65,7 +63,5 @@ async def create_topics(admin: Any, new: list[Any]) -> None:
     if refused:
         codes = {e[1] for e in getattr(response, "topic_errors", []) or []} - {0, _EXISTS}
         raise TopicCreateError(
-            "Kafka refused to create topic(s): " + "; ".join(refused),
-            retriable=all(for_code(c).retriable for c in codes),
-            codes=frozenset(codes),
+            "Kafka refused to create topic(s): " + "; ".join(refused), codes=frozenset(codes)
         )
