@@ -60,6 +60,11 @@ _monotonic = time.monotonic
 Position = tuple[int, int]  # (segment id, byte offset)
 
 
+def _clock_time(at: float) -> str:
+    """The local wall-clock time (``HH:MM:SS``) of the monotonic time ``at``."""
+    return time.strftime("%H:%M:%S", time.localtime(time.time() - (_monotonic() - at)))
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     """One spooled snapshot; ``end`` is the position right after it (what to ack)."""
@@ -270,8 +275,7 @@ class Spool:
         self._drops_said[reason] = (now, 0)
         since = ""
         if said is not None and said[1]:
-            wall = time.localtime(time.time() - (now - said[0]))
-            since = f", and {said[1]:,} more since {time.strftime('%H:%M:%S', wall)}"
+            since = f", and {said[1]:,} more since {_clock_time(said[0])}"
         log.warning(
             msg + "%s (drops are logged at most once a minute; "
             "dprobe_collector_dropped_snapshots_total counts each)",
@@ -286,12 +290,11 @@ class Spool:
         logged at once."""
         for reason, (when, unsaid) in sorted(self._drops_said.items()):
             if unsaid:
-                wall = time.localtime(time.time() - (_monotonic() - when))
                 log.warning(
                     "%s: dropped %s since %s, not logged then (%s)",
                     "spool full" if reason == "spool_full" else reason,
                     count_of(unsaid, "more snapshot"),
-                    time.strftime("%H:%M:%S", wall),
+                    _clock_time(when),
                     "dprobe_collector_dropped_snapshots_total counts each",
                 )
         self._drops_said.clear()
