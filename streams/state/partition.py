@@ -234,11 +234,12 @@ class PartitionState:
 
     def forget_job_tenant(self, tenant: str) -> None:
         """``tenant``'s job book is empty: it leaves the index (a job event adds it again)."""
-        shard = self._shards[shard_of(tenant, self.index_shards)]
+        k = shard_of(tenant, self.index_shards)
+        shard = self._shards[k]
         if tenant in shard.job_tenants:
             shard.job_tenants.discard(tenant)
             shard.size -= _tenant_bytes(tenant)
-            self.dirty.add(shard_of(tenant, self.index_shards))
+            self.dirty.add(k)
 
     def watermark(self, *, sources: int, grace_s: float) -> float:
         """Event time up to which all ``sources`` samples partitions forwarded, minus grace.
