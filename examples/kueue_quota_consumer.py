@@ -34,8 +34,11 @@ Modes:
 - Kafka (the default): with ``--apply`` it applies each plan itself and commits the
   offsets of each plan once its changes all succeeded and no plan is half-received; a
   failure stops it with exit status 1 and that plan not committed, so the next run applies
-  it again (not the plans applied before it) (a group's first run commits where it starts, the newest record or with
-  ``--from-beginning`` the oldest, before it applies anything). Without ``--apply`` it
+  it again, not the plans applied before it (unless one was applied while a later plan was
+  half-received, as events of plans interleaved over several partitions can be; its
+  targets are absolute, so that plan only sets again what it set). A
+  group's first run commits where it starts, the newest record or with
+  ``--from-beginning`` the oldest, before it applies anything. Without ``--apply`` it
   prints the script and commits nothing.
 - ``--set-quota QUEUE=GPUS``: one change, as the printed script calls it.
 
